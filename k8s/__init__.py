@@ -1,0 +1,1 @@
+"""cdk8s charts: Kubernetes objects that warmstart renders (added to the cluster by the CDK stacks)."""

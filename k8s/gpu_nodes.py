@@ -1,0 +1,155 @@
+"""GPU node provisioning objects: a NodePool plus its node class, for EKS Auto Mode or Karpenter.
+
+Both modes run Karpenter's `karpenter.sh/v1` NodePool; they differ in the node class (Auto Mode's
+`eks.amazonaws.com/v1 NodeClass` or Karpenter's `karpenter.k8s.aws/v1 EC2NodeClass`) and in how the
+instance-store NVMe becomes a RAID0 array (see the brief, section 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cdk8s
+from constructs import Construct
+
+from warmstart.config import AutoModeCompute, GpuPool, KarpenterCompute
+
+GPU_NODE_POOL = "gpu"
+GPU_NODE_CLASS = "gpu"  # Auto Mode forbids a custom node class named "default"
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+
+
+def gpu_node_pool_spec(pool: GpuPool, node_class_ref: dict[str, str]) -> dict[str, Any]:
+    return {
+        "template": {
+            "metadata": {"labels": {"warmstart.io/gpu-pool": GPU_NODE_POOL}},
+            "spec": {
+                "nodeClassRef": node_class_ref,
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(pool.instance_types)},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(pool.capacity_types)},
+                ],
+                "taints": [dict(GPU_TAINT)],
+                "expireAfter": pool.expire_after,
+            },
+        },
+        # Only empty nodes go: consolidating busy GPU nodes would evict serving pods and throw away
+        # warm node-local caches.
+        "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": pool.consolidate_after},
+        "limits": {"nvidia.com/gpu": pool.gpu_limit},
+    }
+
+
+class AutoModeGpuNodes(cdk8s.Chart):
+    """Auto Mode NodeClass whose ephemeralStorage stays below the NVMe, so /mnt/.ephemeral is RAID0 NVMe."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        compute: AutoModeCompute,
+        node_role_name: str,
+        subnet_ids: list[str],
+        security_group_ids: list[str],
+        tags: dict[str, str],
+    ) -> None:
+        super().__init__(scope, id)
+        self.node_class = cdk8s.ApiObject(
+            self,
+            "NodeClass",
+            api_version="eks.amazonaws.com/v1",
+            kind="NodeClass",
+            metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_CLASS),
+        )
+        self.node_class.add_json_patch(
+            cdk8s.JsonPatch.add(
+                "/spec",
+                {
+                    "role": node_role_name,
+                    "subnetSelectorTerms": [{"id": subnet} for subnet in subnet_ids],
+                    "securityGroupSelectorTerms": [{"id": group} for group in security_group_ids],
+                    "ephemeralStorage": {
+                        "size": f"{compute.ephemeral_storage_gib}Gi",
+                        "iops": compute.ephemeral_storage_iops,
+                        "throughput": compute.ephemeral_storage_throughput_mibps,
+                    },
+                    "tags": dict(tags),
+                },
+            )
+        )
+        self.node_pool = _node_pool(
+            self, compute.gpu_pool, {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": GPU_NODE_CLASS}
+        )
+
+
+class KarpenterGpuNodes(cdk8s.Chart):
+    """EC2NodeClass with instanceStorePolicy RAID0, so /mnt/k8s-disks/0 is the striped NVMe."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        compute: KarpenterCompute,
+        node_role_name: str,
+        subnet_ids: list[str],
+        security_group_ids: list[str],
+        tags: dict[str, str],
+    ) -> None:
+        super().__init__(scope, id)
+        self.node_class = cdk8s.ApiObject(
+            self,
+            "EC2NodeClass",
+            api_version="karpenter.k8s.aws/v1",
+            kind="EC2NodeClass",
+            metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_CLASS),
+        )
+        self.node_class.add_json_patch(
+            cdk8s.JsonPatch.add(
+                "/spec",
+                {
+                    "role": node_role_name,
+                    "amiSelectorTerms": [{"alias": compute.ami_alias}],
+                    "subnetSelectorTerms": [{"id": subnet} for subnet in subnet_ids],
+                    "securityGroupSelectorTerms": [{"id": group} for group in security_group_ids],
+                    # Without it Karpenter ignores the instance store and /mnt/k8s-disks/0 would not exist.
+                    "instanceStorePolicy": "RAID0",
+                    "blockDeviceMappings": [
+                        {
+                            "deviceName": "/dev/xvda",
+                            "rootVolume": True,
+                            "ebs": {
+                                "volumeSize": f"{compute.root_volume_gib}Gi",
+                                "volumeType": "gp3",
+                                "encrypted": True,
+                                "deleteOnTermination": True,
+                            },
+                        }
+                    ],
+                    # IMDSv2 only, one hop: pods get AWS credentials from Pod Identity, never the node role.
+                    "metadataOptions": {
+                        "httpEndpoint": "enabled",
+                        "httpProtocolIPv6": "disabled",
+                        "httpPutResponseHopLimit": 1,
+                        "httpTokens": "required",
+                    },
+                    "tags": dict(tags),
+                },
+            )
+        )
+        self.node_pool = _node_pool(
+            self, compute.gpu_pool, {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": GPU_NODE_CLASS}
+        )
+
+
+def _node_pool(chart: cdk8s.Chart, pool: GpuPool, node_class_ref: dict[str, str]) -> cdk8s.ApiObject:
+    node_pool = cdk8s.ApiObject(
+        chart,
+        "NodePool",
+        api_version="karpenter.sh/v1",
+        kind="NodePool",
+        metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_POOL),
+    )
+    node_pool.add_json_patch(cdk8s.JsonPatch.add("/spec", gpu_node_pool_spec(pool, node_class_ref)))
+    return node_pool

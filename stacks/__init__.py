@@ -1,0 +1,1 @@
+"""CDK stacks of one warmstart environment; `compose.py` wires them."""

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import cdk8s
+from aws_cdk import Stack
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from stacks.components.auto_mode import AutoModeGpuPool, AutoModeNodeRole
+from stacks.components.buckets import ArtifactBuckets
+from stacks.components.control_plane import ControlPlane
+from stacks.components.karpenter import KarpenterController, KarpenterGpuPool, NvidiaDevicePlugin, SystemNodes
+from stacks.components.network import WarmstartVpc
+from stacks.components.pod_identity import ModelReader, PodIdentityAgent
+from warmstart.config import AutoModeCompute, EnvironmentConfig
+
+MODEL_SERVICE_ACCOUNT = "vllm"
+
+
+class ClusterStack(Stack):
+    """EKS cluster, GPU capacity for the configured compute mode, and per-model identities."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        config: EnvironmentConfig,
+        network: WarmstartVpc,
+        buckets: ArtifactBuckets,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, id, **kwargs)
+        # Every cdk8s chart of this stack lives in this app; the cluster renders them into manifests.
+        self.charts = cdk8s.App()
+        compute = config.compute
+        subnets = network.vpc.select_subnets(subnet_type=network.private_subnets.subnet_type).subnets
+        if isinstance(compute, AutoModeCompute):
+            self.auto_node_role = AutoModeNodeRole(self, "AutoModeNodeRole")
+            self.control_plane = ControlPlane(
+                self,
+                "ControlPlane",
+                cluster=config.cluster,
+                vpc=network.vpc,
+                private_subnets=network.private_subnets,
+                capacity=eks.DefaultCapacityType.AUTOMODE,
+                compute=self.auto_node_role.compute_config(),
+            )
+            self.gpu_pool = AutoModeGpuPool(
+                self,
+                "GpuPool",
+                cluster=self.cluster,
+                charts=self.charts,
+                compute=compute,
+                node_role=self.auto_node_role.role,
+                subnets=subnets,
+                tags=config.tags,
+            )
+        else:
+            self.control_plane = ControlPlane(
+                self,
+                "ControlPlane",
+                cluster=config.cluster,
+                vpc=network.vpc,
+                private_subnets=network.private_subnets,
+                capacity=eks.DefaultCapacityType.NODEGROUP,
+                compute=None,
+            )
+            self.pod_identity_agent = PodIdentityAgent(self, "PodIdentityAgent", cluster=self.cluster)
+            self.system_nodes = SystemNodes(
+                self, "SystemNodes", cluster=self.cluster, group=compute.system_node_group, subnets=network.private_subnets
+            )
+            self.karpenter = KarpenterController(
+                self, "Karpenter", cluster=self.cluster, cluster_name=config.cluster.name, version=compute.karpenter_version
+            )
+            self.karpenter.chart.node.add_dependency(self.pod_identity_agent, self.system_nodes)
+            self.device_plugin = NvidiaDevicePlugin(
+                self, "NvidiaDevicePlugin", cluster=self.cluster, version=compute.nvidia_device_plugin_version
+            )
+            self.gpu_pool = KarpenterGpuPool(
+                self,
+                "GpuPool",
+                cluster=self.cluster,
+                charts=self.charts,
+                compute=compute,
+                node_role=self.karpenter.node_role,
+                subnets=subnets,
+                tags=config.tags,
+                after=[self.karpenter.chart],
+            )
+        self.model_readers = {
+            model.name: ModelReader(
+                self,
+                f"Model-{model.name}",
+                cluster=self.cluster,
+                charts=self.charts,
+                namespace=model.name,
+                service_account=MODEL_SERVICE_ACCOUNT,
+                bucket_name=buckets.model_bucket_name,
+                prefix=model.prefix,
+                kms_key_arn=config.buckets.models.kms_key_arn,
+                labels={"app.kubernetes.io/part-of": "warmstart", "warmstart.io/model": model.name},
+            )
+            for model in config.models
+        }
+
+    @property
+    def cluster(self) -> eks.Cluster:
+        return self.control_plane.cluster

@@ -1,0 +1,1 @@
+"""CDK constructs: every AWS resource of warmstart lives in one of these."""

@@ -1,0 +1,68 @@
+"""The EKS control plane (aws_eks_v2): logging, endpoint access, secrets encryption, admin access."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
+from constructs import Construct
+
+from warmstart.config import ClusterConfig
+
+ALL_CONTROL_PLANE_LOGS = [
+    eks.ClusterLoggingTypes.API,
+    eks.ClusterLoggingTypes.AUDIT,
+    eks.ClusterLoggingTypes.AUTHENTICATOR,
+    eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+    eks.ClusterLoggingTypes.SCHEDULER,
+]
+
+
+def endpoint_access(cluster: ClusterConfig) -> eks.EndpointAccess:
+    if cluster.endpoint_access == "private":
+        return eks.EndpointAccess.PRIVATE
+    if cluster.public_access_cidrs:
+        return eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*cluster.public_access_cidrs)
+    return eks.EndpointAccess.PUBLIC_AND_PRIVATE
+
+
+class ControlPlane(Construct):
+    """Exposes `cluster`, on which later constructs add charts with `cluster.add_cdk8s_chart`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: ClusterConfig,
+        vpc: ec2.IVpc,
+        private_subnets: ec2.SubnetSelection,
+        capacity: eks.DefaultCapacityType,
+        compute: eks.ComputeConfig | None,
+    ) -> None:
+        super().__init__(scope, id)
+        self.secrets_key = kms.Key(
+            self, "SecretsKey", enable_key_rotation=True, description=f"{cluster.name} Kubernetes secrets"
+        )
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            cluster_name=cluster.name,
+            version=eks.KubernetesVersion.of(cluster.kubernetes_version),
+            vpc=vpc,
+            vpc_subnets=[private_subnets],
+            endpoint_access=endpoint_access(cluster),
+            cluster_logging=ALL_CONTROL_PLANE_LOGS,
+            secrets_encryption_key=self.secrets_key,
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV35Layer(self, "KubectlLayer")),
+            default_capacity_type=capacity,
+            default_capacity=0 if capacity == eks.DefaultCapacityType.NODEGROUP else None,
+            compute=compute,
+        )
+        cluster_admin = eks.AccessPolicy.from_access_policy_name(
+            "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+        )
+        for index, role_arn in enumerate(cluster.admin_role_arns):
+            self.cluster.grant_access(f"Admin{index}", role_arn, [cluster_admin])
+

@@ -1,0 +1,115 @@
+"""IAM roles for Kubernetes service accounts through EKS Pod Identity (never the IRSA annotation)."""
+
+from __future__ import annotations
+
+import cdk8s
+from aws_cdk import Aws
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from k8s.service_account import PodIdentityServiceAccount
+
+
+class PodIdentity(Construct):
+    """A role that only `namespace/service_account` of `cluster` can assume, and its association."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.ICluster,
+        namespace: str,
+        service_account: str,
+        description: str,
+    ) -> None:
+        super().__init__(scope, id)
+        # Pod Identity calls sts:AssumeRole and sts:TagSession (the session tags carry the pod's identity).
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
+            description=description,
+        )
+        self.association = eks.CfnPodIdentityAssociation(
+            self,
+            "Association",
+            cluster_name=cluster.cluster_name,
+            namespace=namespace,
+            service_account=service_account,
+            role_arn=self.role.role_arn,
+        )
+
+
+class ModelReader(Construct):
+    """Namespace + service account of one served model, allowed to read only that model's S3 prefix."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.Cluster,
+        charts: cdk8s.App,
+        namespace: str,
+        service_account: str,
+        bucket_name: str,
+        prefix: str,
+        kms_key_arn: str | None,
+        labels: dict[str, str],
+    ) -> None:
+        super().__init__(scope, id)
+        self.bucket_name = bucket_name
+        self.prefix = prefix
+        self.identity = PodIdentity(
+            self,
+            "Identity",
+            cluster=cluster,
+            namespace=namespace,
+            service_account=service_account,
+            description=f"Read-only access to s3://{bucket_name}/{prefix} for {namespace}/{service_account}",
+        )
+        self.policy = iam.Policy(
+            self,
+            "ReadModel",
+            statements=model_read_statements(bucket_name, prefix, kms_key_arn),
+            roles=[self.identity.role],
+        )
+        chart = PodIdentityServiceAccount(
+            charts, f"{id}ServiceAccount", namespace=namespace, name=service_account, labels=labels
+        )
+        self.manifest = cluster.add_cdk8s_chart(f"{id}ServiceAccount", chart)
+
+
+def model_read_statements(bucket_name: str, prefix: str, kms_key_arn: str | None) -> list[iam.PolicyStatement]:
+    """GetObject (also HEAD and ranged GETs) under the prefix, and listing of that prefix only."""
+    bucket_arn = f"arn:aws:s3:::{bucket_name}"
+    statements = [
+        iam.PolicyStatement(sid="ReadModelObjects", actions=["s3:GetObject"], resources=[f"{bucket_arn}/{prefix}*"]),
+        iam.PolicyStatement(
+            sid="ListModelPrefix",
+            actions=["s3:ListBucket"],
+            resources=[bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+        ),
+    ]
+    if kms_key_arn:
+        statements.append(
+            iam.PolicyStatement(
+                sid="DecryptModelObjects",
+                actions=["kms:Decrypt"],
+                resources=[kms_key_arn],
+                conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}},
+            )
+        )
+    return statements
+
+
+
+class PodIdentityAgent(Construct):
+    """The EKS add-on that hands out Pod Identity credentials (built into Auto Mode, added elsewhere)."""
+
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster) -> None:
+        super().__init__(scope, id)
+        self.addon = eks.Addon(self, "Addon", cluster=cluster, addon_name="eks-pod-identity-agent")

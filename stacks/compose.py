@@ -1,0 +1,41 @@
+"""Composes one environment's stacks from its config, with cdk-nag checking all of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import App, Environment, Tags, Validations
+from cdk_nag import AwsSolutionsChecks
+
+from stacks.cluster_stack import ClusterStack
+from stacks.data_stack import DataStack
+from stacks.nag_acknowledgments import acknowledge_findings
+from stacks.network_stack import NetworkStack
+from warmstart.config import EnvironmentConfig
+
+
+@dataclass(frozen=True)
+class EnvironmentStacks:
+    network: NetworkStack
+    data: DataStack
+    cluster: ClusterStack
+
+    def all(self) -> list:
+        return [self.network, self.data, self.cluster]
+
+
+def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStacks:
+    env = Environment(account=config.account, region=config.region)
+    prefix = f"warmstart-{config.name}"
+    network = NetworkStack(app, f"{prefix}-network", env=env, network=config.network)
+    data = DataStack(app, f"{prefix}-data", env=env, buckets=config.buckets)
+    cluster = ClusterStack(
+        app, f"{prefix}-cluster", env=env, config=config, network=network.network, buckets=data.buckets
+    )
+    stacks = EnvironmentStacks(network=network, data=data, cluster=cluster)
+    for stack in stacks.all():
+        for key, value in config.tags.items():
+            Tags.of(stack).add(key, value)
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    acknowledge_findings(stacks, config)
+    return stacks

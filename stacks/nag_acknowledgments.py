@@ -1,0 +1,157 @@
+"""Every cdk-nag AwsSolutions finding warmstart accepts, each with its reason, in this one module.
+
+Each acknowledgment is attached to the narrowest construct that produces the finding, and names the
+exact finding (cdk-nag brackets the offending policy or resource), so a new finding elsewhere still fails
+synth. Finding IDs are built from the same config values the stacks use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import Acknowledgment, Validations
+from constructs import IConstruct
+
+from stacks.components.karpenter import KarpenterController
+from stacks.components.pod_identity import ModelReader
+from warmstart.config import AutoModeCompute, EnvironmentConfig
+
+if TYPE_CHECKING:
+    from stacks.compose import EnvironmentStacks
+
+
+def _managed(policy: str) -> str:
+    return f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]"
+
+
+def _wildcard(resource: str) -> str:
+    return f"AwsSolutions-IAM5[Resource::{resource}]"
+
+
+def _acknowledge(scope: IConstruct, reason: str, *finding_ids: str) -> None:
+    for finding_id in finding_ids:
+        Validations.of(scope).acknowledge(Acknowledgment(id=finding_id, reason=reason))
+
+
+def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig) -> None:
+    cluster_stack = stacks.cluster
+    cluster = cluster_stack.cluster
+    _kubectl_provider(cluster.node.find_child("KubectlProvider"))
+    _acknowledge(
+        cluster.role,
+        "EKS requires these AWS-managed policies on the cluster role (Auto Mode adds compute, block storage, "
+        "load balancing and networking); AWS maintains them as EKS gains features.",
+        *(
+            _managed(name)
+            for name in (
+                "AmazonEKSClusterPolicy",
+                "AmazonEKSComputePolicy",
+                "AmazonEKSBlockStoragePolicy",
+                "AmazonEKSLoadBalancingPolicy",
+                "AmazonEKSNetworkingPolicy",
+            )
+        ),
+    )
+    if isinstance(config.compute, AutoModeCompute):
+        _acknowledge(
+            cluster_stack.auto_node_role.role,
+            "The two AWS-managed policies EKS documents for the Auto Mode node role: minimal node permissions "
+            "and image pulls.",
+            _managed("AmazonEKSWorkerNodeMinimalPolicy"),
+            _managed("AmazonEC2ContainerRegistryPullOnly"),
+        )
+    else:
+        _acknowledge(
+            cluster_stack.system_nodes.nodegroup,
+            "The managed node group's role as EKS documents it: joining the cluster, the VPC CNI, image pulls.",
+            _managed("AmazonEKSWorkerNodePolicy"),
+            _managed("AmazonEKS_CNI_Policy"),
+            _managed("AmazonEC2ContainerRegistryReadOnly"),
+        )
+        _karpenter(cluster_stack.karpenter, config)
+    for reader in cluster_stack.model_readers.values():
+        _model_reader(reader)
+
+
+def _kubectl_provider(provider: IConstruct) -> None:
+    """aws-cdk-lib's kubectl provider (custom resources that apply manifests and Helm charts)."""
+    _acknowledge(
+        provider,
+        "Roles created by aws-cdk-lib's kubectl provider: Lambda logging, running in the VPC (private "
+        "endpoint) and pulling the kubectl image layers; not ours to narrow.",
+        _managed("service-role/AWSLambdaBasicExecutionRole"),
+        _managed("service-role/AWSLambdaVPCAccessExecutionRole"),
+        _managed("AmazonEC2ContainerRegistryReadOnly"),
+        "AwsSolutions-IAM4[Policy::{\"Fn::If\":[\"ControlPlaneClusterKubectlProviderHandlerHasEcrPublic6AA9E5D7\","
+        "{\"Fn::Join\":[\"\",[\"arn:\",{\"Ref\":\"AWS::Partition\"},\":iam::aws:policy/"
+        "AmazonElasticContainerRegistryPublicReadOnly\"]]},{\"Ref\":\"AWS::NoValue\"}]}]",
+    )
+    _acknowledge(
+        provider,
+        "The provider framework invokes its handler function and the function's versions (ARN:*).",
+        "AwsSolutions-IAM5[Resource::<ControlPlaneClusterKubectlProviderHandler4C29DBB3.Arn>:*]",
+    )
+    _acknowledge(
+        provider,
+        "The handler's runtime is chosen by aws-cdk-lib's kubectl provider and moves with aws-cdk-lib upgrades.",
+        "AwsSolutions-L1",
+    )
+
+
+def _karpenter(karpenter: KarpenterController, config: EnvironmentConfig) -> None:
+    _acknowledge(
+        karpenter.node_role,
+        "The node role Karpenter's v1 guide prescribes: join the cluster, VPC CNI, image pulls, SSM access.",
+        _managed("AmazonEKSWorkerNodePolicy"),
+        _managed("AmazonEKS_CNI_Policy"),
+        _managed("AmazonEC2ContainerRegistryPullOnly"),
+        _managed("AmazonSSMManagedInstanceCore"),
+    )
+    _acknowledge(
+        karpenter.interruption_queue,
+        "Interruption notices are only useful for minutes (5-minute retention); Karpenter deletes each one it "
+        "handles and a failed one is re-delivered, so a dead-letter queue would only collect stale notices.",
+        "AwsSolutions-SQS3",
+    )
+    region, account = config.region, config.account
+    ec2 = f"arn:aws:ec2:{region}"
+    launched = ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")
+    lifecycle, iam_integration, _, _, discovery = karpenter.policies
+    _acknowledge(
+        lifecycle,
+        "IDs of instances, volumes, fleets and launch templates do not exist before launch; every write is "
+        "conditioned on the cluster-ownership and NodePool tags (upstream Karpenter v1.14 policy).",
+        *(_wildcard(f"{ec2}:*:{kind}/*") for kind in launched),
+    )
+    _acknowledge(
+        lifecycle,
+        "RunInstances/CreateFleet must reference the AMIs, snapshots, subnets, security groups, capacity "
+        "reservations and placement groups that the EC2NodeClass selects at run time.",
+        _wildcard(f"{ec2}::image/*"),
+        _wildcard(f"{ec2}::snapshot/*"),
+        *(_wildcard(f"{ec2}:*:{kind}/*") for kind in ("security-group", "subnet", "capacity-reservation", "placement-group")),
+    )
+    _acknowledge(
+        iam_integration,
+        "Karpenter names the instance profiles it creates; every action is conditioned on this cluster's "
+        "ownership, region and EC2NodeClass tags.",
+        _wildcard(f"arn:aws:iam::{account}:instance-profile/*"),
+    )
+    _acknowledge(
+        discovery,
+        "Read-only discovery: Describe* calls (limited to this region by condition), pricing, instance-profile "
+        "reads and the public EKS AMI parameters under /aws/service/; these APIs take no resource ARNs.",
+        _wildcard("*"),
+        _wildcard(f"arn:aws:iam::{account}:instance-profile/*"),
+        _wildcard(f"arn:aws:ssm:{region}::parameter/aws/service/*"),
+    )
+
+
+def _model_reader(reader: ModelReader) -> None:
+    bucket, prefix = reader.bucket_name, reader.prefix
+    _acknowledge(
+        reader.policy,
+        "Object reads under this model's own prefix only; the object names are the model's files, "
+        "unknown at synth and changed by every model update.",
+        _wildcard(f"arn:aws:s3:::{bucket}/{prefix}*"),
+    )

@@ -1,0 +1,254 @@
+"""Rules that span several fields or need the GPU catalog.
+
+Each rule returns Problems (field path, what is wrong, how to fix it); `load_config` refuses a file
+with any. They exist because every one of these mistakes would otherwise deploy and silently lose a
+speed-up (or fail only on the GPU node, minutes into a scale-up).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from warmstart.catalog import Catalog
+from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+from warmstart.sizing import (
+    SizingError,
+    candidate_instances,
+    ephemeral_storage_below_nvme,
+    model_fits_nvme,
+    smallest_tensor_parallel,
+    valid_tensor_parallel_sizes,
+    weights_fit,
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}\n    fix: {self.fix}"
+
+
+def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    problems = [
+        *_availability_zones(config),
+        *_endpoint_access(config),
+        *_pool_instance_types(config, catalog),
+        *_system_node_group(config),
+        *_model_names(config),
+        *_model_bucket_key(config),
+    ]
+    if any(p.field.startswith("compute.gpu_pool.instance_types") for p in problems):
+        return problems  # every rule below needs catalog facts for the pool
+    problems += _ephemeral_storage(config, catalog)
+    for index, _ in enumerate(config.models):
+        problems += _model(config, catalog, index)
+    return problems
+
+
+def _availability_zones(config: EnvironmentConfig) -> list[Problem]:
+    return [
+        Problem(
+            f"network.availability_zones[{i}]",
+            f"{az!r} is not in region {config.region!r}",
+            f"use zones of {config.region}, e.g. {config.region}a and {config.region}b",
+        )
+        for i, az in enumerate(config.network.availability_zones)
+        if not (az.startswith(config.region) and len(az) == len(config.region) + 1 and az[-1].isalpha())
+    ]
+
+
+def _endpoint_access(config: EnvironmentConfig) -> list[Problem]:
+    cluster = config.cluster
+    if cluster.endpoint_access == "private" and cluster.public_access_cidrs:
+        return [
+            Problem(
+                "cluster.public_access_cidrs",
+                "public CIDRs are set but the endpoint is private",
+                "remove public_access_cidrs, or set endpoint_access: public_and_private",
+            )
+        ]
+    return []
+
+
+def _pool_instance_types(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    known = ", ".join(sorted(catalog.instances))
+    return [
+        Problem(
+            f"compute.gpu_pool.instance_types[{i}]",
+            f"{name!r} is not in the GPU catalog, so its GPUs and NVMe size are unknown",
+            f"use one of: {known} (or add it to warmstart/catalog.yaml with its source)",
+        )
+        for i, name in enumerate(config.compute.gpu_pool.instance_types)
+        if not catalog.knows(name)
+    ]
+
+
+def _system_node_group(config: EnvironmentConfig) -> list[Problem]:
+    if isinstance(config.compute, KarpenterCompute):
+        group = config.compute.system_node_group
+        if group.min_size > group.max_size:
+            return [
+                Problem(
+                    "compute.system_node_group.min_size",
+                    f"min_size {group.min_size} is above max_size {group.max_size}",
+                    "make min_size <= max_size",
+                )
+            ]
+    return []
+
+
+def _model_names(config: EnvironmentConfig) -> list[Problem]:
+    seen: set[str] = set()
+    problems = []
+    for i, model in enumerate(config.models):
+        if model.name in seen:
+            problems.append(
+                Problem(f"models[{i}].name", f"{model.name!r} is used twice", "give every model a unique name")
+            )
+        seen.add(model.name)
+    return problems
+
+
+def _model_bucket_key(config: EnvironmentConfig) -> list[Problem]:
+    bucket = config.buckets.models
+    if bucket.create and bucket.kms_key_arn:
+        return [
+            Problem(
+                "buckets.models.kms_key_arn",
+                "a bucket warmstart creates is encrypted with SSE-S3, so a KMS key here would never be used",
+                "remove kms_key_arn, or set create: false for an existing KMS-encrypted bucket",
+            )
+        ]
+    return []
+
+
+def _ephemeral_storage(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    compute = config.compute
+    if not isinstance(compute, AutoModeCompute):
+        return []
+    too_big = [
+        catalog.instance(name)
+        for name in compute.gpu_pool.instance_types
+        if not ephemeral_storage_below_nvme(compute, catalog.instance(name))
+    ]
+    if not too_big:
+        return []
+    smallest = min(too_big, key=lambda i: i.nvme_gb)
+    largest_allowed = math.ceil(smallest.nvme_bytes / GIB) - 1
+    names = ", ".join(f"{i.instance_type} ({i.nvme_gb} GB)" for i in too_big)
+    return [
+        Problem(
+            "compute.ephemeral_storage_gib",
+            f"{compute.ephemeral_storage_gib} GiB is not below the NVMe capacity of {names}; Auto Mode would "
+            "then put /mnt/.ephemeral on the root EBS volume (no RAID0 instance store, ~30x slower)",
+            f"set ephemeral_storage_gib to at most {largest_allowed}, or remove those instance types",
+        )
+    ]
+
+
+def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Problem]:
+    model = config.models[index]
+    at = f"models[{index}]"
+    problems = []
+    if model.bucket != config.buckets.models.name:
+        problems.append(
+            Problem(
+                f"{at}.s3_uri",
+                f"bucket {model.bucket!r} is not the model bucket {config.buckets.models.name!r}; "
+                "the pods' read-only role covers the model bucket only",
+                f"use s3://{config.buckets.models.name}/<path>/",
+            )
+        )
+    problems += _image_pinned(model.image, f"{at}.image")
+    pool = config.compute.gpu_pool.instance_types
+    if model.instance_types is not None:
+        outside = [t for t in model.instance_types if t not in pool]
+        if outside:
+            return problems + [
+                Problem(
+                    f"{at}.instance_types",
+                    f"{outside} are not in the GPU pool {pool}",
+                    "list only instance types of compute.gpu_pool.instance_types",
+                )
+            ]
+    instances = candidate_instances(model, config, catalog)
+    if config.caches.weights:
+        for instance in instances:
+            if not model_fits_nvme(model, instance):
+                problems.append(
+                    Problem(
+                        f"{at}.size_gb",
+                        f"{model.size_gb:g} GB does not fit the {instance.nvme_gb} GB NVMe of "
+                        f"{instance.instance_type}, so the weights cache cannot hold it",
+                        "turn caches.weights off, or restrict the model (instance_types) to larger instances",
+                    )
+                )
+    problems += _tensor_parallel(model, instances, at)
+    return problems
+
+
+def _image_pinned(image: str, field: str) -> list[Problem]:
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else None
+    if "@sha256:" in image or (tag and tag != "latest"):
+        return []
+    return [
+        Problem(
+            field,
+            f"{image!r} has a floating tag ({tag or 'none'}): nodes would pull different images and the "
+            "image cache and compile-cache key would not match",
+            "pin a version tag (vllm/vllm-openai:v0.21.0) or a digest (...@sha256:<64 hex>)",
+        )
+    ]
+
+
+def _tensor_parallel(model, instances, at: str) -> list[Problem]:
+    field = f"{at}.tensor_parallel_size"
+    if model.tensor_parallel_size == "auto":
+        try:
+            smallest_tensor_parallel(model.size_gb, instances, model.weights_memory_fraction)
+        except SizingError as error:
+            return [
+                Problem(
+                    field,
+                    str(error),
+                    "use instance types with more GPU memory, or raise weights_memory_fraction (at most 0.95)",
+                )
+            ]
+        return []
+    size = model.tensor_parallel_size
+    problems = []
+    for instance in instances:
+        valid = valid_tensor_parallel_sizes(instance)
+        if size > instance.gpu_count:
+            problems.append(
+                Problem(
+                    field,
+                    f"{size} is larger than the {instance.gpu_count} GPUs of {instance.instance_type}",
+                    f"use one of {valid} or 'auto'",
+                )
+            )
+        elif size not in valid:
+            problems.append(
+                Problem(
+                    field,
+                    f"{size} does not divide the {instance.gpu_count} GPUs of {instance.instance_type}",
+                    f"use one of {valid} or 'auto'",
+                )
+            )
+        elif not weights_fit(model.size_gb, size, instance, model.weights_memory_fraction):
+            problems.append(
+                Problem(
+                    field,
+                    f"{model.size_gb:g} GB of weights on {size} x {instance.gpu_memory_gb} GB "
+                    f"({instance.instance_type}) leaves less than {1 - model.weights_memory_fraction:.0%} "
+                    "of GPU memory for the KV cache",
+                    "raise tensor_parallel_size or use 'auto'",
+                )
+            )
+    return problems

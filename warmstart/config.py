@@ -1,0 +1,198 @@
+"""The one validated configuration model of an environment.
+
+Structure and single-field rules live here (pydantic); rules that span several fields and the GPU
+catalog live in `checks.py`, so that every problem is reported with its field path and its fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+)
+
+GIB = 2**30
+MIB = 2**20
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+S3_BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+# Kubernetes versions the pinned kubectl layer (v35) can drive: kubectl supports one minor version of skew.
+SUPPORTED_KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NetworkConfig(Strict):
+    vpc_cidr: str = "10.0.0.0/16"
+    # Fixed in config: synth must never look AZs up.
+    availability_zones: list[str] = Field(min_length=2)
+    nat_gateways: PositiveInt = 1
+    flow_log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653] = 30
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        network = ipaddress.ip_network(value, strict=True)
+        if not 16 <= network.prefixlen <= 20:
+            raise ValueError("use a /16 to /20 block so that each AZ gets room for GPU pods")
+        return value
+
+    @field_validator("availability_zones")
+    @classmethod
+    def _distinct_azs(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("availability zones must be distinct")
+        return value
+
+
+class ClusterConfig(Strict):
+    name: str = Field(pattern=r"^[a-zA-Z][-a-zA-Z0-9]{0,99}$")
+    kubernetes_version: Literal[SUPPORTED_KUBERNETES_VERSIONS] = "1.35"  # type: ignore[valid-type]
+    endpoint_access: Literal["public_and_private", "private"] = "public_and_private"
+    # Only with public_and_private; empty means the EKS default (0.0.0.0/0).
+    public_access_cidrs: list[str] = Field(default_factory=list)
+    # IAM roles that get cluster-admin through an EKS access entry.
+    admin_role_arns: list[str] = Field(default_factory=list)
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            ipaddress.ip_network(cidr, strict=True)
+        return value
+
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _role_arns(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", arn):
+                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
+        return value
+
+
+class GpuPool(Strict):
+    instance_types: list[str] = Field(min_length=1)
+    capacity_types: list[Literal["on-demand", "spot", "reserved"]] = Field(default=["on-demand"], min_length=1)
+    # Upper bound on GPUs the pool may run at once (a cost guard-rail Karpenter enforces).
+    gpu_limit: PositiveInt = 64
+    # How long an empty GPU node stays (scale-down delay: a warm node keeps its caches).
+    consolidate_after: str = Field(default="10m", pattern=r"^([0-9]+(s|m|h))+$")
+    expire_after: str = Field(default="720h", pattern=r"^(([0-9]+(s|m|h))+|Never)$")
+
+    @field_validator("instance_types")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("instance types must be distinct")
+        return value
+
+
+class AutoModeCompute(Strict):
+    mode: Literal["auto"]
+    gpu_pool: GpuPool
+    # Root EBS size Auto Mode gives the node. It must stay BELOW every pool instance's NVMe capacity,
+    # otherwise Auto Mode puts /mnt/.ephemeral on EBS instead of the RAID0 instance store.
+    ephemeral_storage_gib: PositiveInt = 80
+    ephemeral_storage_iops: int = Field(default=3000, ge=3000, le=16000)
+    ephemeral_storage_throughput_mibps: int = Field(default=125, ge=125, le=1000)
+
+
+class SystemNodeGroup(Strict):
+    instance_type: str = "m7i.xlarge"
+    min_size: PositiveInt = 2
+    max_size: PositiveInt = 4
+
+
+class KarpenterCompute(Strict):
+    mode: Literal["karpenter"]
+    gpu_pool: GpuPool
+    karpenter_version: str = Field(default="1.14.1", pattern=r"^\d+\.\d+\.\d+$")
+    nvidia_device_plugin_version: str = Field(default="0.19.0", pattern=r"^\d+\.\d+\.\d+$")
+    # A pinned EKS-optimized AMI release; "latest" would roll nodes on every AMI release.
+    ami_alias: str = Field(default="al2023@v20260930", pattern=r"^(al2023|bottlerocket)@v?\d+(\.\d+)*$")
+    root_volume_gib: int = Field(default=200, ge=20, le=16384)
+    system_node_group: SystemNodeGroup = SystemNodeGroup()
+
+
+Compute = Annotated[Union[AutoModeCompute, KarpenterCompute], Field(discriminator="mode")]
+
+
+class ModelBucket(Strict):
+    name: str = Field(pattern=S3_BUCKET_NAME)
+    # False: the bucket exists already and is only referenced (never created, never deleted).
+    create: bool = True
+    # An existing bucket encrypted with a customer KMS key: the readers get kms:Decrypt on it.
+    kms_key_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
+
+
+class BucketsConfig(Strict):
+    models: ModelBucket
+    access_log_retention_days: PositiveInt = 90
+    abort_incomplete_multipart_days: PositiveInt = 1
+
+
+class ModelSpec(Strict):
+    name: str = Field(pattern=DNS_LABEL)
+    s3_uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$")
+    size_gb: PositiveFloat
+    tensor_parallel_size: Union[PositiveInt, Literal["auto"]] = "auto"
+    # Share of one GPU's memory the weights may take; the rest is KV cache and activations.
+    weights_memory_fraction: float = Field(default=0.8, gt=0, le=0.95)
+    max_model_len: PositiveInt = 8192
+    image: str = Field(min_length=1)
+    replicas: PositiveInt = 1
+    enforce_eager: bool = False
+    # Restricts the model to some of the pool's instance types; default: all of them.
+    instance_types: list[str] | None = None
+
+    @property
+    def bucket(self) -> str:
+        return self.s3_uri.removeprefix("s3://").split("/", 1)[0]
+
+    @property
+    def prefix(self) -> str:
+        return self.s3_uri.removeprefix("s3://").split("/", 1)[1]
+
+
+class StreamerTuning(Strict):
+    chunk_bytes: int = Field(default=4 * GIB, ge=8 * MIB)
+    request_timeout_ms: PositiveInt = 3000
+    low_speed_limit_bytes_per_s: PositiveInt = 1 * MIB
+
+
+class CacheSwitches(Strict):
+    compile: bool = True
+    weights: bool = False
+    image: bool = True
+
+
+class PruningPolicy(Strict):
+    schedule: str = Field(default="rate(1 day)", pattern=r"^(rate\(.+\)|cron\(.+\))$")
+    retention_days: PositiveInt = 14
+    max_deletions_per_run: PositiveInt = 10_000
+    dry_run: bool = False
+
+
+class EnvironmentConfig(Strict):
+    name: str = Field(pattern=DNS_LABEL)
+    account: str = Field(pattern=r"^\d{12}$")
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    network: NetworkConfig
+    cluster: ClusterConfig
+    compute: Compute
+    buckets: BucketsConfig
+    models: list[ModelSpec] = Field(min_length=1)
+    streamer: StreamerTuning = StreamerTuning()
+    caches: CacheSwitches = CacheSwitches()
+    pruning: PruningPolicy = PruningPolicy()
+    tags: dict[str, str] = Field(default_factory=dict)
