@@ -34,6 +34,12 @@ def _acknowledge(scope: IConstruct, reason: str, *finding_ids: str) -> None:
 
 
 def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig) -> None:
+    _acknowledge(
+        stacks.network,
+        "The AZs are fixed in the environment's config on purpose: synth must never look them up (no "
+        "credentials, no network), and a deploy must never move subnets to other zones.",
+        "CloudFormation-Validate::W3010",
+    )
     cluster_stack = stacks.cluster
     cluster = cluster_stack.cluster
     _kubectl_provider(cluster.node.find_child("KubectlProvider"))

@@ -1,0 +1,51 @@
+"""Synthesize an environment the way `cdk synth` does (same cdk.json context), once per test session."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import App
+from aws_cdk.assertions import Template
+
+from stacks.compose import EnvironmentStacks, compose_environment
+from warmstart.config import EnvironmentConfig
+from warmstart.loader import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_ENVIRONMENTS = sorted(path.stem for path in (ROOT / "config").glob("*.yaml"))
+
+
+def cdk_context() -> dict:
+    return json.loads((ROOT / "cdk.json").read_text())["context"]
+
+
+@dataclass
+class Synthesized:
+    name: str
+    config: EnvironmentConfig
+    app: App
+    stacks: EnvironmentStacks
+    outdir: Path
+
+    def template_json(self, stack_kind: str) -> dict:
+        stack = getattr(self.stacks, stack_kind)
+        return json.loads((self.outdir / f"{stack.stack_name}.template.json").read_text())
+
+    def template(self, stack_kind: str) -> Template:
+        return Template.from_json(self.template_json(stack_kind))
+
+    def template_paths(self) -> list[Path]:
+        return sorted(self.outdir.glob("*.template.json"))
+
+
+def synthesize(config: EnvironmentConfig, outdir: Path, name: str) -> Synthesized:
+    app = App(outdir=str(outdir), context=cdk_context())
+    stacks = compose_environment(app, config)
+    app.synth()  # raises ValidationFailed on any unacknowledged cdk-nag finding
+    return Synthesized(name=name, config=config, app=app, stacks=stacks, outdir=outdir)
+
+
+def synthesize_shipped(name: str, outdir: Path) -> Synthesized:
+    return synthesize(load_config(ROOT / "config" / f"{name}.yaml"), outdir, name)

@@ -1,0 +1,252 @@
+"""The config model and every synth-time refusal: each names the field and the fix."""
+
+import copy
+
+import pytest
+import yaml
+
+from tests.synth import ROOT, SHIPPED_ENVIRONMENTS
+from warmstart.config import AutoModeCompute, KarpenterCompute
+from warmstart.loader import ConfigError, load_config, parse_config
+from warmstart.sizing import tensor_parallel_size
+
+
+def raw(name: str = "dev") -> dict:
+    return yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+
+
+def problems(document: dict) -> list:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(document)
+    return caught.value.problems
+
+
+def only_problem(document: dict):
+    found = problems(document)
+    assert len(found) == 1, [str(p) for p in found]
+    return found[0]
+
+
+@pytest.mark.parametrize("name", SHIPPED_ENVIRONMENTS)
+def test_shipped_environments_load(name):
+    assert load_config(ROOT / "config" / f"{name}.yaml").name == name
+
+
+def test_shipped_environments_cover_both_modes_and_the_seed_sizes(catalog):
+    configs = [load_config(ROOT / "config" / f"{n}.yaml") for n in SHIPPED_ENVIRONMENTS]
+    assert {type(c.compute) for c in configs} == {AutoModeCompute, KarpenterCompute}
+    sizes = {(m.size_gb, tensor_parallel_size(m, c, catalog)) for c in configs for m in c.models}
+    assert (10, 1) in sizes
+    assert (67, 2) in sizes
+    assert 140 in {size for size, _ in sizes}
+    p5 = [c for c in configs if "p5.48xlarge" in c.compute.gpu_pool.instance_types]
+    assert any(m.size_gb == 67 and tensor_parallel_size(m, c, catalog) == 2 for c in p5 for m in c.models)
+
+
+def test_defaults_from_the_brief():
+    config = parse_config(raw())
+    assert config.streamer.chunk_bytes == 4 * 2**30
+    assert config.streamer.request_timeout_ms == 3000
+    assert config.streamer.low_speed_limit_bytes_per_s == 2**20
+    assert config.pruning.retention_days == 14
+
+
+def test_config_is_frozen():
+    config = parse_config(raw())
+    with pytest.raises(Exception):
+        config.name = "other"
+
+
+def test_unknown_field_is_refused_with_the_allowed_ones():
+    document = raw()
+    document["compute"]["ephemeral_storage"] = 80
+    problem = only_problem(document)
+    assert problem.field == "compute.ephemeral_storage"
+    assert "ephemeral_storage_gib" in problem.fix
+
+
+def test_unknown_compute_mode_names_both_modes():
+    document = raw()
+    document["compute"]["mode"] = "fargate"
+    problem = only_problem(document)
+    assert problem.field == "compute"
+    assert "'auto'" in problem.fix and "'karpenter'" in problem.fix
+
+
+def test_missing_field_is_named():
+    document = raw()
+    del document["models"][0]["size_gb"]
+    assert only_problem(document).field == "models[0].size_gb"
+
+
+def test_tensor_parallel_accepts_int_or_auto_only():
+    document = raw()
+    document["models"][0]["tensor_parallel_size"] = "two"
+    problem = only_problem(document)
+    assert problem.field == "models[0].tensor_parallel_size"
+    assert "integer" in problem.message and "'auto'" in problem.message
+
+
+def test_ephemeral_storage_at_or_above_nvme_is_refused():
+    document = raw()
+    document["compute"]["ephemeral_storage_gib"] = 233  # g6e.xlarge has 250 GB = 232.8 GiB
+    problem = only_problem(document)
+    assert problem.field == "compute.ephemeral_storage_gib"
+    assert "g6e.xlarge (250 GB)" in problem.message
+    assert "at most 232" in problem.fix
+
+
+def test_ephemeral_storage_just_below_the_smallest_nvme_is_accepted():
+    document = raw()
+    document["compute"]["ephemeral_storage_gib"] = 232
+    assert parse_config(document).compute.ephemeral_storage_gib == 232
+
+
+def test_instance_type_missing_from_catalog_is_refused():
+    document = raw()
+    document["compute"]["gpu_pool"]["instance_types"].append("g4dn.xlarge")
+    problem = only_problem(document)
+    assert problem.field == "compute.gpu_pool.instance_types[2]"
+    assert "g4dn.xlarge" in problem.message and "catalog.yaml" in problem.fix
+
+
+def test_model_larger_than_nvme_with_weights_cache_is_refused():
+    document = raw()
+    document["caches"]["weights"] = True
+    document["models"][0]["size_gb"] = 260
+    document["models"][0]["tensor_parallel_size"] = "auto"
+    document["compute"]["gpu_pool"]["instance_types"] = ["g6e.xlarge", "g6e.48xlarge"]
+    found = problems(document)
+    nvme = [p for p in found if p.field == "models[0].size_gb"]
+    assert len(nvme) == 1 and "250 GB NVMe of g6e.xlarge" in nvme[0].message
+    assert "caches.weights" in nvme[0].fix
+
+
+def test_same_model_without_weights_cache_passes_the_nvme_rule():
+    document = raw()
+    document["caches"]["weights"] = False
+    document["models"][0]["size_gb"] = 30
+    document["models"][0]["tensor_parallel_size"] = "auto"
+    assert parse_config(document)
+
+
+def test_tensor_parallel_larger_than_the_gpus_is_refused():
+    document = raw("prod")
+    document["models"][0]["tensor_parallel_size"] = 16
+    problem = only_problem(document)
+    assert problem.field == "models[0].tensor_parallel_size"
+    assert "larger than the 8 GPUs of p5.48xlarge" in problem.message
+    assert "[1, 2, 4, 8]" in problem.fix
+
+
+def test_tensor_parallel_not_dividing_the_gpus_is_refused():
+    document = raw("prod")
+    document["models"][0]["tensor_parallel_size"] = 3
+    assert "does not divide the 8 GPUs" in only_problem(document).message
+
+
+def test_tensor_parallel_too_small_for_the_weights_is_refused():
+    document = raw("prod")
+    document["models"][0]["tensor_parallel_size"] = 1  # 67 GB on one 80 GB H100
+    assert "KV cache" in only_problem(document).message
+
+
+def test_weights_too_big_for_auto_tensor_parallel_are_refused():
+    document = raw("prod")
+    document["models"][0]["size_gb"] = 700
+    problem = only_problem(document)
+    assert problem.field == "models[0].tensor_parallel_size"
+    assert "700 GB" in problem.message
+
+
+def test_model_restricted_to_types_outside_the_pool_is_refused():
+    document = raw()
+    document["models"][0]["instance_types"] = ["p5.48xlarge"]
+    assert only_problem(document).field == "models[0].instance_types"
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai", "vllm/vllm-openai:latest", "registry:5000/vllm"])
+def test_floating_image_tags_are_refused(image):
+    document = raw()
+    document["models"][0]["image"] = image
+    problem = only_problem(document)
+    assert problem.field == "models[0].image" and "pin" in problem.fix
+
+
+@pytest.mark.parametrize(
+    "image", ["vllm/vllm-openai:v0.21.0", "registry:5000/vllm:1.2", "vllm/vllm-openai@sha256:" + "a" * 64]
+)
+def test_pinned_images_are_accepted(image):
+    document = raw()
+    document["models"][0]["image"] = image
+    assert parse_config(document).models[0].image == image
+
+
+def test_model_outside_the_model_bucket_is_refused():
+    document = raw()
+    document["models"][0]["s3_uri"] = "s3://someone-else/qwen3-4b/"
+    problem = only_problem(document)
+    assert problem.field == "models[0].s3_uri"
+    assert "s3://warmstart-dev-models-123456789012/" in problem.fix
+
+
+def test_availability_zone_of_another_region_is_refused():
+    document = raw()
+    document["network"]["availability_zones"] = ["us-west-2a", "eu-west-1b"]
+    problem = only_problem(document)
+    assert problem.field == "network.availability_zones[1]"
+
+
+def test_duplicate_model_names_are_refused():
+    document = raw()
+    document["models"].append(copy.deepcopy(document["models"][0]))
+    assert only_problem(document).field == "models[1].name"
+
+
+def test_private_endpoint_with_public_cidrs_is_refused():
+    document = raw()
+    document["cluster"]["endpoint_access"] = "private"
+    assert only_problem(document).field == "cluster.public_access_cidrs"
+
+
+def test_kms_key_on_a_created_bucket_is_refused():
+    document = raw()
+    document["buckets"]["models"]["kms_key_arn"] = (
+        "arn:aws:kms:us-west-2:123456789012:key/11111111-2222-3333-4444-555555555555"
+    )
+    assert only_problem(document).field == "buckets.models.kms_key_arn"
+
+
+def test_unsupported_kubernetes_version_is_refused():
+    document = raw()
+    document["cluster"]["kubernetes_version"] = "1.29"
+    assert only_problem(document).field == "cluster.kubernetes_version"
+
+
+def test_every_problem_is_reported_at_once():
+    document = raw("prod")
+    document["models"][0]["tensor_parallel_size"] = 3
+    document["models"][1]["image"] = "vllm/vllm-openai:latest"
+    document["network"]["availability_zones"][0] = "eu-west-1a"
+    assert len(problems(document)) == 3
+
+
+def test_error_message_lists_field_and_fix(tmp_path):
+    path = tmp_path / "bad.yaml"
+    document = raw()
+    document["compute"]["ephemeral_storage_gib"] = 500
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    text = str(caught.value)
+    assert str(path) in text
+    assert "compute.ephemeral_storage_gib:" in text and "fix: set ephemeral_storage_gib to at most 232" in text
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
