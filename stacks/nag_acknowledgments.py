@@ -30,7 +30,9 @@ def _wildcard(resource: str) -> str:
 
 def _acknowledge(scope: IConstruct, reason: str, *finding_ids: str) -> None:
     for finding_id in finding_ids:
-        Validations.of(scope).acknowledge(Acknowledgment(id=finding_id, reason=reason))
+        # "<plugin>::<rule>": an ID without the plugin prefix would be taken for an annotation rule.
+        plugin_id = finding_id if "::" in finding_id.split("[", 1)[0] else f"AwsSolutions::{finding_id}"
+        Validations.of(scope).acknowledge(Acknowledgment(id=plugin_id, reason=reason))
 
 
 def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig) -> None:
