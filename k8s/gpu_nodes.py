@@ -55,32 +55,21 @@ class AutoModeGpuNodes(cdk8s.Chart):
         tags: dict[str, str],
     ) -> None:
         super().__init__(scope, id)
-        self.node_class = cdk8s.ApiObject(
+        self.node_class = _node_class(
             self,
+            "eks.amazonaws.com/v1",
             "NodeClass",
-            api_version="eks.amazonaws.com/v1",
-            kind="NodeClass",
-            metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_CLASS),
-        )
-        self.node_class.add_json_patch(
-            cdk8s.JsonPatch.add(
-                "/spec",
-                {
-                    "role": node_role_name,
-                    "subnetSelectorTerms": [{"id": subnet} for subnet in subnet_ids],
-                    "securityGroupSelectorTerms": [{"id": group} for group in security_group_ids],
-                    "ephemeralStorage": {
-                        "size": f"{compute.ephemeral_storage_gib}Gi",
-                        "iops": compute.ephemeral_storage_iops,
-                        "throughput": compute.ephemeral_storage_throughput_mibps,
-                    },
-                    "tags": dict(tags),
+            {
+                **_placement(node_role_name, subnet_ids, security_group_ids),
+                "ephemeralStorage": {
+                    "size": f"{compute.ephemeral_storage_gib}Gi",
+                    "iops": compute.ephemeral_storage_iops,
+                    "throughput": compute.ephemeral_storage_throughput_mibps,
                 },
-            )
+                "tags": dict(tags),
+            },
         )
-        self.node_pool = _node_pool(
-            self, compute.gpu_pool, {"group": "eks.amazonaws.com", "kind": "NodeClass", "name": GPU_NODE_CLASS}
-        )
+        self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class)
 
 
 class KarpenterGpuNodes(cdk8s.Chart):
@@ -98,52 +87,58 @@ class KarpenterGpuNodes(cdk8s.Chart):
         tags: dict[str, str],
     ) -> None:
         super().__init__(scope, id)
-        self.node_class = cdk8s.ApiObject(
+        self.node_class = _node_class(
             self,
+            "karpenter.k8s.aws/v1",
             "EC2NodeClass",
-            api_version="karpenter.k8s.aws/v1",
-            kind="EC2NodeClass",
-            metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_CLASS),
-        )
-        self.node_class.add_json_patch(
-            cdk8s.JsonPatch.add(
-                "/spec",
-                {
-                    "role": node_role_name,
-                    "amiSelectorTerms": [{"alias": compute.ami_alias}],
-                    "subnetSelectorTerms": [{"id": subnet} for subnet in subnet_ids],
-                    "securityGroupSelectorTerms": [{"id": group} for group in security_group_ids],
-                    # Without it Karpenter ignores the instance store and /mnt/k8s-disks/0 would not exist.
-                    "instanceStorePolicy": "RAID0",
-                    "blockDeviceMappings": [
-                        {
-                            "deviceName": "/dev/xvda",
-                            "rootVolume": True,
-                            "ebs": {
-                                "volumeSize": f"{compute.root_volume_gib}Gi",
-                                "volumeType": "gp3",
-                                "encrypted": True,
-                                "deleteOnTermination": True,
-                            },
-                        }
-                    ],
-                    # IMDSv2 only, one hop: pods get AWS credentials from Pod Identity, never the node role.
-                    "metadataOptions": {
-                        "httpEndpoint": "enabled",
-                        "httpProtocolIPv6": "disabled",
-                        "httpPutResponseHopLimit": 1,
-                        "httpTokens": "required",
-                    },
-                    "tags": dict(tags),
+            {
+                **_placement(node_role_name, subnet_ids, security_group_ids),
+                "amiSelectorTerms": [{"alias": compute.ami_alias}],
+                # Without it Karpenter ignores the instance store and /mnt/k8s-disks/0 would not exist.
+                "instanceStorePolicy": "RAID0",
+                "blockDeviceMappings": [
+                    {
+                        "deviceName": "/dev/xvda",
+                        "rootVolume": True,
+                        "ebs": {
+                            "volumeSize": f"{compute.root_volume_gib}Gi",
+                            "volumeType": "gp3",
+                            "encrypted": True,
+                            "deleteOnTermination": True,
+                        },
+                    }
+                ],
+                # IMDSv2 only, one hop: pods get AWS credentials from Pod Identity, never the node role.
+                "metadataOptions": {
+                    "httpEndpoint": "enabled",
+                    "httpProtocolIPv6": "disabled",
+                    "httpPutResponseHopLimit": 1,
+                    "httpTokens": "required",
                 },
-            )
+                "tags": dict(tags),
+            },
         )
-        self.node_pool = _node_pool(
-            self, compute.gpu_pool, {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": GPU_NODE_CLASS}
-        )
+        self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class)
 
 
-def _node_pool(chart: cdk8s.Chart, pool: GpuPool, node_class_ref: dict[str, str]) -> cdk8s.ApiObject:
+def _placement(node_role_name: str, subnet_ids: list[str], security_group_ids: list[str]) -> dict[str, Any]:
+    """Node role and network placement, by ID: both node class kinds take the same three fields."""
+    return {
+        "role": node_role_name,
+        "subnetSelectorTerms": [{"id": subnet} for subnet in subnet_ids],
+        "securityGroupSelectorTerms": [{"id": group} for group in security_group_ids],
+    }
+
+
+def _node_class(chart: cdk8s.Chart, api_version: str, kind: str, spec: dict[str, Any]) -> cdk8s.ApiObject:
+    node_class = cdk8s.ApiObject(
+        chart, kind, api_version=api_version, kind=kind, metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_CLASS)
+    )
+    node_class.add_json_patch(cdk8s.JsonPatch.add("/spec", spec))
+    return node_class
+
+
+def _node_pool(chart: cdk8s.Chart, pool: GpuPool, node_class: cdk8s.ApiObject) -> cdk8s.ApiObject:
     node_pool = cdk8s.ApiObject(
         chart,
         "NodePool",
@@ -151,5 +146,6 @@ def _node_pool(chart: cdk8s.Chart, pool: GpuPool, node_class_ref: dict[str, str]
         kind="NodePool",
         metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_POOL),
     )
+    node_class_ref = {"group": node_class.api_group, "kind": node_class.kind, "name": node_class.name}
     node_pool.add_json_patch(cdk8s.JsonPatch.add("/spec", gpu_node_pool_spec(pool, node_class_ref)))
     return node_pool

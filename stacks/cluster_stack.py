@@ -5,10 +5,11 @@ from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from stacks.components.auto_mode import AutoModeGpuPool, AutoModeNodeRole
+from stacks.components.auto_mode import AutoModeNodeRole
 from stacks.components.buckets import ArtifactBuckets
 from stacks.components.control_plane import ControlPlane
-from stacks.components.karpenter import KarpenterController, KarpenterGpuPool, NvidiaDevicePlugin, SystemNodes
+from stacks.components.gpu_pool import GpuNodePool
+from stacks.components.karpenter import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.network import WarmstartVpc
 from stacks.components.pod_identity import ModelReader, PodIdentityAgent
 from warmstart.config import AutoModeCompute, EnvironmentConfig
@@ -34,37 +35,21 @@ class ClusterStack(Stack):
         self.charts = cdk8s.App()
         compute = config.compute
         subnets = network.vpc.select_subnets(subnet_type=network.private_subnets.subnet_type).subnets
-        if isinstance(compute, AutoModeCompute):
+        auto_mode = isinstance(compute, AutoModeCompute)
+        if auto_mode:
             self.auto_node_role = AutoModeNodeRole(self, "AutoModeNodeRole")
-            self.control_plane = ControlPlane(
-                self,
-                "ControlPlane",
-                cluster=config.cluster,
-                vpc=network.vpc,
-                private_subnets=network.private_subnets,
-                capacity=eks.DefaultCapacityType.AUTOMODE,
-                compute=self.auto_node_role.compute_config(),
-            )
-            self.gpu_pool = AutoModeGpuPool(
-                self,
-                "GpuPool",
-                cluster=self.cluster,
-                charts=self.charts,
-                compute=compute,
-                node_role=self.auto_node_role.role,
-                subnets=subnets,
-                tags=config.tags,
-            )
+        self.control_plane = ControlPlane(
+            self,
+            "ControlPlane",
+            cluster=config.cluster,
+            vpc=network.vpc,
+            private_subnets=network.private_subnets,
+            capacity=eks.DefaultCapacityType.AUTOMODE if auto_mode else eks.DefaultCapacityType.NODEGROUP,
+            compute=self.auto_node_role.compute_config() if auto_mode else None,
+        )
+        if auto_mode:
+            node_role, gpu_pool_after = self.auto_node_role.role, []
         else:
-            self.control_plane = ControlPlane(
-                self,
-                "ControlPlane",
-                cluster=config.cluster,
-                vpc=network.vpc,
-                private_subnets=network.private_subnets,
-                capacity=eks.DefaultCapacityType.NODEGROUP,
-                compute=None,
-            )
             self.pod_identity_agent = PodIdentityAgent(self, "PodIdentityAgent", cluster=self.cluster)
             self.system_nodes = SystemNodes(
                 self, "SystemNodes", cluster=self.cluster, group=compute.system_node_group, subnets=network.private_subnets
@@ -76,17 +61,18 @@ class ClusterStack(Stack):
             self.device_plugin = NvidiaDevicePlugin(
                 self, "NvidiaDevicePlugin", cluster=self.cluster, version=compute.nvidia_device_plugin_version
             )
-            self.gpu_pool = KarpenterGpuPool(
-                self,
-                "GpuPool",
-                cluster=self.cluster,
-                charts=self.charts,
-                compute=compute,
-                node_role=self.karpenter.node_role,
-                subnets=subnets,
-                tags=config.tags,
-                after=[self.karpenter.chart],
-            )
+            node_role, gpu_pool_after = self.karpenter.node_role, [self.karpenter.chart]
+        self.gpu_pool = GpuNodePool(
+            self,
+            "GpuPool",
+            cluster=self.cluster,
+            charts=self.charts,
+            compute=compute,
+            node_role=node_role,
+            subnets=subnets,
+            tags=config.tags,
+            after=gpu_pool_after,
+        )
         self.model_readers = {
             model.name: ModelReader(
                 self,

@@ -6,7 +6,6 @@ every EC2 write is scoped to resources tagged for this cluster and a NodePool.
 
 from __future__ import annotations
 
-import cdk8s
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -16,9 +15,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from k8s.gpu_nodes import KarpenterGpuNodes
 from stacks.components.pod_identity import PodIdentity
-from warmstart.config import KarpenterCompute, SystemNodeGroup
+from warmstart.config import SystemNodeGroup
 
 KARPENTER_NAMESPACE = "kube-system"
 KARPENTER_SERVICE_ACCOUNT = "karpenter"
@@ -347,31 +345,3 @@ class NvidiaDevicePlugin(Construct):
             },
         )
 
-
-class KarpenterGpuPool(Construct):
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        cluster: eks.Cluster,
-        charts: cdk8s.App,
-        compute: KarpenterCompute,
-        node_role: iam.IRole,
-        subnets: list[ec2.ISubnet],
-        tags: dict[str, str],
-        after: list[Construct],
-    ) -> None:
-        super().__init__(scope, id)
-        self.chart = KarpenterGpuNodes(
-            charts,
-            "KarpenterGpuNodes",
-            compute=compute,
-            node_role_name=node_role.role_name,
-            subnet_ids=[subnet.subnet_id for subnet in subnets],
-            security_group_ids=[cluster.cluster_security_group_id],
-            tags=tags,
-        )
-        self.manifest = cluster.add_cdk8s_chart("GpuNodes", self.chart)
-        for dependency in after:  # the Karpenter chart installs the CRDs
-            self.manifest.node.add_dependency(dependency)

@@ -1,0 +1,44 @@
+"""The GPU NodePool and its node class, for whichever compute mode the config names."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import cdk8s
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from k8s.gpu_nodes import AutoModeGpuNodes, KarpenterGpuNodes
+from warmstart.config import AutoModeCompute, KarpenterCompute
+
+
+class GpuNodePool(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.Cluster,
+        charts: cdk8s.App,
+        compute: AutoModeCompute | KarpenterCompute,
+        node_role: iam.IRole,
+        subnets: Sequence[ec2.ISubnet],
+        tags: dict[str, str],
+        after: Sequence[Construct] = (),
+    ) -> None:
+        super().__init__(scope, id)
+        chart_class = AutoModeGpuNodes if isinstance(compute, AutoModeCompute) else KarpenterGpuNodes
+        self.chart = chart_class(
+            charts,
+            "GpuNodes",
+            compute=compute,
+            node_role_name=node_role.role_name,
+            subnet_ids=[subnet.subnet_id for subnet in subnets],
+            security_group_ids=[cluster.cluster_security_group_id],
+            tags=tags,
+        )
+        self.manifest = cluster.add_cdk8s_chart("GpuNodes", self.chart)
+        for dependency in after:  # e.g. the Karpenter chart, which installs the CRDs
+            self.manifest.node.add_dependency(dependency)
