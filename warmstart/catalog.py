@@ -25,6 +25,8 @@ class InstanceSpec(_Frozen):
     gpu: str
     gpu_count: PositiveInt
     nvme_gb: PositiveInt
+    vcpus: PositiveInt
+    memory_gib: PositiveInt
 
 
 class GpuInstance(_Frozen):
@@ -36,6 +38,8 @@ class GpuInstance(_Frozen):
     gpu_count: int
     gpu_memory_gb: int
     nvme_gb: int
+    vcpus: int
+    memory_gib: int
 
     @property
     def nvme_bytes(self) -> int:
@@ -76,6 +80,8 @@ class Catalog(_Frozen):
             gpu_count=spec.gpu_count,
             gpu_memory_gb=gpu.memory_gb,
             nvme_gb=spec.nvme_gb,
+            vcpus=spec.vcpus,
+            memory_gib=spec.memory_gib,
         )
 
 

@@ -17,10 +17,15 @@ from warmstart.sizing import (
     candidate_instances,
     ephemeral_storage_below_nvme,
     model_fits_nvme,
+    nvme_mount,
     smallest_tensor_parallel,
     valid_tensor_parallel_sizes,
     weights_fit,
 )
+from warmstart.workload import is_under, plan_model, streaming_processes
+
+# Share of an instance's CPU and memory that kubelet leaves allocatable to pods (approximate upper bound).
+NODE_ALLOCATABLE = 0.9
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
         *_system_node_group(config),
         *_model_names(config),
         *_model_bucket_key(config),
+        *_compile_host_path(config),
     ]
     if any(p.field.startswith("compute.gpu_pool.instance_types") for p in problems):
         return problems  # every rule below needs catalog facts for the pool
@@ -188,7 +194,94 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                         "turn caches.weights off, or restrict the model (instance_types) to larger instances",
                     )
                 )
-    problems += _tensor_parallel(model, instances, at)
+    problems += _enforce_eager(config, model, at)
+    tensor_parallel_problems = _tensor_parallel(model, instances, at)
+    if tensor_parallel_problems:
+        return problems + tensor_parallel_problems
+    return problems + _pod_memory(config, catalog, model, at) + _requests_fit(model, instances, at)
+
+
+def _enforce_eager(config: EnvironmentConfig, model, at: str) -> list[Problem]:
+    if not model.enforce_eager:
+        return []
+    problems = []
+    if model.tensor_parallel_size == "auto" or model.tensor_parallel_size > 1:
+        problems.append(
+            Problem(
+                f"{at}.enforce_eager",
+                "enforce_eager forces vLLM's V0 path, which cannot stream weights distributed across "
+                "tensor-parallel ranks (an error, or a silent fallback to rank 0 loading everything)",
+                "remove enforce_eager, or set tensor_parallel_size: 1 if the model fits one GPU",
+            )
+        )
+    if config.caches.compile:
+        problems.append(
+            Problem(
+                f"{at}.enforce_eager",
+                "with enforce_eager vLLM never writes the torch.compile cache, so the compile cache would "
+                "have no effect",
+                "remove enforce_eager, or set caches.compile: false",
+            )
+        )
+    return problems
+
+
+def _compile_host_path(config: EnvironmentConfig) -> list[Problem]:
+    path = config.caches.compile_host_path
+    mount = nvme_mount(config.compute.mode)
+    if path is None or is_under(path, mount):
+        return []
+    return [
+        Problem(
+            "caches.compile_host_path",
+            f"{path!r} is not under {mount}, the NVMe mount of compute mode {config.compute.mode!r}; "
+            "hostPath DirectoryOrCreate would silently create it on the EBS root volume",
+            f"use a folder under {mount}/ (e.g. {mount}/compile-cache), or remove the override",
+        )
+    ]
+
+
+def _pod_memory(config: EnvironmentConfig, catalog: Catalog, model, at: str) -> list[Problem]:
+    plan = plan_model(model, config, catalog)
+    needed = plan.streamer_buffer_bytes + config.streamer.process_headroom_gib * GIB
+    if needed <= plan.memory_gib * GIB:
+        return []
+    buffers = (
+        f"{streaming_processes(plan.tensor_parallel)} x min({plan.concurrency} x {plan.chunk_bytes / GIB:g} GiB, "
+        f"{plan.memory_limit_bytes / GIB:.1f} GiB)"
+    )
+    return [
+        Problem(
+            f"{at}.memory_gib",
+            f"the streamer's buffers ({buffers} = {plan.streamer_buffer_bytes / GIB:.1f} GiB) plus "
+            f"{config.streamer.process_headroom_gib} GiB for vLLM need {needed / GIB:.1f} GiB, more than the "
+            f"pod's {plan.memory_gib} GiB request",
+            f"raise memory_gib to at least {math.ceil(needed / GIB)}, or lower streamer.max_concurrency, "
+            "streamer.chunk_bytes or streamer.memory_limit_bytes",
+        )
+    ]
+
+
+def _requests_fit(model, instances, at: str) -> list[Problem]:
+    problems = []
+    for instance in instances:
+        if model.cpu is not None and model.cpu > instance.vcpus * NODE_ALLOCATABLE:
+            problems.append(
+                Problem(
+                    f"{at}.cpu",
+                    f"{model.cpu:g} CPUs cannot be allocated on {instance.instance_type} ({instance.vcpus} vCPUs)",
+                    f"request at most {math.floor(instance.vcpus * NODE_ALLOCATABLE)} or leave cpu unset",
+                )
+            )
+        if model.memory_gib is not None and model.memory_gib > instance.memory_gib * NODE_ALLOCATABLE:
+            problems.append(
+                Problem(
+                    f"{at}.memory_gib",
+                    f"{model.memory_gib} GiB cannot be allocated on {instance.instance_type} "
+                    f"({instance.memory_gib} GiB)",
+                    f"request at most {math.floor(instance.memory_gib * NODE_ALLOCATABLE)} or leave memory_gib unset",
+                )
+            )
     return problems
 
 

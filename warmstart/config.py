@@ -151,9 +151,15 @@ class ModelSpec(Strict):
     max_model_len: PositiveInt = 8192
     image: str = Field(min_length=1)
     replicas: PositiveInt = 1
+    # Disables torch.compile and CUDA graphs (fast start, lower throughput); refused with the compile cache on.
     enforce_eager: bool = False
     # Restricts the model to some of the pool's instance types; default: all of them.
     instance_types: list[str] | None = None
+    # Pod requests; default: the model's share (by GPUs) of the smallest candidate instance, less headroom.
+    cpu: PositiveFloat | None = None
+    memory_gib: PositiveInt | None = None
+    # /dev/shm for NCCL between tensor-parallel ranks (memory-backed).
+    shared_memory_gib: PositiveInt = 16
 
     @property
     def bucket(self) -> str:
@@ -165,15 +171,26 @@ class ModelSpec(Strict):
 
 
 class StreamerTuning(Strict):
+    """Run:ai Model Streamer settings (the brief, section 2)."""
+
     chunk_bytes: int = Field(default=4 * GIB, ge=8 * MIB)
     request_timeout_ms: PositiveInt = 3000
     low_speed_limit_bytes_per_s: PositiveInt = 1 * MIB
+    # Upper bound on concurrency = ceil(size / chunk): each stream holds one chunk in memory.
+    max_concurrency: int = Field(default=64, ge=1, le=512)
+    # RUNAI_STREAMER_MEMORY_LIMIT: the streamer never buffers more than this per process.
+    memory_limit_bytes: PositiveInt = 40 * 10**9
+    # Memory the vLLM process needs beside the streamer's buffers (Python, tokenizer, CUDA host state).
+    process_headroom_gib: PositiveInt = 8
 
 
 class CacheSwitches(Strict):
     compile: bool = True
     weights: bool = False
     image: bool = True
+    # Host folder of the torch.compile cache; default <NVMe mount>/compile-cache. Must stay under the
+    # compute mode's NVMe mount, or DirectoryOrCreate would silently create it on the EBS root volume.
+    compile_host_path: str | None = Field(default=None, pattern=r"^/")
 
 
 class PruningPolicy(Strict):

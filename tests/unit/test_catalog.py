@@ -47,7 +47,9 @@ def test_catalog_rejects_an_instance_of_an_unknown_gpu():
         Catalog.model_validate(
             {
                 "gpus": {"H100": {"architecture": "sm_90", "memory_gb": 80}},
-                "instances": {"p6.48xlarge": {"gpu": "B200", "gpu_count": 8, "nvme_gb": 30720}},
+                "instances": {
+                    "p6.48xlarge": {"gpu": "B200", "gpu_count": 8, "nvme_gb": 30720, "vcpus": 192, "memory_gib": 2048}
+                },
             }
         )
 

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from tests.synth import ROOT, SHIPPED_ENVIRONMENTS
+from warmstart.catalog import Catalog
 from warmstart.config import AutoModeCompute, KarpenterCompute
 from warmstart.loader import ConfigError, load_config, parse_config
 from warmstart.sizing import tensor_parallel_size
@@ -122,12 +123,25 @@ def test_model_larger_than_nvme_with_weights_cache_is_refused():
     assert "caches.weights" in nvme[0].fix
 
 
-def test_same_model_without_weights_cache_passes_the_nvme_rule():
-    document = raw()
+def test_nvme_rule_applies_only_with_the_weights_cache_on():
+    # No real instance has less NVMe than GPU memory, so a small-disk catalog entry stands in.
+    catalog = Catalog.model_validate(
+        {
+            "gpus": {"H200": {"architecture": "sm_90", "memory_gb": 141}},
+            "instances": {
+                "small-disk.48xlarge": {"gpu": "H200", "gpu_count": 8, "nvme_gb": 200, "vcpus": 192, "memory_gib": 2048}
+            },
+        }
+    )
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["instance_types"] = ["small-disk.48xlarge"]
+    document["models"] = document["models"][1:]  # 140 GB fits 200 GB NVMe; make it not fit:
+    document["models"][0]["size_gb"] = 300
     document["caches"]["weights"] = False
-    document["models"][0]["size_gb"] = 30
-    document["models"][0]["tensor_parallel_size"] = "auto"
-    assert parse_config(document)
+    assert parse_config(document, catalog=catalog).models[0].size_gb == 300
+    document["caches"]["weights"] = True
+    with pytest.raises(ConfigError, match="does not fit the 200 GB NVMe of small-disk.48xlarge"):
+        parse_config(document, catalog=catalog)
 
 
 def test_tensor_parallel_larger_than_the_gpus_is_refused():

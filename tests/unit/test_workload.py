@@ -1,0 +1,178 @@
+"""Streamer tuning, pod sizing and compile-cache paths, and the refusals they feed."""
+
+import json
+
+import pytest
+
+from tests.unit.test_config import only_problem, problems, raw
+from warmstart.config import GIB
+from warmstart.loader import parse_config
+from warmstart.workload import (
+    default_requests,
+    is_under,
+    plan_model,
+    streamer_buffer_bytes,
+    streamer_concurrency,
+    vllm_args,
+    vllm_env,
+)
+
+FOUR_GIB = 4 * GIB
+
+
+@pytest.mark.parametrize("size_gb, expected", [(10, 3), (67, 17), (140, 35), (4, 1), (4.1, 2), (0.5, 1)])
+def test_concurrency_is_size_over_chunk_rounded_up(size_gb, expected):
+    assert streamer_concurrency(size_gb, FOUR_GIB, ceiling=64) == expected
+
+
+def test_concurrency_respects_the_ceiling_and_smaller_chunks():
+    assert streamer_concurrency(600, FOUR_GIB, ceiling=64) == 64
+    assert streamer_concurrency(10, 2 * GIB, ceiling=64) == 5
+
+
+def test_streamer_buffer_is_capped_by_the_memory_limit_per_process():
+    assert streamer_buffer_bytes(3, FOUR_GIB, 40 * 10**9, 1) == 12 * GIB
+    assert streamer_buffer_bytes(17, FOUR_GIB, 40 * 10**9, 2) == 2 * 40 * 10**9
+
+
+def test_default_requests_take_the_gpu_share_of_the_smallest_candidate(catalog):
+    assert default_requests([catalog.instance("g6e.xlarge")], 1) == (3, 24)
+    assert default_requests([catalog.instance("p5.48xlarge")], 2) == (36, 384)
+    both = [catalog.instance("g6e.xlarge"), catalog.instance("g6e.2xlarge")]
+    assert default_requests(both, 1) == (3, 24)
+
+
+@pytest.mark.parametrize(
+    "path, root, expected",
+    [
+        ("/mnt/.ephemeral/compile-cache", "/mnt/.ephemeral", True),
+        ("/mnt/.ephemeral/a/b/", "/mnt/.ephemeral", True),
+        ("/mnt/.ephemeral", "/mnt/.ephemeral", False),
+        ("/mnt/.ephemeral/../etc", "/mnt/.ephemeral", False),
+        ("/mnt/.ephemeral-other/x", "/mnt/.ephemeral", False),
+        ("/var/lib/compile-cache", "/mnt/k8s-disks/0", False),
+        ("/mnt/k8s-disks/0//x", "/mnt/k8s-disks/0", False),
+    ],
+)
+def test_is_under(path, root, expected):
+    assert is_under(path, root) is expected
+
+
+def _plans(name):
+    from warmstart.catalog import default_catalog
+
+    config = parse_config(raw(name))
+    return {m.name: plan_model(m, config, default_catalog()) for m in config.models}
+
+
+def test_seed_models_plan_as_the_brief_says():
+    dev = _plans("dev")["qwen3-4b"]
+    assert (dev.tensor_parallel, dev.concurrency, dev.distributed) == (1, 3, False)
+    prod = _plans("prod")
+    assert (prod["qwen3-6-35b-a3b"].tensor_parallel, prod["qwen3-6-35b-a3b"].concurrency) == (2, 17)
+    assert prod["qwen3-6-35b-a3b"].distributed is True
+    assert (prod["llama-3-3-70b"].tensor_parallel, prod["llama-3-3-70b"].concurrency) == (4, 35)
+
+
+def test_vllm_args_follow_the_reference_deployment():
+    plan = _plans("prod")["qwen3-6-35b-a3b"]
+    args = vllm_args(plan)
+    assert args[:2] == ["--model=s3://acme-llm-weights-prod/qwen3.6-35b-a3b/", "--load-format=runai_streamer"]
+    extra = next(a for a in args if a.startswith("--model-loader-extra-config="))
+    assert json.loads(extra.split("=", 1)[1]) == {"concurrency": 17, "distributed": True}
+    for expected in ("--tensor-parallel-size=2", "--max-model-len=8192", "--host=0.0.0.0", "--port=8000",
+                     "--served-model-name=qwen3-6-35b-a3b"):
+        assert expected in args
+    assert "--enforce-eager" not in args
+
+
+def test_single_gpu_models_never_ask_for_distributed_streaming():
+    args = vllm_args(_plans("dev")["qwen3-4b"])
+    extra = next(a for a in args if a.startswith("--model-loader-extra-config="))
+    assert json.loads(extra.split("=", 1)[1]) == {"concurrency": 3}
+
+
+def test_environment_carries_streamer_tuning_and_one_compile_cache_root():
+    env = vllm_env(_plans("dev")["qwen3-4b"])
+    assert env["RUNAI_STREAMER_CHUNK_BYTESIZE"] == "4294967296"
+    assert env["RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS"] == "3000"
+    assert env["RUNAI_STREAMER_S3_LOW_SPEED_LIMIT"] == "1048576"
+    assert env["XDG_CACHE_HOME"] == "/compile-cache"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/inductor"
+    assert env["TRITON_CACHE_DIR"] == "/compile-cache/triton"
+    assert env["VLLM_CACHE_ROOT"] == "/compile-cache/vllm"
+
+
+def test_compile_cache_host_path_follows_the_compute_mode():
+    assert _plans("dev")["qwen3-4b"].compile_host_path == "/mnt/.ephemeral/compile-cache"
+    assert _plans("prod")["llama-3-3-70b"].compile_host_path == "/mnt/k8s-disks/0/compile-cache"
+
+
+def test_compile_cache_override_under_the_mount_is_used():
+    document = raw()
+    document["caches"]["compile_host_path"] = "/mnt/.ephemeral/warmstart/compile"
+    config = parse_config(document)
+    from warmstart.catalog import default_catalog
+
+    assert plan_model(config.models[0], config, default_catalog()).compile_host_path == document["caches"][
+        "compile_host_path"
+    ]
+
+
+# Refusals
+
+
+def test_compile_cache_override_outside_the_nvme_mount_is_refused():
+    document = raw()
+    document["caches"]["compile_host_path"] = "/mnt/k8s-disks/0/compile-cache"  # Karpenter's mount, not Auto Mode's
+    problem = only_problem(document)
+    assert problem.field == "caches.compile_host_path"
+    assert "EBS" in problem.message and "/mnt/.ephemeral/" in problem.fix
+
+
+def test_enforce_eager_with_compile_cache_is_refused():
+    document = raw()
+    document["models"][0]["enforce_eager"] = True
+    problem = only_problem(document)
+    assert problem.field == "models[0].enforce_eager"
+    assert "caches.compile: false" in problem.fix
+
+
+def test_enforce_eager_without_compile_cache_is_allowed_and_warned():
+    document = raw()
+    document["models"][0]["enforce_eager"] = True
+    document["caches"]["compile"] = False
+    config = parse_config(document)
+    from warmstart.catalog import default_catalog
+
+    plan = plan_model(config.models[0], config, default_catalog())
+    assert "--enforce-eager" in vllm_args(plan)
+    assert "XDG_CACHE_HOME" not in vllm_env(plan)
+    assert plan.compile_host_path is None
+    assert any("enforce_eager" in w for w in plan.warnings)
+
+
+def test_enforce_eager_with_tensor_parallel_is_refused():
+    document = raw("prod")
+    document["caches"]["compile"] = False
+    document["models"][0]["enforce_eager"] = True
+    problem = only_problem(document)
+    assert problem.field == "models[0].enforce_eager"
+    assert "distributed" in problem.message
+
+
+def test_streamer_buffers_over_the_memory_request_are_refused_with_the_numbers():
+    document = raw()
+    document["models"][0]["memory_gib"] = 16  # 3 x 4 GiB buffers + 8 GiB headroom = 20 GiB
+    problem = only_problem(document)
+    assert problem.field == "models[0].memory_gib"
+    assert "1 x min(3 x 4 GiB, 37.3 GiB) = 12.0 GiB" in problem.message
+    assert "at least 20" in problem.fix
+
+
+def test_requests_larger_than_the_instance_are_refused():
+    document = raw()
+    document["models"][0]["cpu"] = 16
+    found = problems(document)
+    assert [p.field for p in found] == ["models[0].cpu", "models[0].cpu"]
+    assert "g6e.xlarge (4 vCPUs)" in found[0].message and "g6e.2xlarge (8 vCPUs)" in found[1].message

@@ -1,0 +1,166 @@
+"""Derived settings of one served model: streamer tuning, tensor parallelism, pod sizing, cache paths.
+
+Pure functions of the config and the GPU catalog; the cdk8s workload chart and `warmstart plan` both use
+`plan_model`, so what the plan prints is what gets deployed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+from dataclasses import dataclass, field
+
+from warmstart.catalog import Catalog, GpuInstance
+from warmstart.config import GIB, EnvironmentConfig, ModelSpec
+from warmstart.sizing import candidate_instances, model_fits_nvme, nvme_mount, tensor_parallel_size
+
+VLLM_PORT = 8000
+COMPILE_CACHE_MOUNT = "/compile-cache"  # inside the container; one fixed absolute path (vLLM hashes paths)
+COMPILE_CACHE_FOLDER = "compile-cache"
+# Share of a node's CPU and memory a GPU pod may request by default: the rest is kubelet/system reserve
+# and the warmstart DaemonSets.
+POD_SHARE_OF_NODE = 0.75
+
+
+def streamer_concurrency(size_gb: float, chunk_bytes: int, ceiling: int) -> int:
+    """ceil(model size / chunk size), chunk in the same unit as the size (4 GiB chunks: 67 GB -> 17)."""
+    return max(1, min(ceiling, math.ceil(size_gb / (chunk_bytes / GIB))))
+
+
+def streaming_processes(tensor_parallel: int) -> int:
+    """With distributed streaming every TP rank streams its own shard; otherwise rank 0 alone."""
+    return tensor_parallel if tensor_parallel > 1 else 1
+
+
+def streamer_buffer_bytes(concurrency: int, chunk_bytes: int, memory_limit_bytes: int, processes: int) -> int:
+    """Host memory the streamer may hold at once: one chunk per stream, capped per process by its limit."""
+    return processes * min(concurrency * chunk_bytes, memory_limit_bytes)
+
+
+def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tuple[float, int]:
+    """(cpu, memory GiB): the pod's GPU share of the smallest candidate instance, less the node reserve."""
+    cpu = min(i.vcpus * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
+    memory = min(i.memory_gib * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
+    return max(1.0, math.floor(cpu)), max(1, math.floor(memory))
+
+
+def compile_cache_host_path(config: EnvironmentConfig) -> str:
+    return config.caches.compile_host_path or posixpath.join(nvme_mount(config.compute.mode), COMPILE_CACHE_FOLDER)
+
+
+def is_under(path: str, root: str) -> bool:
+    normalized = posixpath.normpath(path)
+    return normalized != root and normalized.startswith(root.rstrip("/") + "/") and normalized == path.rstrip("/")
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    model: ModelSpec
+    region: str
+    tensor_parallel: int
+    concurrency: int
+    concurrency_capped: bool
+    distributed: bool
+    chunk_bytes: int
+    request_timeout_ms: int
+    low_speed_limit_bytes_per_s: int
+    memory_limit_bytes: int
+    streamer_buffer_bytes: int
+    cpu: float
+    memory_gib: int
+    compile_cache: bool
+    compile_host_path: str | None
+    nvme_mount: str
+    nvme_gb_min: int
+    fits_nvme: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def loader_extra_config(self) -> dict:
+        extra: dict = {"concurrency": self.concurrency}
+        if self.distributed:
+            extra["distributed"] = True
+        return extra
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel
+
+
+def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> ModelPlan:
+    streamer = config.streamer
+    instances = candidate_instances(model, config, catalog)
+    tensor_parallel = tensor_parallel_size(model, config, catalog)
+    uncapped = math.ceil(model.size_gb / (streamer.chunk_bytes / GIB))
+    concurrency = streamer_concurrency(model.size_gb, streamer.chunk_bytes, streamer.max_concurrency)
+    distributed = tensor_parallel > 1
+    default_cpu, default_memory = default_requests(instances, tensor_parallel)
+    compile_cache = config.caches.compile and not model.enforce_eager
+    warnings = []
+    if uncapped > concurrency:
+        warnings.append(f"concurrency capped at {concurrency} (size/chunk gives {uncapped})")
+    if model.enforce_eager:
+        warnings.append("enforce_eager: no torch.compile or CUDA graphs (lower throughput)")
+    if not config.caches.compile:
+        warnings.append("compile cache off: every pod compiles from scratch")
+    return ModelPlan(
+        model=model,
+        region=config.region,
+        tensor_parallel=tensor_parallel,
+        concurrency=concurrency,
+        concurrency_capped=uncapped > concurrency,
+        distributed=distributed,
+        chunk_bytes=streamer.chunk_bytes,
+        request_timeout_ms=streamer.request_timeout_ms,
+        low_speed_limit_bytes_per_s=streamer.low_speed_limit_bytes_per_s,
+        memory_limit_bytes=streamer.memory_limit_bytes,
+        streamer_buffer_bytes=streamer_buffer_bytes(
+            concurrency, streamer.chunk_bytes, streamer.memory_limit_bytes, streaming_processes(tensor_parallel)
+        ),
+        cpu=model.cpu or default_cpu,
+        memory_gib=model.memory_gib or default_memory,
+        compile_cache=compile_cache,
+        compile_host_path=compile_cache_host_path(config) if compile_cache else None,
+        nvme_mount=nvme_mount(config.compute.mode),
+        nvme_gb_min=min(i.nvme_gb for i in instances),
+        fits_nvme=all(model_fits_nvme(model, i) for i in instances),
+        warnings=warnings,
+    )
+
+
+def vllm_args(plan: ModelPlan) -> list[str]:
+    model = plan.model
+    args = [
+        f"--model={model.s3_uri}",
+        "--load-format=runai_streamer",
+        f"--model-loader-extra-config={json.dumps(plan.loader_extra_config, separators=(',', ':'))}",
+        f"--tensor-parallel-size={plan.tensor_parallel}",
+        f"--max-model-len={model.max_model_len}",
+        # The API name stays the same whether weights come from S3 or a node-local copy.
+        f"--served-model-name={model.name}",
+        "--host=0.0.0.0",
+        f"--port={VLLM_PORT}",
+    ]
+    if model.enforce_eager:
+        args.append("--enforce-eager")
+    return args
+
+
+def vllm_env(plan: ModelPlan) -> dict[str, str]:
+    env = {
+        "RUNAI_STREAMER_CHUNK_BYTESIZE": str(plan.chunk_bytes),
+        "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": str(plan.request_timeout_ms),
+        "RUNAI_STREAMER_S3_LOW_SPEED_LIMIT": str(plan.low_speed_limit_bytes_per_s),
+        "RUNAI_STREAMER_MEMORY_LIMIT": str(plan.memory_limit_bytes),
+        "AWS_REGION": plan.region,
+        "AWS_DEFAULT_REGION": plan.region,
+    }
+    if plan.compile_cache:
+        env |= {
+            "XDG_CACHE_HOME": COMPILE_CACHE_MOUNT,
+            "VLLM_CACHE_ROOT": f"{COMPILE_CACHE_MOUNT}/vllm",
+            "TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/inductor",
+            "TRITON_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/triton",
+        }
+    return env
