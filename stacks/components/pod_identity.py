@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import cdk8s
 from aws_cdk import Aws
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from k8s.service_account import PodIdentityServiceAccount
 
 
 class PodIdentity(Construct):
@@ -43,7 +41,7 @@ class PodIdentity(Construct):
 
 
 class ModelReader(Construct):
-    """Namespace + service account of one served model, allowed to read only that model's S3 prefix."""
+    """The role of one served model's service account: read-only on that model's S3 prefix."""
 
     def __init__(
         self,
@@ -51,13 +49,11 @@ class ModelReader(Construct):
         id: str,
         *,
         cluster: eks.Cluster,
-        charts: cdk8s.App,
         namespace: str,
         service_account: str,
         bucket_name: str,
         prefix: str,
         kms_key_arn: str | None,
-        labels: dict[str, str],
     ) -> None:
         super().__init__(scope, id)
         self.bucket_name = bucket_name
@@ -76,10 +72,6 @@ class ModelReader(Construct):
             statements=model_read_statements(bucket_name, prefix, kms_key_arn),
             roles=[self.identity.role],
         )
-        chart = PodIdentityServiceAccount(
-            charts, f"{id}ServiceAccount", namespace=namespace, name=service_account, labels=labels
-        )
-        self.manifest = cluster.add_cdk8s_chart(f"{id}ServiceAccount", chart)
 
 
 def model_read_statements(bucket_name: str, prefix: str, kms_key_arn: str | None) -> list[iam.PolicyStatement]:

@@ -152,6 +152,14 @@ def test_enforce_eager_without_compile_cache_is_allowed_and_warned():
     assert any("enforce_eager" in w for w in plan.warnings)
 
 
+def test_enforce_eager_with_auto_tensor_parallel_of_one_is_allowed():
+    document = raw()
+    document["caches"]["compile"] = False
+    document["models"][0]["enforce_eager"] = True
+    document["models"][0]["tensor_parallel_size"] = "auto"  # 10 GB on one L40S
+    assert parse_config(document).models[0].enforce_eager
+
+
 def test_enforce_eager_with_tensor_parallel_is_refused():
     document = raw("prod")
     document["caches"]["compile"] = False

@@ -1,0 +1,179 @@
+"""The vLLM workload: pod spec for both compute modes, both delivery paths, strict validation, snapshots."""
+
+import json
+
+import pytest
+import yaml
+
+from k8s.render import render_workloads
+from tests.manifest_validation import validate_manifest
+from tests.manifests import deployed_manifests, of_kind
+from tests.synth import SHIPPED_ENVIRONMENTS
+
+PRUNE_LABEL = "aws.cdk.eks/prune-"
+
+
+@pytest.fixture(scope="session")
+def dist(synthesized_env, tmp_path_factory):
+    """dist/<env>/ as `make synth` writes it: {env: {file name: [objects]}}."""
+    rendered = {}
+    for name in SHIPPED_ENVIRONMENTS:
+        outdir = tmp_path_factory.mktemp(f"dist-{name}")
+        files = render_workloads(synthesized_env(name).config, outdir)
+        rendered[name] = {path.name: list(yaml.safe_load_all(path.read_text())) for path in files}
+    return rendered
+
+
+def _deployments(synthesized) -> dict[str, dict]:
+    return {
+        d["metadata"]["namespace"]: d for d in of_kind(deployed_manifests(synthesized.template_json("cluster")), "Deployment")
+    }
+
+
+def _container(deployment: dict) -> dict:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _env(container: dict) -> dict:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_one_workload_per_model(shipped):
+    assert set(_deployments(shipped)) == {m.name for m in shipped.config.models}
+
+
+def test_pod_spec_auto_mode(dev):
+    deployment = _deployments(dev)["qwen3-4b"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container(deployment)
+    assert container["image"] == "vllm/vllm-openai:v0.21.0"
+    assert container["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert container["args"] == [
+        "--model=s3://warmstart-dev-models-123456789012/qwen3-4b/",
+        "--load-format=runai_streamer",
+        '--model-loader-extra-config={"concurrency":3}',
+        "--tensor-parallel-size=1",
+        "--max-model-len=8192",
+        "--served-model-name=qwen3-4b",
+        "--host=0.0.0.0",
+        "--port=8000",
+    ]
+    assert container["resources"] == {
+        "limits": {"nvidia.com/gpu": 1},
+        "requests": {"cpu": "3", "memory": "24Gi", "nvidia.com/gpu": 1},
+    }
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["compile-cache"]["hostPath"] == {"path": "/mnt/.ephemeral/compile-cache", "type": "DirectoryOrCreate"}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"dshm": "/dev/shm", "compile-cache": "/compile-cache"}
+    assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
+    assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert pod["serviceAccountName"] == "vllm"
+
+
+def test_pod_spec_karpenter_tensor_parallel(prod):
+    deployment = _deployments(prod)["qwen3-6-35b-a3b"]
+    container = _container(deployment)
+    assert '--model-loader-extra-config={"concurrency":17,"distributed":true}' in container["args"]
+    assert "--tensor-parallel-size=2" in container["args"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == 2
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["compile-cache"]["hostPath"]["path"] == "/mnt/k8s-disks/0/compile-cache"
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_streamer_and_compile_cache_environment(shipped):
+    for deployment in _deployments(shipped).values():
+        env = _env(_container(deployment))
+        assert env["RUNAI_STREAMER_CHUNK_BYTESIZE"] == "4294967296"
+        assert env["RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS"] == "3000"
+        assert env["RUNAI_STREAMER_S3_LOW_SPEED_LIMIT"] == "1048576"
+        assert env["XDG_CACHE_HOME"] == "/compile-cache"
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/inductor"
+        assert env["TRITON_CACHE_DIR"] == "/compile-cache/triton"
+        assert env["VLLM_CACHE_ROOT"] == "/compile-cache/vllm"
+        assert env["AWS_REGION"] == shipped.config.region
+
+
+def test_probes_follow_the_reference_deployment(shipped):
+    for deployment in _deployments(shipped).values():
+        container = _container(deployment)
+        assert container["startupProbe"] == {
+            "httpGet": {"path": "/health", "port": "http"},
+            "initialDelaySeconds": 30,
+            "periodSeconds": 10,
+            "failureThreshold": 60,
+        }
+        assert container["readinessProbe"] == {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+        }
+        assert container["ports"] == [{"containerPort": 8000, "name": "http", "protocol": "TCP"}]
+
+
+def test_service_and_disruption_budget_select_the_pods(shipped):
+    manifests = deployed_manifests(shipped.template_json("cluster"))
+    for deployment in of_kind(manifests, "Deployment"):
+        namespace = deployment["metadata"]["namespace"]
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        (service,) = [s for s in of_kind(manifests, "Service") if s["metadata"]["namespace"] == namespace]
+        (budget,) = [b for b in of_kind(manifests, "PodDisruptionBudget") if b["metadata"]["namespace"] == namespace]
+        assert service["spec"]["selector"] == selector
+        assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "protocol": "TCP", "targetPort": "http"}]
+        assert budget["spec"]["selector"]["matchLabels"] == selector
+        assert budget["spec"]["maxUnavailable"] == 1
+
+
+def test_workloads_wait_for_credentials_and_the_gpu_pool(shipped):
+    template = shipped.template_json("cluster")
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and '"Deployment"' in json.dumps(
+            resource["Properties"]["Manifest"]
+        ):
+            depends = " ".join(resource["DependsOn"])
+            assert "IdentityAssociation" in depends and "GpuNodes" in depends, logical_id
+
+
+def _without_prune_labels(obj: dict) -> dict:
+    obj = json.loads(json.dumps(obj))
+    labels = obj["metadata"].get("labels", {})
+    for key in [k for k in labels if k.startswith(PRUNE_LABEL)]:
+        del labels[key]
+    return obj
+
+
+def test_gitops_manifests_equal_what_cdk_deploys(shipped, dist):
+    deployed = [
+        _without_prune_labels(m)
+        for m in deployed_manifests(shipped.template_json("cluster"))
+        if m["kind"] in ("Deployment", "Service", "PodDisruptionBudget")
+        or (m["kind"] in ("Namespace", "ServiceAccount") and m["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "vllm")
+    ]
+    rendered = [obj for objects in dist[shipped.name].values() for obj in objects]
+    key = lambda m: (m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"])  # noqa: E731
+    assert sorted(deployed, key=key) == sorted(rendered, key=key)
+
+
+def test_gitops_manifests_pass_strict_validation(shipped, dist):
+    files = dist[shipped.name]
+    assert set(files) == {f"{m.name}.yaml" for m in shipped.config.models}
+    for objects in files.values():
+        assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget"]
+        for obj in objects:
+            validate_manifest(obj, shipped.config.cluster.kubernetes_version)
+
+
+@pytest.mark.parametrize("environment", SHIPPED_ENVIRONMENTS)
+def test_dist_snapshot(dist, environment, snapshot):
+    assert dist[environment] == snapshot
+
+
+def test_render_replaces_stale_files(tmp_path, dev):
+    (tmp_path / "removed-model.yaml").write_text("kind: Deployment\n")
+    files = render_workloads(dev.config, tmp_path)
+    assert [p.name for p in files] == ["qwen3-4b.yaml"]
