@@ -11,10 +11,33 @@ from cdk8s_plus_33 import k8s
 from constructs import Construct
 
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
-from warmstart.workload import COMPILE_CACHE_MOUNT, VLLM_PORT, ModelPlan, vllm_args, vllm_env
+from warmstart.workload import (
+    AGENT_STATE_FOLDER,
+    COMPILE_CACHE_MOUNT,
+    DONE_MARKERS,
+    VLLM_PORT,
+    ModelPlan,
+    done_marker_name,
+    vllm_args,
+    vllm_env,
+)
 
 SERVICE_ACCOUNT = "vllm"
 VLLM_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+AGENT_STATE_MOUNT = "/warmstart"
+# Waits for the node agent's done marker, never longer than the bound, and never fails: with the agent
+# broken or absent the pod starts (and compiles) as it would without warmstart.
+WAIT_FOR_RESTORE = """\
+end=$(( $(date +%s) + ${WAIT_SECONDS} ))
+while [ ! -e "$MARKER" ]; do
+  if [ "$(date +%s)" -ge "$end" ]; then
+    echo "warmstart: no compile-cache restore after ${WAIT_SECONDS}s; vLLM will compile locally"
+    exit 0
+  fi
+  sleep 1
+done
+echo "warmstart: compile-cache restore finished: $(cat "$MARKER")"
+"""
 
 
 def model_labels(model_name: str) -> dict[str, str]:
@@ -95,6 +118,17 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
             )
         )
         mounts.append(k8s.VolumeMount(name="compile-cache", mount_path=COMPILE_CACHE_MOUNT))
+    init_containers = []
+    if plan.compile_cache and plan.restore_wait_seconds > 0:
+        volumes.append(
+            k8s.Volume(
+                name="warmstart-state",
+                host_path=k8s.HostPathVolumeSource(
+                    path=f"{plan.compile_cache_root}/{AGENT_STATE_FOLDER}", type="DirectoryOrCreate"
+                ),
+            )
+        )
+        init_containers.append(wait_for_restore(plan))
     gpus = k8s.Quantity.from_number(plan.gpus)
     container = k8s.Container(
         name="vllm",
@@ -127,12 +161,32 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
     )
     return k8s.PodSpec(
         service_account_name=SERVICE_ACCOUNT,
+        init_containers=init_containers or None,
         containers=[container],
         volumes=volumes,
         node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
         affinity=_instance_type_affinity(plan),
         tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
         termination_grace_period_seconds=60,
+    )
+
+
+def wait_for_restore(plan: ModelPlan) -> k8s.Container:
+    """Runs the serving image (already being pulled) so the wait costs no extra image pull."""
+    marker = f"{AGENT_STATE_MOUNT}/{DONE_MARKERS}/{done_marker_name(plan.model.name, plan.factors.fingerprint())}"
+    return k8s.Container(
+        name="wait-for-compile-cache",
+        image=plan.model.image,
+        command=["/bin/sh", "-c", WAIT_FOR_RESTORE],
+        env=[
+            k8s.EnvVar(name="MARKER", value=marker),
+            k8s.EnvVar(name="WAIT_SECONDS", value=str(plan.restore_wait_seconds)),
+        ],
+        volume_mounts=[k8s.VolumeMount(name="warmstart-state", mount_path=AGENT_STATE_MOUNT, read_only=True)],
+        resources=k8s.ResourceRequirements(
+            requests={"cpu": k8s.Quantity.from_string("10m"), "memory": k8s.Quantity.from_string("16Mi")},
+            limits={"memory": k8s.Quantity.from_string("64Mi")},
+        ),
     )
 
 

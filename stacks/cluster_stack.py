@@ -7,6 +7,7 @@ from constructs import Construct
 
 from stacks.components.auto_mode import AutoModeNodeRole
 from stacks.components.buckets import ArtifactBuckets
+from stacks.components.compile_cache_agent import CompileCacheAgent
 from stacks.components.control_plane import ControlPlane
 from stacks.components.gpu_pool import GpuNodePool
 from stacks.components.karpenter import KarpenterController, NvidiaDevicePlugin, SystemNodes
@@ -15,7 +16,8 @@ from stacks.components.pod_identity import ModelReader, PodIdentityAgent
 from k8s.vllm_model import SERVICE_ACCOUNT, VllmModel
 from warmstart.catalog import default_catalog
 from warmstart.config import AutoModeCompute, EnvironmentConfig
-from warmstart.workload import plan_model
+from warmstart.agent_settings import agent_settings
+from warmstart.workload import compile_cache_root, plan_model
 
 class ClusterStack(Stack):
     """EKS cluster, GPU capacity for the configured compute mode, and per-model identities."""
@@ -73,6 +75,18 @@ class ClusterStack(Stack):
             tags=config.tags,
             after=gpu_pool_after,
         )
+        catalog = default_catalog()
+        self.compile_cache_agent = None
+        settings = agent_settings(config, catalog)
+        if settings.models:
+            self.compile_cache_agent = CompileCacheAgent(
+                self,
+                "CompileCacheAgent",
+                cluster=self.cluster,
+                charts=self.charts,
+                settings=settings,
+                cache_root=compile_cache_root(config),
+            )
         self.model_readers: dict[str, ModelReader] = {}
         self.workloads: dict[str, eks.KubernetesManifest] = {}
         for model in config.models:
@@ -86,7 +100,7 @@ class ClusterStack(Stack):
                 prefix=model.prefix,
                 kms_key_arn=config.buckets.models.kms_key_arn,
             )
-            chart = VllmModel(self.charts, f"Model-{model.name}", plan=plan_model(model, config, default_catalog()))
+            chart = VllmModel(self.charts, f"Model-{model.name}", plan=plan_model(model, config, catalog))
             workload = self.cluster.add_cdk8s_chart(f"Model-{model.name}", chart)
             # Pods start with their credentials in place and a GPU pool to land on.
             workload.node.add_dependency(reader.identity.association, self.gpu_pool.manifest)

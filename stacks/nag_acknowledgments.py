@@ -79,6 +79,13 @@ def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig)
         _karpenter(cluster_stack.karpenter, config)
     for reader in cluster_stack.model_readers.values():
         _model_reader(reader)
+    if cluster_stack.compile_cache_agent is not None:
+        _acknowledge(
+            cluster_stack.compile_cache_agent.policy,
+            "The agent reads and writes cache archives under compile-cache/ only; their names are content "
+            "hashes of compiled kernels, unknown at synth.",
+            _wildcard(f"arn:aws:s3:::{config.buckets.compile_cache}/compile-cache/*"),
+        )
 
 
 def _kubectl_provider(provider: IConstruct) -> None:

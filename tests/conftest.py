@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.s3_server import SeaweedS3
 from tests.synth import SHIPPED_ENVIRONMENTS, Synthesized, synthesize_shipped
 from warmstart.catalog import default_catalog
 
@@ -38,3 +39,16 @@ def prod(synthesized_env) -> Synthesized:
 @pytest.fixture(scope="session")
 def catalog():
     return default_catalog()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """One real S3-compatible server (SeaweedFS) for the whole session."""
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server) -> str:
+    return s3_server.new_bucket()

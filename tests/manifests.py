@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 STAND_INS = (
+    ("dkr.ecr", "123456789012.dkr.ecr.us-west-2.amazonaws.com/cdk-hnb659fds-container-assets:0123abcd"),
     ("Subnet", "subnet-0123456789abcdef0"),
     ("SecurityGroup", "sg-0123456789abcdef0"),
     ("Role", "warmstart-node-role"),

@@ -8,8 +8,10 @@ speed-up (or fail only on the GPU node, minutes into a scale-up).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
+from warmstart.cache_key import POD_SPECIFIC_VLLM_ENV
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
 from warmstart.sizing import (
@@ -172,6 +174,7 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
             )
         )
     problems += _image_pinned(model.image, f"{at}.image")
+    problems += _vllm_env(model.vllm_env, f"{at}.vllm_env")
     pool = config.compute.gpu_pool.instance_types
     if model.instance_types is not None:
         outside = [t for t in model.instance_types if t not in pool]
@@ -285,6 +288,31 @@ def _requests_fit(model, instances, at: str) -> list[Problem]:
                     f"{model.memory_gib} GiB cannot be allocated on {instance.instance_type} "
                     f"({instance.memory_gib} GiB)",
                     f"request at most {math.floor(instance.memory_gib * NODE_ALLOCATABLE)} or leave memory_gib unset",
+                )
+            )
+    return problems
+
+
+def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
+    problems = []
+    for name, value in env.items():
+        if not re.fullmatch(r"VLLM_[A-Z0-9_]+", name):
+            problems.append(Problem(f"{field}.{name}", "only VLLM_* variables belong here", "rename or remove it"))
+        elif name in POD_SPECIFIC_VLLM_ENV:
+            problems.append(
+                Problem(
+                    f"{field}.{name}",
+                    "this variable is pod-specific or set by warmstart; in vLLM's compile hash it would make "
+                    "every pod miss the compile cache",
+                    "remove it",
+                )
+            )
+        elif "$(" in value:
+            problems.append(
+                Problem(
+                    f"{field}.{name}",
+                    "a $(...) reference expands per pod, so every pod would hash differently",
+                    "use a literal value",
                 )
             )
     return problems

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -137,6 +137,8 @@ class ModelBucket(Strict):
 
 class BucketsConfig(Strict):
     models: ModelBucket
+    # Created by warmstart; a fixed name keeps IAM scopes readable.
+    compile_cache: str = Field(pattern=S3_BUCKET_NAME)
     access_log_retention_days: PositiveInt = 90
     abort_incomplete_multipart_days: PositiveInt = 1
 
@@ -160,6 +162,23 @@ class ModelSpec(Strict):
     memory_gib: PositiveInt | None = None
     # /dev/shm for NCCL between tensor-parallel ranks (memory-backed).
     shared_memory_gib: PositiveInt = 16
+
+    # Compile-relevant identity: every field below is a factor of the torch.compile cache key.
+    # Which weights (a commit, release or date): new weights under the same name get a new key.
+    weights_revision: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    # PyTorch inside the serving image: compiled kernels are specific to it
+    # (check with: python3 -c 'import torch; print(torch.__version__)' in the image).
+    torch_version: str = Field(pattern=r"^\d+\.\d+(\.\d+)?([+a-z0-9.]*)$")
+    # Single-node serving: pipeline stages across nodes are out of scope; kept as a key factor.
+    pipeline_parallel_size: Literal[1] = 1
+    max_num_batched_tokens: PositiveInt | None = None
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    quantization: str | None = Field(default=None, pattern=r"^[a-z0-9_]+$")
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    compilation_config: dict[str, Any] | None = None
+    # Extra VLLM_* variables for every pod of the model (pod-specific ones are refused: they would make
+    # every pod's compile hash different).
+    vllm_env: dict[str, str] = Field(default_factory=dict)
 
     @property
     def bucket(self) -> str:
@@ -191,6 +210,8 @@ class CacheSwitches(Strict):
     # Host folder of the torch.compile cache; default <NVMe mount>/compile-cache. Must stay under the
     # compute mode's NVMe mount, or DirectoryOrCreate would silently create it on the EBS root volume.
     compile_host_path: str | None = Field(default=None, pattern=r"^/")
+    # Longest an inference pod waits for the node agent's restore before it compiles on its own.
+    restore_wait_seconds: int = Field(default=90, ge=0, le=900)
 
 
 class PruningPolicy(Strict):

@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
+import json
+
+from warmstart.cache_key import compile_cache_key
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig
+from warmstart.sizing import candidate_instances
 from warmstart.workload import ModelPlan, plan_model
+
+
+def key_rows(plan: ModelPlan, config: EnvironmentConfig, catalog: Catalog) -> list[tuple[str, str]]:
+    """One compile-cache key per GPU the model may land on, and the factors behind them."""
+    if not plan.compile_cache:
+        return [("compile-cache key", "none (compile cache off)")]
+    by_gpu: dict[tuple[str, str], list[str]] = {}
+    for instance in candidate_instances(plan.model, config, catalog):
+        by_gpu.setdefault((instance.gpu_name, instance.architecture), []).append(instance.instance_type)
+    rows = [
+        ("compile-cache key", f"s3://{config.buckets.compile_cache}/"
+         f"{compile_cache_key(plan.factors, gpu=gpu, architecture=arch).prefix} ({', '.join(types)})")
+        for (gpu, arch), types in by_gpu.items()
+    ]
+    factors = {k: v for k, v in json.loads(plan.factors.canonical()).items() if v not in (None, {}, [])}
+    rows.append(("key factors", ", ".join(f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in sorted(factors.items()))))
+    return rows
 
 
 def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str]]:
@@ -31,7 +52,8 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
 def render_plan(config: EnvironmentConfig, catalog: Catalog, source: str) -> str:
     lines = [f"environment {config.name} ({source}): compute {config.compute.mode}, region {config.region}", ""]
     for model in config.models:
-        rows = plan_rows(plan_model(model, config, catalog), config)
+        plan = plan_model(model, config, catalog)
+        rows = plan_rows(plan, config) + key_rows(plan, config, catalog)
         width = max(len(name) for name, _ in rows)
         lines.append(f"model {model.name}")
         lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]

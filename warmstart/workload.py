@@ -11,6 +11,7 @@ import math
 import posixpath
 from dataclasses import dataclass, field
 
+from warmstart.cache_key import ModelFactors
 from warmstart.catalog import Catalog, GpuInstance
 from warmstart.config import GIB, EnvironmentConfig, ModelSpec
 from warmstart.sizing import candidate_instances, model_fits_nvme, nvme_mount, tensor_parallel_size
@@ -18,6 +19,9 @@ from warmstart.sizing import candidate_instances, model_fits_nvme, nvme_mount, t
 VLLM_PORT = 8000
 COMPILE_CACHE_MOUNT = "/compile-cache"  # inside the container; one fixed absolute path (vLLM hashes paths)
 COMPILE_CACHE_FOLDER = "compile-cache"
+# Under the compile-cache root on the node: the agent's markers, read by the pods' wait-for-restore step.
+AGENT_STATE_FOLDER = ".warmstart"
+DONE_MARKERS = "done"
 # Share of a node's CPU and memory a GPU pod may request by default: the rest is kubelet/system reserve
 # and the warmstart DaemonSets.
 POD_SHARE_OF_NODE = 0.75
@@ -45,8 +49,36 @@ def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tupl
     return max(1.0, math.floor(cpu)), max(1, math.floor(memory))
 
 
-def compile_cache_host_path(config: EnvironmentConfig) -> str:
+def compile_cache_root(config: EnvironmentConfig) -> str:
+    """Node folder holding every model's compile cache and the agent's markers."""
     return config.caches.compile_host_path or posixpath.join(nvme_mount(config.compute.mode), COMPILE_CACHE_FOLDER)
+
+
+def model_cache_folder(model_name: str, fingerprint: str) -> str:
+    """Relative folder of one model configuration: a config change starts a fresh folder, never a mix."""
+    return posixpath.join(model_name, fingerprint)
+
+
+def done_marker_name(model_name: str, fingerprint: str) -> str:
+    return f"{model_name}.{fingerprint}"
+
+
+def model_factors(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> ModelFactors:
+    return ModelFactors(
+        model=model.name,
+        weights_revision=model.weights_revision,
+        image=model.image,
+        torch_version=model.torch_version,
+        tensor_parallel=tensor_parallel_size(model, config, catalog),
+        pipeline_parallel=model.pipeline_parallel_size,
+        max_model_len=model.max_model_len,
+        max_num_batched_tokens=model.max_num_batched_tokens,
+        dtype=model.dtype,
+        quantization=model.quantization,
+        kv_cache_dtype=model.kv_cache_dtype,
+        compilation_config=model.compilation_config,
+        vllm_env=dict(sorted(model.vllm_env.items())),
+    )
 
 
 def is_under(path: str, root: str) -> bool:
@@ -71,6 +103,9 @@ class ModelPlan:
     memory_gib: int
     compile_cache: bool
     compile_host_path: str | None
+    compile_cache_root: str
+    restore_wait_seconds: int
+    factors: ModelFactors
     nvme_mount: str
     nvme_gb_min: int
     fits_nvme: bool
@@ -97,6 +132,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
     distributed = tensor_parallel > 1
     default_cpu, default_memory = default_requests(instances, tensor_parallel)
     compile_cache = config.caches.compile and not model.enforce_eager
+    factors = model_factors(model, config, catalog)
     warnings = []
     if uncapped > concurrency:
         warnings.append(f"concurrency capped at {concurrency} (size/chunk gives {uncapped})")
@@ -121,7 +157,14 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         cpu=model.cpu or default_cpu,
         memory_gib=model.memory_gib or default_memory,
         compile_cache=compile_cache,
-        compile_host_path=compile_cache_host_path(config) if compile_cache else None,
+        compile_host_path=(
+            posixpath.join(compile_cache_root(config), model_cache_folder(model.name, factors.fingerprint()))
+            if compile_cache
+            else None
+        ),
+        compile_cache_root=compile_cache_root(config),
+        restore_wait_seconds=config.caches.restore_wait_seconds,
+        factors=factors,
         nvme_mount=nvme_mount(config.compute.mode),
         nvme_gb_min=min(i.nvme_gb for i in instances),
         fits_nvme=all(model_fits_nvme(model, i) for i in instances),
@@ -137,11 +180,20 @@ def vllm_args(plan: ModelPlan) -> list[str]:
         f"--model-loader-extra-config={json.dumps(plan.loader_extra_config, separators=(',', ':'))}",
         f"--tensor-parallel-size={plan.tensor_parallel}",
         f"--max-model-len={model.max_model_len}",
+        f"--dtype={model.dtype}",
         # The API name stays the same whether weights come from S3 or a node-local copy.
         f"--served-model-name={model.name}",
         "--host=0.0.0.0",
         f"--port={VLLM_PORT}",
     ]
+    if model.max_num_batched_tokens is not None:
+        args.append(f"--max-num-batched-tokens={model.max_num_batched_tokens}")
+    if model.quantization is not None:
+        args.append(f"--quantization={model.quantization}")
+    if model.kv_cache_dtype != "auto":
+        args.append(f"--kv-cache-dtype={model.kv_cache_dtype}")
+    if model.compilation_config is not None:
+        args.append(f"--compilation-config={json.dumps(model.compilation_config, sort_keys=True, separators=(',', ':'))}")
     if model.enforce_eager:
         args.append("--enforce-eager")
     return args
@@ -155,6 +207,7 @@ def vllm_env(plan: ModelPlan) -> dict[str, str]:
         "RUNAI_STREAMER_MEMORY_LIMIT": str(plan.memory_limit_bytes),
         "AWS_REGION": plan.region,
         "AWS_DEFAULT_REGION": plan.region,
+        **plan.model.vllm_env,
     }
     if plan.compile_cache:
         env |= {

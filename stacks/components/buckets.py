@@ -39,6 +39,7 @@ class ArtifactBuckets(Construct):
         self.compile_cache = s3.Bucket(
             self,
             "CompileCache",
+            bucket_name=buckets.compile_cache,
             **_secure_bucket_props(),
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="compile-cache/",

@@ -39,6 +39,14 @@ def _env(container: dict) -> dict:
     return {e["name"]: e["value"] for e in container["env"]}
 
 
+def _fingerprint(synthesized, model_name: str) -> str:
+    from warmstart.catalog import default_catalog
+    from warmstart.workload import plan_model
+
+    (model,) = [m for m in synthesized.config.models if m.name == model_name]
+    return plan_model(model, synthesized.config, default_catalog()).factors.fingerprint()
+
+
 def test_one_workload_per_model(shipped):
     assert set(_deployments(shipped)) == {m.name for m in shipped.config.models}
 
@@ -55,6 +63,7 @@ def test_pod_spec_auto_mode(dev):
         '--model-loader-extra-config={"concurrency":3}',
         "--tensor-parallel-size=1",
         "--max-model-len=8192",
+        "--dtype=auto",
         "--served-model-name=qwen3-4b",
         "--host=0.0.0.0",
         "--port=8000",
@@ -64,7 +73,15 @@ def test_pod_spec_auto_mode(dev):
         "requests": {"cpu": "3", "memory": "24Gi", "nvidia.com/gpu": 1},
     }
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["compile-cache"]["hostPath"] == {"path": "/mnt/.ephemeral/compile-cache", "type": "DirectoryOrCreate"}
+    fingerprint = _fingerprint(dev, "qwen3-4b")
+    assert volumes["compile-cache"]["hostPath"] == {
+        "path": f"/mnt/.ephemeral/compile-cache/qwen3-4b/{fingerprint}",
+        "type": "DirectoryOrCreate",
+    }
+    assert volumes["warmstart-state"]["hostPath"] == {
+        "path": "/mnt/.ephemeral/compile-cache/.warmstart",
+        "type": "DirectoryOrCreate",
+    }
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts == {"dshm": "/dev/shm", "compile-cache": "/compile-cache"}
@@ -81,7 +98,9 @@ def test_pod_spec_karpenter_tensor_parallel(prod):
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 2}
     assert container["resources"]["requests"]["nvidia.com/gpu"] == 2
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["compile-cache"]["hostPath"]["path"] == "/mnt/k8s-disks/0/compile-cache"
+    assert volumes["compile-cache"]["hostPath"]["path"] == (
+        f"/mnt/k8s-disks/0/compile-cache/qwen3-6-35b-a3b/{_fingerprint(prod, 'qwen3-6-35b-a3b')}"
+    )
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 

@@ -103,20 +103,79 @@ def test_environment_carries_streamer_tuning_and_one_compile_cache_root():
     assert env["VLLM_CACHE_ROOT"] == "/compile-cache/vllm"
 
 
-def test_compile_cache_host_path_follows_the_compute_mode():
-    assert _plans("dev")["qwen3-4b"].compile_host_path == "/mnt/.ephemeral/compile-cache"
-    assert _plans("prod")["llama-3-3-70b"].compile_host_path == "/mnt/k8s-disks/0/compile-cache"
+def test_compile_cache_host_path_follows_the_compute_mode_and_the_configuration():
+    dev = _plans("dev")["qwen3-4b"]
+    assert dev.compile_cache_root == "/mnt/.ephemeral/compile-cache"
+    assert dev.compile_host_path == f"/mnt/.ephemeral/compile-cache/qwen3-4b/{dev.factors.fingerprint()}"
+    prod = _plans("prod")["llama-3-3-70b"]
+    assert prod.compile_host_path == f"/mnt/k8s-disks/0/compile-cache/llama-3-3-70b/{prod.factors.fingerprint()}"
+
+
+def test_a_compile_relevant_change_moves_the_model_to_a_fresh_folder():
+    document = raw()
+    before = _plan_of(document)
+    document["models"][0]["max_model_len"] = 4096
+    after = _plan_of(document)
+    assert before.compile_host_path != after.compile_host_path
+    document = raw()
+    document["models"][0]["replicas"] = 3  # not compile-relevant
+    assert _plan_of(document).compile_host_path == before.compile_host_path
+
+
+def _plan_of(document):
+    from warmstart.catalog import default_catalog
+
+    config = parse_config(document)
+    return plan_model(config.models[0], config, default_catalog())
 
 
 def test_compile_cache_override_under_the_mount_is_used():
     document = raw()
     document["caches"]["compile_host_path"] = "/mnt/.ephemeral/warmstart/compile"
-    config = parse_config(document)
-    from warmstart.catalog import default_catalog
+    plan = _plan_of(document)
+    assert plan.compile_cache_root == "/mnt/.ephemeral/warmstart/compile"
+    assert plan.compile_host_path.startswith("/mnt/.ephemeral/warmstart/compile/qwen3-4b/")
 
-    assert plan_model(config.models[0], config, default_catalog()).compile_host_path == document["caches"][
-        "compile_host_path"
-    ]
+
+def test_compile_relevant_settings_reach_vllm():
+    document = raw()
+    model = document["models"][0]
+    model.update(
+        max_num_batched_tokens=4096,
+        dtype="bfloat16",
+        quantization="fp8",
+        kv_cache_dtype="fp8",
+        compilation_config={"cudagraph_capture_sizes": [1, 2, 4]},
+        vllm_env={"VLLM_USE_V1": "1"},
+    )
+    plan = _plan_of(document)
+    args = vllm_args(plan)
+    for expected in (
+        "--max-num-batched-tokens=4096",
+        "--dtype=bfloat16",
+        "--quantization=fp8",
+        "--kv-cache-dtype=fp8",
+        '--compilation-config={"cudagraph_capture_sizes":[1,2,4]}',
+    ):
+        assert expected in args
+    assert vllm_env(plan)["VLLM_USE_V1"] == "1"
+    assert plan.factors.vllm_env == {"VLLM_USE_V1": "1"}
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("VLLM_HOST_IP", "10.0.0.1", "pod-specific"),
+        ("VLLM_CACHE_ROOT", "/elsewhere", "pod-specific"),
+        ("VLLM_TAG", "$(POD_NAME)", "expands per pod"),
+        ("CUDA_VISIBLE_DEVICES", "0", "only VLLM_"),
+    ],
+)
+def test_vllm_env_that_would_break_the_compile_hash_is_refused(name, value, message):
+    document = raw()
+    document["models"][0]["vllm_env"] = {name: value}
+    problem = only_problem(document)
+    assert problem.field == f"models[0].vllm_env.{name}" and message in problem.message
 
 
 # Refusals

@@ -1,0 +1,89 @@
+"""Pack a cache folder into a zstd-compressed tar and unpack one safely (no links, no escapes)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+ZSTD_LEVEL = 3  # compile artifacts compress well already at low levels; packing stays I/O-bound
+
+
+@dataclass(frozen=True)
+class PackedArchive:
+    path: Path
+    sha256: str
+    size: int
+    files: int
+
+
+class _HashingWriter:
+    def __init__(self, raw):
+        self._raw = raw
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self._raw.write(data)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
+def pack(source: Path, destination: Path) -> PackedArchive:
+    """Regular files and folders only, in sorted order, so equal folders give equal archives."""
+    files = 0
+    with open(destination, "wb") as raw:
+        hashing = _HashingWriter(raw)
+        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        with compressor.stream_writer(hashing, closefd=False) as compressed:
+            with tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                for folder, subfolders, names in os.walk(source):
+                    subfolders.sort()
+                    for name in sorted(names):
+                        path = Path(folder) / name
+                        if path.is_symlink() or not path.is_file():
+                            continue
+                        info = tar.gettarinfo(str(path), arcname=str(path.relative_to(source)))
+                        info.uid = info.gid = 0
+                        info.uname = info.gname = ""
+                        info.mtime = int(info.mtime)
+                        with open(path, "rb") as handle:
+                            tar.addfile(info, handle)
+                        files += 1
+        raw.flush()
+        os.fsync(raw.fileno())
+    return PackedArchive(path=destination, sha256=hashing.sha256.hexdigest(), size=hashing.size, files=files)
+
+
+class UnsafeArchive(ValueError):
+    """The archive holds something other than plain files and folders inside the target."""
+
+
+def _plain_files_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo:
+    if not (member.isfile() or member.isdir()):
+        raise UnsafeArchive(f"{member.name!r} is not a regular file or folder")
+    return tarfile.data_filter(member, destination)  # rejects absolute paths and '..' escapes
+
+
+def unpack(archive: Path, destination: Path) -> int:
+    """Extracts into `destination` (which must be empty or absent); returns the number of files."""
+    destination.mkdir(parents=True, exist_ok=True)
+    files = 0
+    with open(archive, "rb") as raw:
+        decompressor = zstandard.ZstdDecompressor()
+        with decompressor.stream_reader(raw) as stream:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                for member in tar:
+                    try:
+                        tar.extract(member, destination, filter=_plain_files_only)
+                    except tarfile.FilterError as error:
+                        raise UnsafeArchive(str(error)) from error
+                    files += member.isfile()
+    return files

@@ -1,0 +1,176 @@
+"""The node agent on every GPU node: DaemonSet, its settings, and permissions limited to its own node.
+
+RBAC cannot name "the node I run on", so a ValidatingAdmissionPolicy adds that: the agent's service
+account may change only the node its token was issued for (the node-name claim Kubernetes puts in
+bound service-account tokens), and only labels under warmstart.io.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import cdk8s
+from cdk8s_plus_33 import k8s
+from constructs import Construct
+
+from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from warmstart.agent_settings import AGENT_CACHE_MOUNT, AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
+
+SETTINGS_FILE = "agent.json"
+SETTINGS_MOUNT = "/etc/warmstart"
+AGENT_USER = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
+LABELS = {"app.kubernetes.io/name": "warmstart-agent", "app.kubernetes.io/part-of": "warmstart"}
+
+# CEL: labels outside warmstart.io unchanged, and nothing else of the node changed.
+_OTHER_LABELS_UNCHANGED = (
+    "variables.oldLabels.all(k, k.contains('warmstart.io/') || "
+    "(k in variables.newLabels && variables.newLabels[k] == variables.oldLabels[k])) && "
+    "variables.newLabels.all(k, k.contains('warmstart.io/') || k in variables.oldLabels)"
+)
+
+
+class NodeAgentChart(cdk8s.Chart):
+    def __init__(self, scope: Construct, id: str, *, settings: AgentSettings, image: str, cache_root: str) -> None:
+        super().__init__(scope, id)
+        settings_json = settings.model_dump_json(indent=2)
+        self.namespace_object = k8s.KubeNamespace(
+            self, "Namespace", metadata=k8s.ObjectMeta(name=AGENT_NAMESPACE, labels=LABELS)
+        )
+        meta = lambda name: k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=LABELS)  # noqa: E731
+        self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta(AGENT_SERVICE_ACCOUNT))
+        self.cluster_role = k8s.KubeClusterRole(
+            self,
+            "ClusterRole",
+            metadata=k8s.ObjectMeta(name="warmstart-agent", labels=LABELS),
+            rules=[
+                k8s.PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get", "patch"]),
+                k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"]),
+            ],
+        )
+        self.binding = k8s.KubeClusterRoleBinding(
+            self,
+            "ClusterRoleBinding",
+            metadata=k8s.ObjectMeta(name="warmstart-agent", labels=LABELS),
+            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="warmstart-agent"),
+            subjects=[k8s.Subject(kind="ServiceAccount", name=AGENT_SERVICE_ACCOUNT, namespace=AGENT_NAMESPACE)],
+        )
+        self.settings = k8s.KubeConfigMap(
+            self, "Settings", metadata=meta("warmstart-agent-settings"), data={SETTINGS_FILE: settings_json}
+        )
+        self.own_node_policy = k8s.KubeValidatingAdmissionPolicy(
+            self,
+            "OwnNodeOnly",
+            metadata=k8s.ObjectMeta(name="warmstart-agent-own-node-only", labels=LABELS),
+            spec=k8s.ValidatingAdmissionPolicySpec(
+                failure_policy="Fail",
+                match_constraints=k8s.MatchResources(
+                    resource_rules=[
+                        k8s.NamedRuleWithOperations(
+                            api_groups=[""], api_versions=["v1"], operations=["UPDATE"], resources=["nodes"]
+                        )
+                    ]
+                ),
+                match_conditions=[
+                    k8s.MatchCondition(name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'")
+                ],
+                variables=[
+                    k8s.Variable(
+                        name="newLabels",
+                        expression="has(object.metadata.labels) ? object.metadata.labels : {}",
+                    ),
+                    k8s.Variable(
+                        name="oldLabels",
+                        expression="has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}",
+                    ),
+                ],
+                validations=[
+                    k8s.Validation(
+                        expression=(
+                            "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
+                            "request.userInfo.extra['authentication.kubernetes.io/node-name'][0] == object.metadata.name"
+                        ),
+                        message="the warmstart agent may change only the node it runs on",
+                    ),
+                    k8s.Validation(
+                        expression=_OTHER_LABELS_UNCHANGED,
+                        message="the warmstart agent may change only warmstart.io labels",
+                    ),
+                    k8s.Validation(
+                        expression="object.spec == oldObject.spec",
+                        message="the warmstart agent may not change a node's spec",
+                    ),
+                ],
+            ),
+        )
+        self.own_node_binding = k8s.KubeValidatingAdmissionPolicyBinding(
+            self,
+            "OwnNodeOnlyBinding",
+            metadata=k8s.ObjectMeta(name="warmstart-agent-own-node-only", labels=LABELS),
+            spec=k8s.ValidatingAdmissionPolicyBindingSpec(
+                policy_name="warmstart-agent-own-node-only", validation_actions=["Deny"]
+            ),
+        )
+        self.daemon_set = k8s.KubeDaemonSet(
+            self,
+            "DaemonSet",
+            metadata=meta("warmstart-agent"),
+            spec=k8s.DaemonSetSpec(
+                selector=k8s.LabelSelector(match_labels=LABELS),
+                update_strategy=k8s.DaemonSetUpdateStrategy(
+                    type="RollingUpdate",
+                    rolling_update=k8s.RollingUpdateDaemonSet(max_unavailable=k8s.IntOrString.from_string("25%")),
+                ),
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(
+                        labels=LABELS,
+                        # New settings (a changed model) roll the agents, which then restore the new keys.
+                        annotations={"warmstart.io/settings-sha256": hashlib.sha256(settings_json.encode()).hexdigest()},
+                    ),
+                    spec=_agent_pod(image, cache_root),
+                ),
+            ),
+        )
+        for obj in (self.service_account, self.settings, self.daemon_set):
+            obj.add_dependency(self.namespace_object)
+        self.daemon_set.add_dependency(self.settings)
+        self.own_node_binding.add_dependency(self.own_node_policy)
+
+
+def _agent_pod(image: str, cache_root: str) -> k8s.PodSpec:
+    return k8s.PodSpec(
+        service_account_name=AGENT_SERVICE_ACCOUNT,
+        node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
+        tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
+        termination_grace_period_seconds=30,
+        containers=[
+            k8s.Container(
+                name="agent",
+                image=image,
+                env=[
+                    k8s.EnvVar(name="NODE_NAME", value_from=k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName"))),
+                    k8s.EnvVar(name="WARMSTART_AGENT_SETTINGS", value=f"{SETTINGS_MOUNT}/{SETTINGS_FILE}"),
+                ],
+                resources=k8s.ResourceRequirements(
+                    requests={"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("256Mi")},
+                    limits={"memory": k8s.Quantity.from_string("1Gi")},
+                ),
+                # Root only to own the folders it creates on the host path; no capability, no escalation.
+                security_context=k8s.SecurityContext(
+                    run_as_user=0,
+                    allow_privilege_escalation=False,
+                    read_only_root_filesystem=True,
+                    capabilities=k8s.Capabilities(drop=["ALL"]),
+                ),
+                volume_mounts=[
+                    k8s.VolumeMount(name="settings", mount_path=SETTINGS_MOUNT, read_only=True),
+                    k8s.VolumeMount(name="compile-cache", mount_path=AGENT_CACHE_MOUNT),
+                    k8s.VolumeMount(name="tmp", mount_path="/tmp"),
+                ],
+            )
+        ],
+        volumes=[
+            k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
+            k8s.Volume(name="compile-cache", host_path=k8s.HostPathVolumeSource(path=cache_root, type="DirectoryOrCreate")),
+            k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
+        ],
+    )

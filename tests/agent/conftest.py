@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.layout import NodeCacheLayout
+from agent.log import EventLog
+from agent.s3_store import CacheStore
+from warmstart.cache_key import ModelFactors, compile_cache_key
+
+FACTORS = ModelFactors(
+    model="qwen3-6-35b-a3b",
+    weights_revision="2026-02-rc1",
+    image="vllm/vllm-openai:v0.21.0",
+    torch_version="2.11.0",
+    tensor_parallel=2,
+    pipeline_parallel=1,
+    max_model_len=8192,
+    max_num_batched_tokens=8192,
+    dtype="bfloat16",
+    quantization=None,
+    kv_cache_dtype="auto",
+    compilation_config=None,
+)
+H100_KEY = compile_cache_key(FACTORS, gpu="H100", architecture="sm_90")
+L40S_KEY = compile_cache_key(FACTORS, gpu="L40S", architecture="sm_89")
+
+
+class Clock:
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def fill_compile_cache(folder: Path, *, seed: int = 1, large_bytes: int = 0) -> dict[str, bytes]:
+    """A tree shaped like vLLM's: Inductor sources, Triton binaries, vLLM's per-rank graph folder."""
+    rng = __import__("random").Random(seed)
+    files = {
+        "inductor/fx/ab/cabcdef.py": f"# generated kernel {seed}\n".encode() * 40,
+        "inductor/triton/0/xy/kernel.cubin": rng.randbytes(70_000),
+        "triton/AbCd/triton_.json": b'{"num_warps": 4}',
+        f"vllm/torch_compile_cache/{seed:08x}/rank_0_0/backbone/computation_graph.py": b"graph = 1\n" * 100,
+        "vllm/torch_compile_cache/empty-marker": b"",
+    }
+    if large_bytes:
+        files["inductor/large.bin"] = rng.randbytes(large_bytes)
+    for relative, content in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    return files
+
+
+def read_tree(folder: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def log(clock) -> EventLog:
+    return EventLog(clock, stream=open(os.devnull, "w"))
+
+
+@pytest.fixture
+def store(s3_server, bucket) -> CacheStore:
+    return CacheStore(s3_server.client(), bucket, part_bytes=5 * 2**20, threads=4)
+
+
+def node_layout(tmp_path: Path, name: str) -> NodeCacheLayout:
+    root = tmp_path / name / "compile-cache"
+    root.mkdir(parents=True)
+    return NodeCacheLayout(root)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB filesystem (tmpfs): writes past it fail with ENOSPC, as on a full NVMe."""
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)], check=True)
+    yield mount_point
+    for _ in range(10):
+        if subprocess.run(["umount", str(mount_point)]).returncode == 0:
+            break
+        time.sleep(0.2)

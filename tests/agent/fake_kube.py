@@ -1,0 +1,75 @@
+"""A fake Kubernetes API transport: answers from a small in-memory cluster and records every request."""
+
+from __future__ import annotations
+
+import copy
+import urllib.parse
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict
+    body: dict | None
+    content_type: str | None
+
+
+@dataclass
+class FakeCluster:
+    nodes: dict[str, dict] = field(default_factory=dict)
+    pods: list[dict] = field(default_factory=list)
+    requests: list[Recorded] = field(default_factory=list)
+    fail_with: int | None = None
+
+    def add_node(self, name: str, instance_type: str) -> None:
+        self.nodes[name] = {"metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": instance_type}}}
+
+    def request(self, method, path, *, body=None, content_type=None):
+        parsed = urllib.parse.urlparse(path)
+        query = {k: v[0] for k, v in urllib.parse.parse_qs(parsed.query).items()}
+        self.requests.append(Recorded(method, parsed.path, query, copy.deepcopy(body), content_type))
+        if self.fail_with:
+            return self.fail_with, {"message": "injected failure"}
+        parts = parsed.path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
+            node = self.nodes.get(parts[3])
+            if node is None:
+                return 404, {"message": "not found"}
+            if method == "PATCH":
+                assert content_type == "application/merge-patch+json"
+                labels = node["metadata"].setdefault("labels", {})
+                for key, value in body["metadata"]["labels"].items():
+                    if value is None:
+                        labels.pop(key, None)
+                    else:
+                        labels[key] = value
+            return 200, copy.deepcopy(node)
+        if parts == ["api", "v1", "pods"] and method == "GET":
+            node = query["fieldSelector"].removeprefix("spec.nodeName=")
+            wanted = dict(pair.split("=") for pair in query["labelSelector"].split(","))
+            items = [
+                p for p in self.pods
+                if p["spec"]["nodeName"] == node and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+            ]
+            return 200, {"items": copy.deepcopy(items)}
+        return 404, {"message": f"unhandled {method} {path}"}
+
+
+def vllm_pod(*, name: str, node: str, model: str, host_path: str, ready: bool) -> dict:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app.kubernetes.io/name": "vllm",
+                "app.kubernetes.io/part-of": "warmstart",
+                "app.kubernetes.io/instance": model,
+            },
+        },
+        "spec": {"nodeName": node, "volumes": [{"name": "compile-cache", "hostPath": {"path": host_path}}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }

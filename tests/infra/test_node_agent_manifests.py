@@ -1,0 +1,107 @@
+"""The compile-cache agent as deployed: DaemonSet on GPU nodes, least privilege in Kubernetes and AWS."""
+
+import json
+
+from tests.manifests import deployed_manifests, of_kind
+from warmstart.agent_settings import AgentSettings
+
+
+def _agent_objects(synthesized) -> list[dict]:
+    return [
+        m for m in deployed_manifests(synthesized.template_json("cluster"))
+        if m["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "warmstart-agent"
+    ]
+
+
+def test_daemon_set_runs_on_gpu_nodes_with_the_node_cache_mounted(shipped):
+    (daemon_set,) = of_kind(_agent_objects(shipped), "DaemonSet")
+    pod = daemon_set["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
+    assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mount = {"auto": "/mnt/.ephemeral", "karpenter": "/mnt/k8s-disks/0"}[shipped.config.compute.mode]
+    assert volumes["compile-cache"]["hostPath"] == {"path": f"{mount}/compile-cache", "type": "DirectoryOrCreate"}
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsUser": 0,
+    }
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert ".dkr.ecr." in container["image"]  # the image asset CDK builds and pushes at deploy
+
+
+def test_settings_describe_every_cached_model_and_roll_the_agents_on_change(shipped):
+    objects = _agent_objects(shipped)
+    (config_map,) = of_kind(objects, "ConfigMap")
+    settings = AgentSettings.model_validate_json(config_map["data"]["agent.json"])
+    assert settings.bucket == shipped.config.buckets.compile_cache
+    assert {m.name for m in settings.models} == {m.name for m in shipped.config.models}
+    pool = set(shipped.config.compute.gpu_pool.instance_types)
+    assert set(settings.gpus) == pool
+    (daemon_set,) = of_kind(objects, "DaemonSet")
+    assert len(daemon_set["spec"]["template"]["metadata"]["annotations"]["warmstart.io/settings-sha256"]) == 64
+
+
+def test_rbac_reads_pods_and_patches_nodes_only(shipped):
+    (role,) = of_kind(_agent_objects(shipped), "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    ]
+    (binding,) = of_kind(_agent_objects(shipped), "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "warmstart-agent", "namespace": "warmstart-system"}]
+
+
+def test_admission_policy_limits_the_agent_to_its_own_node_and_labels(shipped):
+    objects = _agent_objects(shipped)
+    (policy,) = of_kind(objects, "ValidatingAdmissionPolicy")
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:warmstart-system:warmstart-agent'"
+    )
+    expressions = " ".join(v["expression"] for v in spec["validations"])
+    assert "authentication.kubernetes.io/node-name" in expressions
+    assert "warmstart.io/" in expressions and "object.spec == oldObject.spec" in expressions
+    (binding,) = of_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+def test_agent_aws_access_is_the_compile_cache_prefix_only(shipped):
+    template = shipped.template_json("cluster")
+    (policy,) = [
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and "CompileCacheAccess" in k
+    ]
+    bucket = shipped.config.buckets.compile_cache
+    assert policy == [
+        {
+            "Action": ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"],
+            "Effect": "Allow",
+            "Resource": f"arn:aws:s3:::{bucket}/compile-cache/*",
+            "Sid": "CompileCacheObjects",
+        },
+        {
+            "Action": "s3:ListBucket",
+            "Condition": {"StringLike": {"s3:prefix": ["compile-cache/*"]}},
+            "Effect": "Allow",
+            "Resource": f"arn:aws:s3:::{bucket}",
+            "Sid": "ListCompileCache",
+        },
+    ]
+    shipped.template("cluster").has_resource_properties(
+        "AWS::EKS::PodIdentityAssociation", {"Namespace": "warmstart-system", "ServiceAccount": "warmstart-agent"}
+    )
+
+
+def test_agent_image_is_an_asset_built_at_deploy_from_agent_and_domain_only(shipped):
+    assets = json.loads((shipped.outdir / f"{shipped.stacks.cluster.stack_name}.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    assert image["source"]["dockerFile"] == "agent/Dockerfile"
+    context = shipped.outdir / image["source"]["directory"]
+    assert sorted(p.name for p in context.iterdir()) == ["agent", "warmstart"]
+    assert not list(context.rglob("__pycache__"))

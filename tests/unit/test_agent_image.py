@@ -1,0 +1,51 @@
+"""The agent image installs exactly what the agent imports, at the project's pinned versions."""
+
+import ast
+import sys
+from pathlib import Path
+
+from tests.synth import ROOT
+
+IMPORT_TO_DISTRIBUTION = {"boto3": "boto3", "botocore": "botocore", "zstandard": "zstandard", "pydantic": "pydantic",
+                          "yaml": "PyYAML"}
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    return pins
+
+
+def _third_party_imports(folder: Path) -> set[str]:
+    found = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("agent", "warmstart", "__future__"):
+                    found.add(top)
+    return found
+
+
+def test_agent_requirements_cover_every_import_at_the_project_versions():
+    agent_pins = _pins(ROOT / "agent" / "requirements.txt")
+    project_pins = _pins(ROOT / "requirements.txt")
+    imports = _third_party_imports(ROOT / "agent") | _third_party_imports(ROOT / "warmstart")
+    assert imports <= set(IMPORT_TO_DISTRIBUTION), imports - set(IMPORT_TO_DISTRIBUTION)
+    for module in imports:
+        assert IMPORT_TO_DISTRIBUTION[module].lower() in agent_pins, module
+    for name, version in agent_pins.items():
+        assert project_pins[name] == version, name
+
+
+def test_dockerfile_pins_its_base_image_and_runs_the_agent():
+    dockerfile = (ROOT / "agent" / "Dockerfile").read_text()
+    base = next(line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM "))
+    assert ":" in base and not base.endswith(":latest")
+    assert 'ENTRYPOINT ["python", "-m", "agent"]' in dockerfile

@@ -1,0 +1,113 @@
+"""The torch.compile cache key: one pure function, used by synth, `warmstart plan` and the node agent.
+
+Two configurations share a key only if their compiled kernels are interchangeable (the brief, section 3):
+same GPU architecture, parallel sizes, model identity, serving image and PyTorch, and every vLLM setting
+that enters vLLM's own compile hash. The S3 layout stays readable by a person:
+
+    compile-cache/<model>/<gpu>-<sm_xx>/tp<N>-pp<M>/torch<version>/<digest>/
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+KEY_ROOT = "compile-cache"
+DIGEST_LENGTH = 20  # hex characters of sha256: 80 bits, collisions are not a practical concern
+
+# VLLM_* variables that differ per pod or that warmstart itself sets: in vLLM's hash they would make every
+# pod miss (or move the cache), so the config refuses them.
+POD_SPECIFIC_VLLM_ENV = frozenset(
+    {
+        "VLLM_HOST_IP",
+        "VLLM_PORT",
+        "VLLM_INSTANCE_ID",
+        "VLLM_RPC_BASE_PATH",
+        "VLLM_DP_RANK",
+        "VLLM_DP_RANK_LOCAL",
+        "VLLM_DP_MASTER_IP",
+        "VLLM_DP_MASTER_PORT",
+        "VLLM_CACHE_ROOT",
+        "VLLM_CONFIG_ROOT",
+        "VLLM_LOGGING_PREFIX",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ModelFactors:
+    """Everything about a model's deployment that the compiled kernels depend on, except the GPU."""
+
+    model: str
+    weights_revision: str
+    image: str
+    torch_version: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    max_model_len: int
+    max_num_batched_tokens: int | None
+    dtype: str
+    quantization: str | None
+    kv_cache_dtype: str
+    compilation_config: dict[str, Any] | None
+    vllm_env: dict[str, str] = field(default_factory=dict)
+
+    def canonical(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    def fingerprint(self) -> str:
+        """Short digest of the GPU-independent factors: names the node-local cache folder of a config."""
+        return hashlib.sha256(self.canonical().encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelFactors":
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class CompileCacheKey:
+    prefix: str  # S3 key prefix, ends with "/"
+    digest: str
+    factors: dict[str, Any]
+
+    @property
+    def manifest_key(self) -> str:
+        return f"{self.prefix}manifest.json"
+
+    @property
+    def last_use_key(self) -> str:
+        return f"{self.prefix}last-use.json"
+
+    def archive_key(self, sha256: str) -> str:
+        """Archives are named by content: concurrent publishers never overwrite each other's bytes."""
+        return f"{self.prefix}archive-{sha256}.tar.zst"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def compile_cache_key(factors: ModelFactors, *, gpu: str, architecture: str) -> CompileCacheKey:
+    everything = {"gpu": gpu, "architecture": architecture, **json.loads(factors.canonical())}
+    digest = hashlib.sha256(json.dumps(everything, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    prefix = (
+        f"{KEY_ROOT}/{factors.model}/{_slug(gpu)}-{architecture}/"
+        f"tp{factors.tensor_parallel}-pp{factors.pipeline_parallel}/torch{_slug(factors.torch_version)}/"
+        f"{digest[:DIGEST_LENGTH]}/"
+    )
+    return CompileCacheKey(prefix=prefix, digest=digest[:DIGEST_LENGTH], factors=everything)
+
+
+KEY_PATTERN = re.compile(
+    rf"^{KEY_ROOT}/(?P<model>[a-z0-9-]+)/(?P<gpu>[a-z0-9.-]+)-(?P<arch>sm_\d+)/tp(?P<tp>\d+)-pp(?P<pp>\d+)/"
+    rf"torch(?P<torch>[a-z0-9.-]+)/(?P<digest>[0-9a-f]{{{DIGEST_LENGTH}}})/"
+)
+
+
+def parse_key_prefix(object_key: str) -> str | None:
+    """The key prefix an S3 object belongs to, or None when the object is not under a well-formed key."""
+    match = KEY_PATTERN.match(object_key)
+    return match.group(0) if match else None
