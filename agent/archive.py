@@ -57,8 +57,6 @@ def pack(source: Path, destination: Path) -> PackedArchive:
                         with open(path, "rb") as handle:
                             tar.addfile(info, handle)
                         files += 1
-        raw.flush()
-        os.fsync(raw.fileno())
     return PackedArchive(path=destination, sha256=hashing.sha256.hexdigest(), size=hashing.size, files=files)
 
 
@@ -73,9 +71,13 @@ def _plain_files_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarI
 
 
 def unpack(archive: Path, destination: Path) -> int:
-    """Extracts into `destination` (which must be empty or absent); returns the number of files."""
+    """Extracts into `destination` (which must be empty or absent); returns the number of files.
+
+    Every file and folder is fsynced, so the folder the caller then renames into place is complete on disk
+    even if the node loses power right after (a reboot keeps instance-store data).
+    """
     destination.mkdir(parents=True, exist_ok=True)
-    files = 0
+    files, folders = 0, {destination}
     with open(archive, "rb") as raw:
         decompressor = zstandard.ZstdDecompressor()
         with decompressor.stream_reader(raw) as stream:
@@ -85,5 +87,19 @@ def unpack(archive: Path, destination: Path) -> int:
                         tar.extract(member, destination, filter=_plain_files_only)
                     except tarfile.FilterError as error:
                         raise UnsafeArchive(str(error)) from error
-                    files += member.isfile()
+                    path = destination / member.name
+                    if member.isfile():
+                        _fsync(path)
+                        files += 1
+                    folders.add(path if member.isdir() else path.parent)
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        _fsync(folder)
     return files
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
