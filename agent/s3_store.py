@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import base64
+import errno
+import hashlib
 import json
 import os
+import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from awscrt import checksums
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
 PRECONDITION_FAILED = {"412", "PreconditionFailed", "ConditionalRequestConflict"}
+
+
+def pwrite_all(descriptor: int, data, offset: int) -> None:
+    """pwrite may write less than asked (a filling disk); the retry then raises ENOSPC."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(descriptor, view, offset)
+        if written == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view, offset = view[written:], offset + written
 
 
 def _code(error: ClientError) -> str:
@@ -89,7 +106,8 @@ class CacheStore:
                 response = self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}")
                 offset = start
                 for chunk in response["Body"].iter_chunks(chunk_size=1 << 20):
-                    offset += os.pwrite(descriptor, chunk, offset)
+                    pwrite_all(descriptor, chunk, offset)
+                    offset += len(chunk)
                 if offset != end + 1:
                     raise IOError(f"short read of {key} bytes {start}-{end}: got {offset - start}")
                 if on_part:
@@ -102,3 +120,198 @@ class CacheStore:
                 raise IOError(f"downloaded {total} of {size} bytes of {key}")
         finally:
             os.close(descriptor)
+
+
+# ---- Model weights: listing, and downloads where every byte is checked against S3's own checksums ----
+
+
+class Unverifiable(ValueError):
+    """S3 gives no checksum for the object and its ETag is not an MD5: its bytes cannot be checked."""
+
+
+class ObjectChanged(IOError):
+    """The object changed in S3 while it was being downloaded (its ETag no longer matches the listing)."""
+
+
+@dataclass(frozen=True)
+class ListedObject:
+    key: str
+    size: int
+    etag: str
+
+
+@dataclass(frozen=True)
+class _Check:
+    """How one object's bytes are verified, and the byte ranges that verification needs."""
+
+    kind: str  # "crc" (full object), "composite-crc", "md5", "multipart-md5"
+    algorithm: str | None  # CRC64NVME | CRC32C | CRC32
+    expected: str
+    parts: list[tuple[int, int]]  # the upload's part boundaries (composite and multipart kinds)
+
+
+_CRC = {"CRC64NVME": (checksums.crc64nvme, checksums.combine_crc64nvme, 8),
+        "CRC32C": (checksums.crc32c, checksums.combine_crc32c, 4),
+        "CRC32": (checksums.crc32, checksums.combine_crc32, 4)}
+
+
+def _crc_bytes(value: int, width: int) -> bytes:
+    return value.to_bytes(width, "big")
+
+
+class WeightsSource:
+    """Reads one model bucket: paginated listings and verified, parallel, in-place downloads."""
+
+    def __init__(self, client, bucket: str, *, part_bytes: int = 64 * 2**20, threads: int = 8,
+                 buffer_bytes: int = 8 * 2**20) -> None:
+        self._s3 = client
+        self.bucket = bucket
+        self.part_bytes = part_bytes
+        self.threads = threads
+        self.buffer_bytes = buffer_bytes
+        self._local = threading.local()
+
+    def list(self, prefix: str) -> list[ListedObject]:
+        objects = []
+        for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                if not item["Key"].endswith("/"):  # folder placeholders carry no data
+                    objects.append(ListedObject(item["Key"], item["Size"], item["ETag"].strip('"')))
+        return sorted(objects, key=lambda o: o.key)
+
+    def _check(self, item: ListedObject) -> _Check:
+        try:
+            head = self._s3.head_object(Bucket=self.bucket, Key=item.key, IfMatch=item.etag, ChecksumMode="ENABLED")
+        except ClientError as error:
+            if _code(error) in PRECONDITION_FAILED:
+                raise ObjectChanged(f"{item.key} changed since it was listed") from error
+            raise
+        if head["ContentLength"] != item.size:
+            raise ObjectChanged(f"{item.key} is {head['ContentLength']} bytes, listed as {item.size}")
+        for algorithm in _CRC:
+            value = head.get(f"Checksum{algorithm}")
+            if value:
+                if head.get("ChecksumType") == "COMPOSITE" or "-" in value:
+                    return _Check("composite-crc", algorithm, value, self._part_ranges(item, int(value.rsplit("-", 1)[1])))
+                return _Check("crc", algorithm, value, [])
+        encrypted_with_kms = head.get("ServerSideEncryption") == "aws:kms" or "SSECustomerAlgorithm" in head
+        if not encrypted_with_kms and re.fullmatch(r"[0-9a-f]{32}", item.etag):
+            return _Check("md5", None, item.etag, [])
+        if not encrypted_with_kms and re.fullmatch(r"[0-9a-f]{32}-\d+", item.etag):
+            return _Check("multipart-md5", None, item.etag, self._part_ranges(item, int(item.etag.split("-")[1])))
+        raise Unverifiable(
+            f"{item.key}: no S3 checksum and its ETag is not an MD5; re-upload it with a checksum "
+            "(aws s3 cp --checksum-algorithm CRC64NVME) so warmstart can verify it"
+        )
+
+    def _part_ranges(self, item: ListedObject, count: int) -> list[tuple[int, int]]:
+        def part(number: int) -> int:
+            return self._s3.head_object(Bucket=self.bucket, Key=item.key, PartNumber=number, IfMatch=item.etag)[
+                "ContentLength"
+            ]
+
+        with ThreadPoolExecutor(max_workers=min(16, count)) as pool:
+            sizes = list(pool.map(part, range(1, count + 1)))
+        if sum(sizes) != item.size:
+            raise ObjectChanged(f"{item.key}: parts add up to {sum(sizes)} bytes, not {item.size}")
+        ranges, start = [], 0
+        for size in sizes:
+            ranges.append((start, start + size - 1))
+            start += size
+        return ranges
+
+    def download_all(self, items: list[ListedObject], destination: Path, prefix: str,
+                     on_bytes: Callable[[int], None] | None = None) -> None:
+        """Downloads every object under `destination` (paths relative to `prefix`) and verifies each.
+
+        Ranges of all files share one thread pool; each range is checksummed as it streams through a
+        per-thread buffer and written in place with pwrite. Raises on the first failure.
+        """
+        with ThreadPoolExecutor(max_workers=self.threads) as pool:
+            checks = dict(zip(items, pool.map(self._check, items)))
+        descriptors, jobs = {}, []
+        try:
+            for item in items:
+                path = destination / item.key[len(prefix):]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)  # read back for MD5
+                descriptors[item] = descriptor
+                os.ftruncate(descriptor, item.size)
+                check = checks[item]
+                ranges = check.parts or [
+                    (start, min(start + self.part_bytes, item.size) - 1) for start in range(0, item.size, self.part_bytes)
+                ]
+                jobs += [(item, index, start, end) for index, (start, end) in enumerate(ranges)]
+            with ThreadPoolExecutor(max_workers=self.threads) as pool:
+                digests = list(pool.map(lambda job: self._fetch_range(job, checks, descriptors, on_bytes), jobs))
+            by_item: dict[ListedObject, list] = {}
+            for (item, index, start, end), digest in zip(jobs, digests):
+                by_item.setdefault(item, []).append((start, end, digest))
+            for item, ranges in by_item.items():
+                self._verify(item, checks[item], ranges, descriptors[item])
+            for item in items:
+                if item.size == 0:
+                    self._verify(item, checks[item], [], descriptors[item])
+                os.fsync(descriptors[item])
+        finally:
+            for descriptor in descriptors.values():
+                os.close(descriptor)
+
+    def _fetch_range(self, job, checks, descriptors, on_bytes):
+        item, _, start, end = job
+        check = checks[item]
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None:
+            buffer = self._local.buffer = memoryview(bytearray(self.buffer_bytes))
+        try:
+            body = self._s3.get_object(Bucket=self.bucket, Key=item.key, Range=f"bytes={start}-{end}",
+                                       IfMatch=item.etag)["Body"]
+        except ClientError as error:
+            if _code(error) in PRECONDITION_FAILED:
+                raise ObjectChanged(f"{item.key} changed during the download") from error
+            raise
+        crc_function = _CRC[check.algorithm][0] if check.algorithm else None
+        md5 = hashlib.md5() if check.kind == "multipart-md5" else None
+        crc, offset = 0, start
+        with body:
+            while True:
+                count = body.readinto(buffer)
+                if not count:
+                    break
+                chunk = buffer[:count]
+                if crc_function:
+                    crc = crc_function(chunk, crc)
+                elif md5:
+                    md5.update(chunk)
+                pwrite_all(descriptors[item], chunk, offset)
+                offset += count
+                if on_bytes:
+                    on_bytes(count)
+        if offset != end + 1:
+            raise IOError(f"short read of {item.key} bytes {start}-{end}: got {offset - start}")
+        return md5.digest() if md5 else crc
+
+    def _verify(self, item: ListedObject, check: _Check, ranges: list, descriptor: int) -> None:
+        ranges.sort()
+        if check.kind == "crc":
+            _, combine, width = _CRC[check.algorithm]
+            total = 0
+            for start, end, crc in ranges:
+                total = combine(total, crc, end + 1 - start)
+            actual = base64.b64encode(_crc_bytes(total, width)).decode()
+        elif check.kind == "composite-crc":
+            function, _, width = _CRC[check.algorithm]
+            joined = b"".join(_crc_bytes(crc, width) for _, _, crc in ranges)
+            actual = f"{base64.b64encode(_crc_bytes(function(joined), width)).decode()}-{len(ranges)}"
+        elif check.kind == "multipart-md5":
+            actual = f"{hashlib.md5(b''.join(d for _, _, d in ranges)).hexdigest()}-{len(ranges)}"
+        else:  # single-part MD5 ETag: MD5 is sequential, so hash the file once it is complete
+            digest = hashlib.md5()
+            offset = 0
+            while offset < item.size:
+                block = os.pread(descriptor, min(8 * 2**20, item.size - offset), offset)
+                digest.update(block)
+                offset += len(block)
+            actual = digest.hexdigest()
+        if actual != check.expected:
+            raise ObjectChanged(f"{item.key}: {check.kind} {check.algorithm or 'ETag'} is {actual}, S3 says {check.expected}")

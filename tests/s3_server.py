@@ -103,7 +103,8 @@ class SeaweedS3:
             self.process.wait()
         self.process = None
 
-    def client(self, *, reader: bool = False, retries: int = 1):
+    def client(self, *, reader: bool = False, retries: int = 1, default_checksums: bool = True):
+        """default_checksums=False: uploads carry no checksum unless asked (like older SDKs and tools)."""
         key, secret = (READER_KEY, READER_SECRET) if reader else (ACCESS_KEY, SECRET_KEY)
         return boto3.client(
             "s3",
@@ -116,6 +117,7 @@ class SeaweedS3:
                 retries={"max_attempts": retries, "mode": "standard"},
                 connect_timeout=2,
                 read_timeout=10,
+                request_checksum_calculation="when_supported" if default_checksums else "when_required",
             ),
         )
 

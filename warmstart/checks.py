@@ -18,14 +18,13 @@ from warmstart.sizing import (
     SizingError,
     candidate_instances,
     ephemeral_storage_below_nvme,
-    model_fits_nvme,
     nvme_mount,
     smallest_tensor_parallel,
     tensor_parallel_size,
     valid_tensor_parallel_sizes,
     weights_fit,
 )
-from warmstart.workload import is_under, plan_model, streaming_processes
+from warmstart.workload import NVME_USABLE, is_under, nvme_need_gb, plan_model, streaming_processes, weights_cached
 
 # Share of an instance's CPU and memory that kubelet leaves allocatable to pods (approximate upper bound).
 NODE_ALLOCATABLE = 0.9
@@ -54,6 +53,7 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
     if any(p.field.startswith("compute.gpu_pool.instance_types") for p in problems):
         return problems  # every rule below needs catalog facts for the pool
     problems += _ephemeral_storage(config, catalog)
+    problems += _nvme_budget(config, catalog)
     for index, _ in enumerate(config.models):
         problems += _model(config, catalog, index)
     return problems
@@ -187,15 +187,18 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                 )
             ]
     instances = candidate_instances(model, config, catalog)
-    if config.caches.weights:
+    if weights_cached(model, config):
         for instance in instances:
-            if not model_fits_nvme(model, instance):
+            need = nvme_need_gb(config, [model])
+            if need > instance.nvme_gb * NVME_USABLE:
                 problems.append(
                     Problem(
                         f"{at}.size_gb",
-                        f"{model.size_gb:g} GB does not fit the {instance.nvme_gb} GB NVMe of "
-                        f"{instance.instance_type}, so the weights cache cannot hold it",
-                        "turn caches.weights off, or restrict the model (instance_types) to larger instances",
+                        f"{model.size_gb:g} GB does not fit the {instance.nvme_gb} GB NVMe of {instance.instance_type} "
+                        f"with the weights cache on: it needs {need:g} GB (two copies while an update replaces the "
+                        f"old one, the image, the compile cache) of {instance.nvme_gb * NVME_USABLE:g} GB usable",
+                        "turn the weights cache off for this model (weights_cache: false), or restrict the model "
+                        "(instance_types) to instances with more NVMe",
                     )
                 )
     tensor_parallel_problems = _tensor_parallel(model, instances, at)
@@ -207,6 +210,29 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
         + _pod_memory(config, catalog, model, at)
         + _requests_fit(model, instances, at)
     )
+
+
+def _nvme_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    """All cached models that may share an instance must fit its NVMe together."""
+    problems = []
+    for name in config.compute.gpu_pool.instance_types:
+        instance = catalog.instance(name)
+        sharing = [
+            m for m in config.models
+            if weights_cached(m, config) and name in (m.instance_types or config.compute.gpu_pool.instance_types)
+        ]
+        need = nvme_need_gb(config, sharing)
+        if len(sharing) > 1 and need > instance.nvme_gb * NVME_USABLE:
+            problems.append(
+                Problem(
+                    "caches.weights",
+                    f"{', '.join(m.name for m in sharing)} together need {need:g} GB of NVMe on {name}, which has "
+                    f"{instance.nvme_gb * NVME_USABLE:g} GB usable",
+                    "turn the weights cache off for some models (weights_cache: false), or give them separate "
+                    "instance types (instance_types)",
+                )
+            )
+    return problems
 
 
 def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel: int, at: str) -> list[Problem]:

@@ -176,6 +176,8 @@ class ModelSpec(Strict):
     quantization: str | None = Field(default=None, pattern=r"^[a-z0-9_]+$")
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     compilation_config: dict[str, Any] | None = None
+    # Weights cache on node NVMe for this model; default: caches.weights.
+    weights_cache: bool | None = None
     # Extra VLLM_* variables for every pod of the model (pod-specific ones are refused: they would make
     # every pod's compile hash different).
     vllm_env: dict[str, str] = Field(default_factory=dict)
@@ -212,6 +214,15 @@ class CacheSwitches(Strict):
     compile_host_path: str | None = Field(default=None, pattern=r"^/")
     # Longest an inference pod waits for the node agent's restore before it compiles on its own.
     restore_wait_seconds: int = Field(default=90, ge=0, le=900)
+    # How often the agent re-lists each cached model's S3 prefix: an update there is served by new pods
+    # after at most this long (pods stream from S3 until the new copy is complete).
+    weights_poll_seconds: int = Field(default=30, ge=5, le=3600)
+    # NVMe budget per node beside the weights: container images (one per distinct serving image) and the
+    # torch.compile cache.
+    image_size_gb: float = Field(default=25, gt=0)
+    compile_cache_reserve_gb: float = Field(default=10, ge=0)
+    # The image-cache DaemonSet's long-running container (tiny, pinned).
+    pause_image: str = "registry.k8s.io/pause:3.10"
 
 
 class PruningPolicy(Strict):

@@ -64,6 +64,3 @@ def ephemeral_storage_below_nvme(compute: AutoModeCompute, instance: GpuInstance
     """Auto Mode mounts instance store only when the requested root size is smaller than the NVMe."""
     return ephemeral_storage_bytes(compute) < instance.nvme_bytes
 
-
-def model_fits_nvme(model: ModelSpec, instance: GpuInstance) -> bool:
-    return model.size_gb < instance.nvme_gb

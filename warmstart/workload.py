@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from warmstart.cache_key import ModelFactors
 from warmstart.catalog import Catalog, GpuInstance
 from warmstart.config import GIB, EnvironmentConfig, ModelSpec
-from warmstart.sizing import candidate_instances, model_fits_nvme, nvme_mount, tensor_parallel_size
+from warmstart.sizing import candidate_instances, nvme_mount, tensor_parallel_size
 
 VLLM_PORT = 8000
 COMPILE_CACHE_MOUNT = "/compile-cache"  # inside the container; one fixed absolute path (vLLM hashes paths)
@@ -47,6 +47,29 @@ def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tupl
     cpu = min(i.vcpus * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
     memory = min(i.memory_gib * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
     return max(1.0, math.floor(cpu)), max(1, math.floor(memory))
+
+
+# Share of the instance-store NVMe warmstart plans to fill (the rest: filesystem overhead, kubelet, logs).
+NVME_USABLE = 0.9
+WEIGHTS_FOLDER = "warmstart/weights"
+
+
+def weights_cached(model: ModelSpec, config: EnvironmentConfig) -> bool:
+    return config.caches.weights if model.weights_cache is None else model.weights_cache
+
+
+def nvme_need_gb(config: EnvironmentConfig, cached_models: list[ModelSpec]) -> float:
+    """NVMe the cached models need on one node: each model once, the largest twice (an update fills the new
+    copy before the old one goes), one image per distinct serving image, and the compile cache."""
+    weights = sum(m.size_gb for m in cached_models) + max((m.size_gb for m in cached_models), default=0)
+    images = len({m.image for m in config.models}) * config.caches.image_size_gb if config.caches.image else 0
+    compile_reserve = config.caches.compile_cache_reserve_gb if config.caches.compile else 0
+    return round(weights + images + compile_reserve, 3)
+
+
+def weights_root(config: EnvironmentConfig) -> str:
+    """Node folder of the weights cache: <NVMe>/warmstart/weights/<model>/<key>/."""
+    return posixpath.join(nvme_mount(config.compute.mode), WEIGHTS_FOLDER)
 
 
 def compile_cache_root(config: EnvironmentConfig) -> str:
@@ -109,6 +132,7 @@ class ModelPlan:
     nvme_mount: str
     nvme_gb_min: int
     fits_nvme: bool
+    weights_cache: bool
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -167,7 +191,8 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         factors=factors,
         nvme_mount=nvme_mount(config.compute.mode),
         nvme_gb_min=min(i.nvme_gb for i in instances),
-        fits_nvme=all(model_fits_nvme(model, i) for i in instances),
+        fits_nvme=all(nvme_need_gb(config, [model]) <= i.nvme_gb * NVME_USABLE for i in instances),
+        weights_cache=weights_cached(model, config),
         warnings=warnings,
     )
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.synth import ROOT
 
-IMPORT_TO_DISTRIBUTION = {"boto3": "boto3", "botocore": "botocore", "zstandard": "zstandard", "pydantic": "pydantic",
+IMPORT_TO_DISTRIBUTION = {"awscrt": "awscrt", "boto3": "boto3", "botocore": "botocore", "zstandard": "zstandard", "pydantic": "pydantic",
                           "yaml": "PyYAML"}
 
 

@@ -120,7 +120,7 @@ def test_model_larger_than_nvme_with_weights_cache_is_refused():
     found = problems(document)
     nvme = [p for p in found if p.field == "models[0].size_gb"]
     assert len(nvme) == 1 and "250 GB NVMe of g6e.xlarge" in nvme[0].message
-    assert "caches.weights" in nvme[0].fix
+    assert "weights_cache: false" in nvme[0].fix
 
 
 def test_nvme_rule_applies_only_with_the_weights_cache_on():

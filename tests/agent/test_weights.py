@@ -1,0 +1,273 @@
+"""Weights cache against a real S3-compatible server (SeaweedFS): complete or absent, updates detected."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+from boto3.s3.transfer import TransferConfig
+
+from agent.s3_store import ObjectChanged, Unverifiable, WeightsSource
+from agent.weights import WeightsCache, WeightsLayout, weights_key
+from tests.s3_server import SeaweedS3
+
+PREFIX = "llama/"
+MODEL = "llama"
+S3_URI = "s3://models/llama/"
+MULTIPART = TransferConfig(multipart_threshold=5 * 2**20, multipart_chunksize=5 * 2**20)
+
+
+def upload_model(server: SeaweedS3, bucket: str, *, seed: int = 1, big_mb: int = 12) -> dict[str, bytes]:
+    """Large files with each kind of integrity data S3 can hold, and many small ones."""
+    rng = random.Random(seed)
+    with_checksums, plain = server.client(), server.client(default_checksums=False)
+    files: dict[str, bytes] = {}
+
+    def put(name: str, data: bytes, *, algorithm: str | None, multipart: bool) -> None:
+        files[name] = data
+        key = PREFIX + name
+        extra = {"ChecksumAlgorithm": algorithm} if algorithm else {}
+        client = with_checksums if algorithm else plain
+        if multipart:
+            path = Path(os.environ.get("TMPDIR", "/tmp")) / f"upload-{os.getpid()}-{rng.random()}"
+            path.write_bytes(data)
+            try:
+                client.upload_file(str(path), bucket, key, ExtraArgs=extra, Config=MULTIPART)
+            finally:
+                path.unlink()
+        else:
+            client.put_object(Bucket=bucket, Key=key, Body=data, **extra)
+
+    put("model-00001.safetensors", rng.randbytes(big_mb * 2**20 + 123), algorithm="CRC64NVME", multipart=True)
+    put("model-00002.safetensors", rng.randbytes(big_mb * 2**20 + 7), algorithm="CRC32C", multipart=True)
+    put("model-00003.safetensors", rng.randbytes(big_mb * 2**20), algorithm=None, multipart=True)
+    put("model-00004.safetensors", rng.randbytes(3 * 2**20), algorithm=None, multipart=False)
+    put("config.json", b'{"architectures": ["LlamaForCausalLM"]}', algorithm="CRC32", multipart=False)
+    put("empty.txt", b"", algorithm=None, multipart=False)
+    for index in range(40):
+        put(f"tokenizer/part-{index:02d}.json", rng.randbytes(rng.randint(100, 20_000)), algorithm="CRC64NVME",
+            multipart=False)
+    return files
+
+
+def read_tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def model_bucket(s3_server):
+    bucket = s3_server.new_bucket()
+    return bucket, upload_model(s3_server, bucket)
+
+
+def make_cache(root: Path, client, bucket, clock, log, **kwargs) -> WeightsCache:
+    source = WeightsSource(client, bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
+    return WeightsCache(source=source, layout=WeightsLayout(root), clock=clock, log=log, reserve_bytes=0, **kwargs)
+
+
+def never_in_use(model, key):
+    return False
+
+
+def assert_nothing_partial(cache: WeightsCache, key: str | None = None):
+    layout = cache.layout
+    assert not layout.temp_root().exists() or list(layout.temp_root().iterdir()) == []
+    if key:
+        assert not layout.complete_marker(MODEL, key).exists()
+    assert layout.read_pointer(MODEL) is None
+
+
+def test_prefix_is_downloaded_byte_equal_and_marked_complete(tmp_path, s3_server, model_bucket, clock, log):
+    bucket, files = model_bucket
+    cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log)
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "downloaded" and outcome.bytes == sum(len(d) for d in files.values())
+    assert read_tree(cache.layout.key_dir(MODEL, outcome.key)) == files
+    marker = json.loads(cache.layout.complete_marker(MODEL, outcome.key).read_text())
+    assert marker["files"] == len(files) and marker["bytes"] == outcome.bytes
+    assert cache.layout.read_pointer(MODEL) == {"key": outcome.key, "s3_uri": S3_URI, "checked_at": clock()}
+    clock.advance(30)
+    again = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert (again.status, again.key) == ("ready", outcome.key)
+    assert cache.layout.read_pointer(MODEL)["checked_at"] == clock()  # freshness confirmed
+
+
+def test_every_integrity_kind_is_recognized(s3_server, model_bucket):
+    bucket, _ = model_bucket
+    source = WeightsSource(s3_server.client(), bucket)
+    kinds = {item.key.removeprefix(PREFIX): source._check(item).kind for item in source.list(PREFIX)}
+    assert kinds["model-00001.safetensors"] == "crc"  # CRC64NVME is a full-object checksum even multipart
+    assert kinds["model-00002.safetensors"] == "composite-crc"
+    assert kinds["model-00003.safetensors"] == "multipart-md5"
+    assert kinds["model-00004.safetensors"] == "md5"
+    assert kinds["config.json"] == "crc"
+
+
+def test_update_at_the_same_path_is_a_new_key_and_the_old_copy_goes_after_the_switch(
+    tmp_path, s3_server, model_bucket, clock, log
+):
+    bucket, files = model_bucket
+    client = s3_server.client()
+    cache = make_cache(tmp_path / "weights", client, bucket, clock, log)
+    old = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
+    client.put_object(Bucket=bucket, Key=PREFIX + "config.json", Body=b'{"architectures": ["Updated"]}')
+    clock.advance(60)
+    pods_on_old_copy = {(MODEL, old)}
+    new = cache.sync(MODEL, S3_URI, PREFIX, lambda m, k: (m, k) in pods_on_old_copy)
+    assert new.status == "downloaded" and new.key != old
+    assert cache.layout.read_pointer(MODEL)["key"] == new.key
+    assert read_tree(cache.layout.key_dir(MODEL, new.key))["config.json"] == b'{"architectures": ["Updated"]}'
+    assert cache.evict(lambda m, k: (m, k) in pods_on_old_copy) == []  # a pod still reads the old copy
+    assert cache.layout.is_complete(MODEL, old)
+    pods_on_old_copy.clear()  # the Deployment rolled
+    assert cache.evict(never_in_use) == [(MODEL, old)]
+    assert not cache.layout.key_dir(MODEL, old).exists() and cache.layout.is_complete(MODEL, new.key)
+
+
+def test_new_pods_stream_from_s3_while_the_new_copy_downloads(tmp_path, s3_server, model_bucket, clock, log):
+    bucket, _ = model_bucket
+    client = s3_server.client()
+    seen = {}
+
+    class Watching(WeightsSource):
+        def download_all(self, items, destination, prefix, on_bytes=None):
+            seen["pointer during download"] = cache.layout.read_pointer(MODEL)
+            return super().download_all(items, destination, prefix, on_bytes)
+
+    cache = make_cache(tmp_path / "weights", client, bucket, clock, log)
+    cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    client.put_object(Bucket=bucket, Key=PREFIX + "extra.json", Body=b"{}")
+    cache.source = Watching(client, bucket, part_bytes=4 * 2**20, threads=4)
+    cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert seen["pointer during download"] is None
+
+
+def test_server_stopped_mid_download_leaves_nothing(tmp_path, clock, log):
+    server = SeaweedS3(tmp_path / "doomed").start()
+    try:
+        bucket = server.new_bucket()
+        upload_model(server, bucket)
+
+        class Dying(WeightsSource):
+            def download_all(self, items, destination, prefix, on_bytes=None):
+                return super().download_all(items, destination, prefix, on_bytes=lambda n: server.kill())
+
+        cache = make_cache(tmp_path / "weights", server.client(), bucket, clock, log)
+        cache.source = Dying(server.client(), bucket, part_bytes=4 * 2**20, threads=2)
+        outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+        assert outcome.status == "failed"
+        assert_nothing_partial(cache, outcome.key)
+        assert cache.layout.cached_keys() == []
+    finally:
+        server.stop()
+
+
+def test_object_changed_during_the_download_is_refused(tmp_path, s3_server, model_bucket, clock, log):
+    bucket, _ = model_bucket
+    client = s3_server.client()
+    changed = []
+
+    class Racing(WeightsSource):
+        def download_all(self, items, destination, prefix, on_bytes=None):
+            def change_once(count):
+                if not changed:
+                    changed.append(True)
+                    client.put_object(Bucket=bucket, Key=PREFIX + "model-00001.safetensors", Body=b"replaced")
+            return super().download_all(items, destination, prefix, on_bytes=change_once)
+
+    cache = make_cache(tmp_path / "weights", client, bucket, clock, log)
+    cache.source = Racing(client, bucket, part_bytes=4 * 2**20, threads=1)
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "failed" and "ObjectChanged" in outcome.reason
+    assert_nothing_partial(cache, outcome.key)
+
+
+def test_disk_full_leaves_nothing(s3_server, model_bucket, clock, log, small_disk):
+    bucket, _ = model_bucket
+    cache = make_cache(small_disk / "weights", s3_server.client(), bucket, clock, log,
+                       free_bytes=lambda path: 10**12)  # the free-space check is fooled: the write fails for real
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "failed" and "No space left" in outcome.reason
+    assert_nothing_partial(cache, outcome.key)
+
+
+def test_free_space_is_checked_before_downloading(tmp_path, s3_server, model_bucket, clock, log):
+    bucket, _ = model_bucket
+    cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log, free_bytes=lambda path: 1000)
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "failed" and "short after eviction" in outcome.reason
+    assert cache.layout.cached_keys() == []
+
+
+def test_space_is_made_by_evicting_unused_copies_least_recently_used_first(tmp_path, s3_server, clock, log):
+    bucket = s3_server.new_bucket()
+    client = s3_server.client()
+    for name in "abcd":
+        client.put_object(Bucket=bucket, Key=f"{name}/w.bin", Body=os.urandom(1000))
+    root = tmp_path / "weights"
+    capacity = 3500  # room for three copies of 1000 bytes
+    used = lambda: sum(p.stat().st_size for p in root.rglob("*.bin"))  # noqa: E731
+    cache = make_cache(root, client, bucket, clock, log, free_bytes=lambda path: capacity - used())
+    for name in "abc":
+        assert cache.sync(name, f"s3://{bucket}/{name}/", f"{name}/", never_in_use).status == "downloaded"
+        clock.advance(10)
+    for name in "ab":  # a and b leave the config (b first, so it is the least recently used)...
+        cache._retire_current(name)
+        clock.advance(-30 if name == "b" else 0)
+    b_in_use = lambda m, k: m == "b"  # noqa: E731  ...but a pod still reads b
+    assert cache.sync("d", f"s3://{bucket}/d/", "d/", b_in_use).status == "downloaded"
+    assert [m for m, _ in cache.layout.cached_keys()] == ["b", "c", "d"]  # a went; b (in use) and c (current) stay
+
+
+def test_truncated_folder_from_an_earlier_crash_is_never_used(tmp_path, s3_server, model_bucket, clock, log):
+    bucket, files = model_bucket
+    cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log)
+    key = weights_key(cache.source.list(PREFIX), PREFIX)
+    crashed = cache.layout.key_dir(MODEL, key)
+    crashed.mkdir(parents=True)
+    (crashed / "model-00001.safetensors").write_bytes(b"truncated")  # renamed, but the marker was never written
+    leftover = cache.layout.new_temp_dir()
+    (leftover / "half.bin").write_bytes(b"x")
+    cache.clean_temp()
+    assert not cache.layout.is_complete(MODEL, key)
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "downloaded"
+    assert read_tree(crashed) == files
+
+
+def test_empty_prefix_fails_and_retires_the_pointer(tmp_path, s3_server, model_bucket, clock, log):
+    bucket, _ = model_bucket
+    cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log)
+    cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    outcome = cache.sync(MODEL, "s3://models/nothing/", "nothing/", never_in_use)
+    assert outcome.status == "failed" and cache.layout.read_pointer(MODEL) is None
+
+
+class _HeadOnly:
+    """S3 answers for an SSE-KMS object without checksums (SeaweedFS cannot produce one)."""
+
+    def head_object(self, **kwargs):
+        return {"ContentLength": 10, "ServerSideEncryption": "aws:kms", "ETag": '"0123456789abcdef0123456789abcdef"'}
+
+
+def test_an_object_that_cannot_be_verified_is_refused():
+    from agent.s3_store import ListedObject
+
+    source = WeightsSource(_HeadOnly(), "bucket")
+    with pytest.raises(Unverifiable, match="checksum-algorithm"):
+        source._check(ListedObject("m/w.bin", 10, "0123456789abcdef0123456789abcdef"))
+
+
+def test_weights_key_covers_names_sizes_and_etags():
+    from agent.s3_store import ListedObject
+
+    base = [ListedObject("p/a", 1, "e1"), ListedObject("p/b", 2, "e2")]
+    assert weights_key(base, "p/") == weights_key(list(reversed(base)), "p/")
+    for changed in ([ListedObject("p/a", 1, "e9"), base[1]], [ListedObject("p/a", 3, "e1"), base[1]],
+                    [ListedObject("p/c", 1, "e1"), base[1]], base[:1]):
+        assert weights_key(changed, "p/") != weights_key(base, "p/")
+    assert weights_key(base, "p/") == weights_key([ListedObject("q/a", 1, "e1"), ListedObject("q/b", 2, "e2")], "q/")
+    assert ObjectChanged  # the error type the fault tests expect
