@@ -12,34 +12,73 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
+from agent.fs import remove_tree
 from agent.kube import InClusterTransport, KubeApi
 from agent.layout import NodeCacheLayout
 from agent.log import EventLog
 from agent.node_agent import NodeAgent
-from agent.s3_store import CacheStore
+from agent.s3_store import CacheStore, WeightsSource
+from agent.weights import WeightsCache, WeightsLayout
 from warmstart.agent_settings import AgentSettings
+
+CLEANUP_SECONDS = 300
 
 
 def main() -> None:
     settings = AgentSettings.model_validate(json.loads(Path(os.environ["WARMSTART_AGENT_SETTINGS"]).read_text()))
     client = boto3.client(
-        "s3", region_name=settings.region, config=Config(retries={"mode": "adaptive", "max_attempts": 5})
+        "s3",
+        region_name=settings.region,
+        config=Config(retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=4 * settings.download_threads),
     )
     log = EventLog(time.time)
+    layout = NodeCacheLayout(Path(settings.cache_root))
+    remove_tree(layout.state / "tmp")  # whatever a crash left half-done is never used
+    weights = None
+    if settings.weights_models:
+        weights = WeightsCache(
+            source=WeightsSource(client, settings.model_bucket, part_bytes=settings.download_part_bytes,
+                                 threads=settings.download_threads),
+            layout=WeightsLayout(Path(settings.weights_root)),
+            clock=time.time,
+            log=log,
+        )
+        weights.clean_temp()
     agent = NodeAgent(
         settings=settings,
         node=os.environ["NODE_NAME"],
-        store=CacheStore(client, settings.bucket, part_bytes=settings.download_part_bytes, threads=settings.download_threads),
+        store=CacheStore(client, settings.bucket, part_bytes=settings.download_part_bytes,
+                         threads=settings.download_threads),
         kube=KubeApi(InClusterTransport(os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])),
-        layout=NodeCacheLayout(Path(settings.cache_root)),
+        layout=layout,
         clock=time.time,
         log=log,
+        weights=weights,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     agent.start()
-    while not stop.wait(settings.poll_seconds):
-        agent.tick()
+
+    def every(seconds: float, action) -> threading.Thread:
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    action()
+                except Exception as error:  # keep the loop alive; the next round retries
+                    log.event("loop-error", action=action.__name__, reason=f"{type(error).__name__}: {error}")
+                stop.wait(seconds)
+
+        thread = threading.Thread(target=loop, name=action.__name__, daemon=True)
+        thread.start()
+        return thread
+
+    # Weights downloads take minutes: their own thread, so compile-cache publishing never waits for them.
+    threads = [every(settings.poll_seconds, agent.tick), every(CLEANUP_SECONDS, agent.cleanup)]
+    if weights is not None:
+        threads.append(every(settings.weights_poll_seconds, agent.weights_tick))
+    stop.wait()
+    for thread in threads:
+        thread.join(timeout=30)
     log.summary()
 
 

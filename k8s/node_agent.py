@@ -14,7 +14,13 @@ from cdk8s_plus_33 import k8s
 from constructs import Construct
 
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
-from warmstart.agent_settings import AGENT_CACHE_MOUNT, AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
+from warmstart.agent_settings import (
+    AGENT_CACHE_MOUNT,
+    AGENT_NAMESPACE,
+    AGENT_SERVICE_ACCOUNT,
+    AGENT_WEIGHTS_MOUNT,
+    AgentSettings,
+)
 
 SETTINGS_FILE = "agent.json"
 SETTINGS_MOUNT = "/etc/warmstart"
@@ -30,12 +36,11 @@ _OTHER_LABELS_UNCHANGED = (
 
 
 class NodeAgentChart(cdk8s.Chart):
-    def __init__(self, scope: Construct, id: str, *, settings: AgentSettings, image: str, cache_root: str) -> None:
+    def __init__(
+        self, scope: Construct, id: str, *, settings: AgentSettings, image: str, cache_root: str, weights_root: str
+    ) -> None:
         super().__init__(scope, id)
         settings_json = settings.model_dump_json(indent=2)
-        self.namespace_object = k8s.KubeNamespace(
-            self, "Namespace", metadata=k8s.ObjectMeta(name=AGENT_NAMESPACE, labels=LABELS)
-        )
         meta = lambda name: k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=LABELS)  # noqa: E731
         self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta(AGENT_SERVICE_ACCOUNT))
         self.cluster_role = k8s.KubeClusterRole(
@@ -126,17 +131,30 @@ class NodeAgentChart(cdk8s.Chart):
                         # New settings (a changed model) roll the agents, which then restore the new keys.
                         annotations={"warmstart.io/settings-sha256": hashlib.sha256(settings_json.encode()).hexdigest()},
                     ),
-                    spec=_agent_pod(image, cache_root),
+                    spec=_agent_pod(image, cache_root, weights_root if settings.weights_models else None),
                 ),
             ),
         )
-        for obj in (self.service_account, self.settings, self.daemon_set):
-            obj.add_dependency(self.namespace_object)
         self.daemon_set.add_dependency(self.settings)
         self.own_node_binding.add_dependency(self.own_node_policy)
 
 
-def _agent_pod(image: str, cache_root: str) -> k8s.PodSpec:
+def _agent_pod(image: str, cache_root: str, weights_root: str | None) -> k8s.PodSpec:
+    mounts = [
+        k8s.VolumeMount(name="settings", mount_path=SETTINGS_MOUNT, read_only=True),
+        k8s.VolumeMount(name="compile-cache", mount_path=AGENT_CACHE_MOUNT),
+        k8s.VolumeMount(name="tmp", mount_path="/tmp"),
+    ]
+    volumes = [
+        k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
+        k8s.Volume(name="compile-cache", host_path=k8s.HostPathVolumeSource(path=cache_root, type="DirectoryOrCreate")),
+        k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
+    ]
+    if weights_root:
+        mounts.append(k8s.VolumeMount(name="weights", mount_path=AGENT_WEIGHTS_MOUNT))
+        volumes.append(
+            k8s.Volume(name="weights", host_path=k8s.HostPathVolumeSource(path=weights_root, type="DirectoryOrCreate"))
+        )
     return k8s.PodSpec(
         service_account_name=AGENT_SERVICE_ACCOUNT,
         node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
@@ -154,23 +172,15 @@ def _agent_pod(image: str, cache_root: str) -> k8s.PodSpec:
                     requests={"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("256Mi")},
                     limits={"memory": k8s.Quantity.from_string("1Gi")},
                 ),
-                # Root only to own the folders it creates on the host path; no capability, no escalation.
+                # Root only to own the folders it creates on the host paths; no capability, no escalation.
                 security_context=k8s.SecurityContext(
                     run_as_user=0,
                     allow_privilege_escalation=False,
                     read_only_root_filesystem=True,
                     capabilities=k8s.Capabilities(drop=["ALL"]),
                 ),
-                volume_mounts=[
-                    k8s.VolumeMount(name="settings", mount_path=SETTINGS_MOUNT, read_only=True),
-                    k8s.VolumeMount(name="compile-cache", mount_path=AGENT_CACHE_MOUNT),
-                    k8s.VolumeMount(name="tmp", mount_path="/tmp"),
-                ],
+                volume_mounts=mounts,
             )
         ],
-        volumes=[
-            k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
-            k8s.Volume(name="compile-cache", host_path=k8s.HostPathVolumeSource(path=cache_root, type="DirectoryOrCreate")),
-            k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
-        ],
+        volumes=volumes,
     )

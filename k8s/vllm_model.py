@@ -6,11 +6,15 @@ Every value comes from the model's plan (`warmstart.workload.plan_model`).
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
 from warmstart.workload import (
     AGENT_STATE_FOLDER,
     COMPILE_CACHE_MOUNT,
@@ -25,6 +29,9 @@ from warmstart.workload import (
 SERVICE_ACCOUNT = "vllm"
 VLLM_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 AGENT_STATE_MOUNT = "/warmstart"
+WEIGHTS_MOUNT = "/warmstart-weights"
+ENTRY_MOUNT = "/warmstart-entry"
+ENTRY_SCRIPT = Path(__file__).resolve().parent.parent / "agent" / "vllm_entry.py"
 # Waits for the node agent's done marker, never longer than the bound, and never fails: with the agent
 # broken or absent the pod starts (and compiles) as it would without warmstart.
 WAIT_FOR_RESTORE = """\
@@ -58,6 +65,15 @@ class VllmModel(cdk8s.Chart):
         self.service_account = k8s.KubeServiceAccount(
             self, "ServiceAccount", metadata=k8s.ObjectMeta(name=SERVICE_ACCOUNT, namespace=name, labels=labels)
         )
+        self.entry_script = None
+        if plan.weights_cache:
+            self.entry_script = k8s.KubeConfigMap(
+                self,
+                "EntryScript",
+                metadata=k8s.ObjectMeta(name="warmstart-entry", namespace=name, labels=labels),
+                data={"vllm_entry.py": ENTRY_SCRIPT.read_text()},
+            )
+            self.entry_script.add_dependency(self.namespace_object)
         self.deployment = k8s.KubeDeployment(
             self,
             "Deployment",
@@ -72,7 +88,10 @@ class VllmModel(cdk8s.Chart):
                         max_surge=k8s.IntOrString.from_number(1), max_unavailable=k8s.IntOrString.from_number(0)
                     ),
                 ),
-                template=k8s.PodTemplateSpec(metadata=k8s.ObjectMeta(labels=labels), spec=pod_spec(plan)),
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels=labels, annotations=_template_annotations(plan)),
+                    spec=pod_spec(plan),
+                ),
             ),
         )
         self.service = k8s.KubeService(
@@ -98,6 +117,15 @@ class VllmModel(cdk8s.Chart):
         )
         for obj in (self.service_account, self.deployment, self.service, self.disruption_budget):
             obj.add_dependency(self.namespace_object)
+        if self.entry_script is not None:
+            self.deployment.add_dependency(self.entry_script)
+
+
+def _template_annotations(plan: ModelPlan) -> dict[str, str] | None:
+    """A new entry script rolls the pods, like any other change of what they run."""
+    if not plan.weights_cache:
+        return None
+    return {"warmstart.io/entry-sha256": hashlib.sha256(ENTRY_SCRIPT.read_bytes()).hexdigest()}
 
 
 def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
@@ -129,13 +157,30 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
             )
         )
         init_containers.append(wait_for_restore(plan))
+    env = vllm_env(plan)
+    command = VLLM_COMMAND
+    if plan.weights_cache:
+        # The entry step picks the node-local copy when the agent vouches for it, else the S3 URI.
+        command = ["python3", f"{ENTRY_MOUNT}/vllm_entry.py", *VLLM_COMMAND]
+        env |= {"WARMSTART_WEIGHTS_ROOT": WEIGHTS_MOUNT, "WARMSTART_WEIGHTS_MAX_AGE": str(plan.weights_max_age_seconds)}
+        volumes += [
+            k8s.Volume(
+                name="weights",
+                host_path=k8s.HostPathVolumeSource(path=plan.weights_host_path, type="DirectoryOrCreate"),
+            ),
+            k8s.Volume(name="entry", config_map=k8s.ConfigMapVolumeSource(name="warmstart-entry")),
+        ]
+        mounts += [
+            k8s.VolumeMount(name="weights", mount_path=WEIGHTS_MOUNT, read_only=True),
+            k8s.VolumeMount(name="entry", mount_path=ENTRY_MOUNT, read_only=True),
+        ]
     gpus = k8s.Quantity.from_number(plan.gpus)
     container = k8s.Container(
         name="vllm",
         image=plan.model.image,
-        command=VLLM_COMMAND,
+        command=command,
         args=vllm_args(plan),
-        env=[k8s.EnvVar(name=key, value=value) for key, value in vllm_env(plan).items()],
+        env=[k8s.EnvVar(name=key, value=value) for key, value in env.items()],
         ports=[k8s.ContainerPort(name="http", container_port=VLLM_PORT, protocol="TCP")],
         resources=k8s.ResourceRequirements(
             requests={
@@ -165,7 +210,7 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         containers=[container],
         volumes=volumes,
         node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
-        affinity=_instance_type_affinity(plan),
+        affinity=_node_affinity(plan),
         tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
         termination_grace_period_seconds=60,
     )
@@ -190,23 +235,41 @@ def wait_for_restore(plan: ModelPlan) -> k8s.Container:
     )
 
 
-def _instance_type_affinity(plan: ModelPlan) -> k8s.Affinity | None:
-    if not plan.model.instance_types:
+def _node_affinity(plan: ModelPlan) -> k8s.Affinity | None:
+    """Required: the model's instance types (when restricted). Preferred, never required: nodes that hold
+    its weights, so pods land warm when they can and still start anywhere else."""
+    required = None
+    if plan.model.instance_types:
+        required = k8s.NodeSelector(
+            node_selector_terms=[
+                k8s.NodeSelectorTerm(
+                    match_expressions=[
+                        k8s.NodeSelectorRequirement(
+                            key="node.kubernetes.io/instance-type", operator="In", values=list(plan.model.instance_types)
+                        )
+                    ]
+                )
+            ]
+        )
+    preferred = None
+    if plan.weights_cache:
+        preferred = [
+            k8s.PreferredSchedulingTerm(
+                weight=100,
+                preference=k8s.NodeSelectorTerm(
+                    match_expressions=[
+                        k8s.NodeSelectorRequirement(
+                            key=f"{WEIGHTS_LABEL_DOMAIN}/{plan.model.name}", operator="In", values=["ready"]
+                        )
+                    ]
+                ),
+            )
+        ]
+    if required is None and preferred is None:
         return None
     return k8s.Affinity(
         node_affinity=k8s.NodeAffinity(
-            required_during_scheduling_ignored_during_execution=k8s.NodeSelector(
-                node_selector_terms=[
-                    k8s.NodeSelectorTerm(
-                        match_expressions=[
-                            k8s.NodeSelectorRequirement(
-                                key="node.kubernetes.io/instance-type",
-                                operator="In",
-                                values=list(plan.model.instance_types),
-                            )
-                        ]
-                    )
-                ]
-            )
+            required_during_scheduling_ignored_during_execution=required,
+            preferred_during_scheduling_ignored_during_execution=preferred,
         )
     )

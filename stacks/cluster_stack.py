@@ -7,17 +7,19 @@ from constructs import Construct
 
 from stacks.components.auto_mode import AutoModeNodeRole
 from stacks.components.buckets import ArtifactBuckets
-from stacks.components.compile_cache_agent import CompileCacheAgent
+from stacks.components.image_cache import ImageCache
+from stacks.components.node_agent import NodeAgent
 from stacks.components.control_plane import ControlPlane
 from stacks.components.gpu_pool import GpuNodePool
 from stacks.components.karpenter import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.network import WarmstartVpc
 from stacks.components.pod_identity import ModelReader, PodIdentityAgent
+from k8s.system import SystemNamespace
 from k8s.vllm_model import SERVICE_ACCOUNT, VllmModel
 from warmstart.catalog import default_catalog
 from warmstart.config import AutoModeCompute, EnvironmentConfig
 from warmstart.agent_settings import agent_settings
-from warmstart.workload import compile_cache_root, plan_model
+from warmstart.workload import compile_cache_root, plan_model, weights_root
 
 class ClusterStack(Stack):
     """EKS cluster, GPU capacity for the configured compute mode, and per-model identities."""
@@ -76,17 +78,33 @@ class ClusterStack(Stack):
             after=gpu_pool_after,
         )
         catalog = default_catalog()
-        self.compile_cache_agent = None
         settings = agent_settings(config, catalog)
+        images = sorted({m.image for m in config.models}) if config.caches.image else []
+        self.system_namespace = None
+        self.node_agent = None
+        self.image_cache = None
+        if settings.models or images:
+            self.system_namespace = self.cluster.add_cdk8s_chart(
+                "WarmstartSystem", SystemNamespace(self.charts, "WarmstartSystem")
+            )
         if settings.models:
-            self.compile_cache_agent = CompileCacheAgent(
+            self.node_agent = NodeAgent(
                 self,
-                "CompileCacheAgent",
+                "NodeAgent",
                 cluster=self.cluster,
                 charts=self.charts,
                 settings=settings,
                 cache_root=compile_cache_root(config),
+                weights_root=weights_root(config),
+                model_kms_key_arn=config.buckets.models.kms_key_arn,
             )
+            self.node_agent.manifest.node.add_dependency(self.system_namespace)
+        if images:
+            self.image_cache = ImageCache(
+                self, "ImageCache", cluster=self.cluster, charts=self.charts, images=images,
+                pause_image=config.caches.pause_image,
+            )
+            self.image_cache.manifest.node.add_dependency(self.system_namespace)
         self.model_readers: dict[str, ModelReader] = {}
         self.workloads: dict[str, eks.KubernetesManifest] = {}
         for model in config.models:

@@ -79,13 +79,24 @@ def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig)
         _karpenter(cluster_stack.karpenter, config)
     for reader in cluster_stack.model_readers.values():
         _model_reader(reader)
-    if cluster_stack.compile_cache_agent is not None:
+    agent = cluster_stack.node_agent
+    if agent is not None and agent.policy is not None:
         _acknowledge(
-            cluster_stack.compile_cache_agent.policy,
+            agent.policy,
             "The agent reads and writes cache archives under compile-cache/ only; their names are content "
             "hashes of compiled kernels, unknown at synth.",
             _wildcard(f"arn:aws:s3:::{config.buckets.compile_cache}/compile-cache/*"),
         )
+    if agent is not None:
+        for model in config.models:
+            policy = agent.weights_policies.get(model.name)
+            if policy is not None:
+                _acknowledge(
+                    policy,
+                    "The agent copies this model's files to node NVMe: read-only, under the model's own prefix; "
+                    "the file names change with every model update.",
+                    _wildcard(f"arn:aws:s3:::{config.buckets.models.name}/{model.prefix}*"),
+                )
 
 
 def _kubectl_provider(provider: IConstruct) -> None:

@@ -12,12 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.sizing import candidate_instances
-from warmstart.workload import plan_model
+from warmstart.workload import plan_model, weights_cached
 
 AGENT_NAMESPACE = "warmstart-system"
 AGENT_SERVICE_ACCOUNT = "warmstart-agent"
-AGENT_CACHE_MOUNT = "/node-cache/compile-cache"  # where the DaemonSet mounts the node's compile-cache root
+AGENT_CACHE_MOUNT = "/node-cache/compile-cache"  # the node's compile-cache root, inside the agent
+AGENT_WEIGHTS_MOUNT = "/node-cache/weights"  # the node's weights root, inside the agent
 NODE_LABEL_DOMAIN = "compile-cache.warmstart.io"
+WEIGHTS_LABEL_DOMAIN = "weights.warmstart.io"
 
 
 class _Strict(BaseModel):
@@ -29,34 +31,66 @@ class GpuFacts(_Strict):
     architecture: str
 
 
-class AgentModel(_Strict):
-    name: str
+class CompileSettings(_Strict):
     fingerprint: str
     factors: dict[str, Any]
 
 
+class WeightsSettings(_Strict):
+    s3_uri: str
+    prefix: str
+
+
+class AgentModel(_Strict):
+    name: str
+    compile: CompileSettings | None = None
+    weights: WeightsSettings | None = None
+
+
 class AgentSettings(_Strict):
-    bucket: str
+    bucket: str  # the compile-cache bucket
+    model_bucket: str
     region: str
     cache_root: str = AGENT_CACHE_MOUNT
+    weights_root: str = AGENT_WEIGHTS_MOUNT
     models: list[AgentModel]
     # GPU facts of every instance type a model may land on, keyed by node.kubernetes.io/instance-type.
     gpus: dict[str, GpuFacts]
     poll_seconds: int = Field(default=15, ge=1)
+    weights_poll_seconds: int = Field(default=30, ge=5)
     last_use_touch_seconds: int = Field(default=6 * 3600, ge=60)
     download_part_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
     download_threads: int = Field(default=8, ge=1, le=64)
+
+    @property
+    def compile_models(self) -> list[AgentModel]:
+        return [m for m in self.models if m.compile]
+
+    @property
+    def weights_models(self) -> list[AgentModel]:
+        return [m for m in self.models if m.weights]
 
 
 def agent_settings(config: EnvironmentConfig, catalog: Catalog) -> AgentSettings:
     models, gpus = [], {}
     for model in config.models:
         plan = plan_model(model, config, catalog)
-        if not plan.compile_cache:
-            continue
-        models.append(
-            AgentModel(name=model.name, fingerprint=plan.factors.fingerprint(), factors=plan.factors.__dict__)
+        compile_settings = (
+            CompileSettings(fingerprint=plan.factors.fingerprint(), factors=plan.factors.__dict__)
+            if plan.compile_cache
+            else None
         )
+        weights = WeightsSettings(s3_uri=model.s3_uri, prefix=model.prefix) if weights_cached(model, config) else None
+        if compile_settings is None and weights is None:
+            continue
+        models.append(AgentModel(name=model.name, compile=compile_settings, weights=weights))
         for instance in candidate_instances(model, config, catalog):
             gpus[instance.instance_type] = GpuFacts(gpu=instance.gpu_name, architecture=instance.architecture)
-    return AgentSettings(bucket=config.buckets.compile_cache, region=config.region, models=models, gpus=gpus)
+    return AgentSettings(
+        bucket=config.buckets.compile_cache,
+        model_bucket=config.buckets.models.name,
+        region=config.region,
+        models=models,
+        gpus=gpus,
+        weights_poll_seconds=config.caches.weights_poll_seconds,
+    )

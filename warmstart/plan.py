@@ -8,7 +8,7 @@ from warmstart.cache_key import compile_cache_key
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig
 from warmstart.sizing import candidate_instances
-from warmstart.workload import ModelPlan, plan_model
+from warmstart.workload import ModelPlan, nvme_need_gb, plan_model
 
 
 def key_rows(plan: ModelPlan, config: EnvironmentConfig, catalog: Catalog) -> list[tuple[str, str]]:
@@ -32,7 +32,8 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
     model = plan.model
     tensor_parallel = f"{plan.tensor_parallel}" + (" (auto)" if model.tensor_parallel_size == "auto" else "")
     concurrency = f"{plan.concurrency}" + (" (capped)" if plan.concurrency_capped else "")
-    nvme = f"{'fits' if plan.fits_nvme else 'DOES NOT FIT'}: {model.size_gb:g} GB of {plan.nvme_gb_min} GB (smallest)"
+    need = nvme_need_gb(config, [model] if plan.weights_cache else [])
+    nvme = f"{'fits' if plan.fits_nvme else 'DOES NOT FIT'}: needs {need:g} GB of {plan.nvme_gb_min} GB (smallest)"
     return [
         ("weights", f"{model.s3_uri} ({model.size_gb:g} GB)"),
         ("instance types", ", ".join(model.instance_types or config.compute.gpu_pool.instance_types)),
@@ -44,7 +45,8 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
         ("requests", f"cpu {plan.cpu:g}, memory {plan.memory_gib} GiB, nvidia.com/gpu {plan.gpus}"),
         ("compile cache", plan.compile_host_path or "off"),
         ("NVMe", f"{plan.nvme_mount}; {nvme}"),
-        ("weights cache", "on" if config.caches.weights else "off"),
+        ("weights cache", f"on: {plan.weights_host_path}/{model.name}/<listing key>/, else streamed from S3"
+         if plan.weights_cache else "off"),
         ("warnings", "; ".join(plan.warnings) or "none"),
     ]
 

@@ -6,6 +6,7 @@ Pure functions of the config and the GPU catalog; the cdk8s workload chart and `
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import posixpath
@@ -52,6 +53,11 @@ def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tupl
 # Share of the instance-store NVMe warmstart plans to fill (the rest: filesystem overhead, kubelet, logs).
 NVME_USABLE = 0.9
 WEIGHTS_FOLDER = "warmstart/weights"
+
+
+def image_cache_name(image: str) -> str:
+    """Name of the pre-pull DaemonSet of one serving image (shared by every model that uses it)."""
+    return f"image-cache-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
 
 
 def weights_cached(model: ModelSpec, config: EnvironmentConfig) -> bool:
@@ -133,6 +139,9 @@ class ModelPlan:
     nvme_gb_min: int
     fits_nvme: bool
     weights_cache: bool
+    weights_host_path: str
+    # How old the agent's last confirmation against S3 may be for a pod to trust the local copy.
+    weights_max_age_seconds: int
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -193,6 +202,8 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         nvme_gb_min=min(i.nvme_gb for i in instances),
         fits_nvme=all(nvme_need_gb(config, [model]) <= i.nvme_gb * NVME_USABLE for i in instances),
         weights_cache=weights_cached(model, config),
+        weights_host_path=weights_root(config),
+        weights_max_age_seconds=2 * config.caches.weights_poll_seconds + 30,
         warnings=warnings,
     )
 

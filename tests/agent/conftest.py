@@ -85,7 +85,7 @@ def store(s3_server, bucket) -> CacheStore:
 
 def node_layout(tmp_path: Path, name: str) -> NodeCacheLayout:
     root = tmp_path / name / "compile-cache"
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
     return NodeCacheLayout(root)
 
 

@@ -30,19 +30,19 @@ def test_first_node_compiles_publishes_second_node_restores(tmp_path, s3_server,
     cluster = FakeCluster()
     cluster.add_node("node-a", "p5.48xlarge")
     cluster.add_node("node-b", "p5.48xlarge")
-    model = settings.models[0]
+    model = settings.compile_models[0]
     layout_a, layout_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
 
     agent_a = _agent(settings, store, cluster, layout_a, "node-a", clock, log)
-    assert {name: o.status for name, o in agent_a.start().items()} == {m.name: "miss" for m in settings.models}
-    for m in settings.models:  # pods waiting on node A may start now
-        assert json.loads(layout_a.done_marker(m.name, m.fingerprint).read_text())["status"] == "miss"
+    assert {name: o.status for name, o in agent_a.start().items()} == {m.name: "miss" for m in settings.compile_models}
+    for m in settings.compile_models:  # pods waiting on node A may start now
+        assert json.loads(layout_a.done_marker(m.name, m.compile.fingerprint).read_text())["status"] == "miss"
     assert cluster.nodes["node-a"]["metadata"]["labels"][f"compile-cache.warmstart.io/{model.name}"] == "miss"
 
     # The first pod compiles into its configuration's folder and becomes Ready.
-    folder = layout_a.model_dir(model.name, model.fingerprint)
+    folder = layout_a.model_dir(model.name, model.compile.fingerprint)
     compiled = fill_compile_cache(folder)
-    host_path = f"/mnt/k8s-disks/0/compile-cache/{model.name}/{model.fingerprint}"
+    host_path = f"/mnt/k8s-disks/0/compile-cache/{model.name}/{model.compile.fingerprint}"
     cluster.pods.append(vllm_pod(name="p1", node="node-a", model=model.name, host_path=host_path, ready=False))
     assert agent_a.tick() == {}  # not Ready: compile may still be running
     cluster.pods[0]["status"]["conditions"][0]["status"] = "True"
@@ -52,7 +52,7 @@ def test_first_node_compiles_publishes_second_node_restores(tmp_path, s3_server,
 
     agent_b = _agent(settings, store, cluster, layout_b, "node-b", clock, log)
     assert agent_b.start()[model.name].status == "restored"
-    assert read_tree(layout_b.model_dir(model.name, model.fingerprint)) == compiled
+    assert read_tree(layout_b.model_dir(model.name, model.compile.fingerprint)) == compiled
 
 
 def test_pod_of_an_older_configuration_is_not_published(tmp_path, s3_server, bucket, clock, log):
@@ -60,11 +60,11 @@ def test_pod_of_an_older_configuration_is_not_published(tmp_path, s3_server, buc
     store = CacheStore(s3_server.client(), bucket)
     cluster = FakeCluster()
     cluster.add_node("node-a", "p5.48xlarge")
-    model = settings.models[0]
+    model = settings.compile_models[0]
     layout = node_layout(tmp_path, "a")
     agent = _agent(settings, store, cluster, layout, "node-a", clock, log)
     agent.start()
-    fill_compile_cache(layout.model_dir(model.name, model.fingerprint))
+    fill_compile_cache(layout.model_dir(model.name, model.compile.fingerprint))
     cluster.pods.append(
         vllm_pod(name="old", node="node-a", model=model.name, host_path=f"/x/{model.name}/0123456789abcdef", ready=True)
     )
@@ -76,13 +76,13 @@ def test_last_use_is_recorded_at_most_once_per_interval(tmp_path, s3_server, buc
     store = CacheStore(s3_server.client(), bucket)
     cluster = FakeCluster()
     cluster.add_node("node-a", "p5.48xlarge")
-    model = settings.models[0]
+    model = settings.compile_models[0]
     layout = node_layout(tmp_path, "a")
     agent = _agent(settings, store, cluster, layout, "node-a", clock, log)
     agent.start()
-    fill_compile_cache(layout.model_dir(model.name, model.fingerprint))
+    fill_compile_cache(layout.model_dir(model.name, model.compile.fingerprint))
     cluster.pods.append(vllm_pod(name="p", node="node-a", model=model.name,
-                                 host_path=f"/c/{model.name}/{model.fingerprint}", ready=True))
+                                 host_path=f"/c/{model.name}/{model.compile.fingerprint}", ready=True))
     agent.tick()  # publishes, records use
     key = agent.models[model.name].key
     first = store.get_json(key.last_use_key)["time"]
@@ -101,8 +101,8 @@ def test_unknown_instance_type_still_releases_waiting_pods(tmp_path, s3_server, 
     layout = node_layout(tmp_path, "x")
     outcomes = _agent(settings, CacheStore(s3_server.client(), bucket), cluster, layout, "node-x", clock, log).start()
     assert {o.status for o in outcomes.values()} == {"failed"}
-    for m in settings.models:
-        assert layout.done_marker(m.name, m.fingerprint).exists()
+    for m in settings.compile_models:
+        assert layout.done_marker(m.name, m.compile.fingerprint).exists()
 
 
 def test_api_outage_at_start_still_releases_waiting_pods(tmp_path, s3_server, bucket, clock, log):
@@ -110,6 +110,107 @@ def test_api_outage_at_start_still_releases_waiting_pods(tmp_path, s3_server, bu
     cluster = FakeCluster(fail_with=503)
     layout = node_layout(tmp_path, "a")
     _agent(settings, CacheStore(s3_server.client(), bucket), cluster, layout, "node-a", clock, log).start()
-    for m in settings.models:
-        assert json.loads(layout.done_marker(m.name, m.fingerprint).read_text())["status"] == "failed"
+    for m in settings.compile_models:
+        assert json.loads(layout.done_marker(m.name, m.compile.fingerprint).read_text())["status"] == "failed"
     assert log.counters["start-failed"] == 1
+
+
+def _weights_agent(tmp_path, s3_server, clock, log, settings, cluster, node="node-a"):
+    from agent.s3_store import WeightsSource
+    from agent.weights import WeightsCache, WeightsLayout
+
+    client = s3_server.client()
+    weights = WeightsCache(
+        source=WeightsSource(client, settings.model_bucket, part_bytes=5 * 2**20, threads=4),
+        layout=WeightsLayout(tmp_path / node / "weights"),
+        clock=clock,
+        log=log,
+        reserve_bytes=0,
+    )
+    agent = NodeAgent(settings=settings, node=node, store=CacheStore(client, settings.bucket), kube=KubeApi(cluster),
+                      layout=node_layout(tmp_path, node), clock=clock, log=log, weights=weights)
+    return agent, weights
+
+
+def _upload(client, bucket, prefix, body: bytes):
+    client.put_object(Bucket=bucket, Key=f"{prefix}config.json", Body=body)
+    client.put_object(Bucket=bucket, Key=f"{prefix}model.safetensors", Body=bytes(range(256)) * 4000)
+
+
+def _iso(epoch: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def test_weights_follow_s3_and_old_copies_go_once_no_pod_reads_them(tmp_path, s3_server, clock, log):
+    bucket = s3_server.new_bucket()
+    settings = _settings(bucket).model_copy(update={"model_bucket": bucket})
+    client = s3_server.client()
+    for model in settings.weights_models:
+        _upload(client, bucket, model.weights.prefix, b'{"v": 1}')
+    cluster = FakeCluster()
+    cluster.add_node("node-a", "p5.48xlarge")
+    agent, weights = _weights_agent(tmp_path, s3_server, clock, log, settings, cluster)
+    assert set(agent.weights_tick().values()) == {"downloaded"}
+    labels = cluster.nodes["node-a"]["metadata"]["labels"]
+    assert all(labels[f"weights.warmstart.io/{m.name}"] == "ready" for m in settings.weights_models)
+    model = settings.weights_models[0]
+    old_key = weights.layout.read_pointer(model.name)["key"]
+    # A pod starts on the current copy, then the weights are updated in place in S3.
+    clock.advance(10)
+    cluster.pods.append(vllm_pod(name="p1", node="node-a", model=model.name, host_path="/x", ready=True))
+    cluster.pods[-1]["status"]["startTime"] = _iso(clock())
+    clock.advance(10)
+    _upload(client, bucket, model.weights.prefix, b'{"v": 2}')
+    assert agent.weights_tick()[model.name] == "downloaded"
+    new_key = weights.layout.read_pointer(model.name)["key"]
+    assert new_key != old_key and weights.layout.is_complete(model.name, old_key)  # p1 may still read it
+    cluster.pods.clear()  # the Deployment rolled onto the new copy
+    clock.advance(30)
+    assert agent.weights_tick()[model.name] == "ready"
+    assert not weights.layout.key_dir(model.name, old_key).exists()
+    assert weights.layout.is_complete(model.name, new_key)
+
+
+def test_listing_failure_keeps_pods_on_s3_until_it_recovers(tmp_path, s3_server, clock, log):
+    bucket = s3_server.new_bucket()
+    settings = _settings(bucket).model_copy(update={"model_bucket": "no-such-bucket"})
+    cluster = FakeCluster()
+    cluster.add_node("node-a", "p5.48xlarge")
+    agent, weights = _weights_agent(tmp_path, s3_server, clock, log, settings, cluster)
+    assert set(agent.weights_tick().values()) == {"failed"}
+    assert all(weights.layout.read_pointer(m.name) is None for m in settings.weights_models)
+    assert not any(k.startswith("weights.warmstart.io/") for k in cluster.nodes["node-a"]["metadata"]["labels"])
+
+
+def test_a_removed_model_loses_its_labels_pointer_and_node_data(tmp_path, s3_server, clock, log):
+    bucket = s3_server.new_bucket()
+    settings = _settings(bucket).model_copy(update={"model_bucket": bucket})
+    client = s3_server.client()
+    for model in settings.weights_models:
+        _upload(client, bucket, model.weights.prefix, b"{}")
+    cluster = FakeCluster()
+    cluster.add_node("node-a", "p5.48xlarge")
+    agent, weights = _weights_agent(tmp_path, s3_server, clock, log, settings, cluster)
+    agent.start()
+    agent.weights_tick()
+    removed = settings.models[1]
+    fill_compile_cache(agent.layout.model_dir(removed.name, removed.compile.fingerprint))
+    # The next deploy drops the model: the agent restarts with new settings.
+    reduced = settings.model_copy(update={"models": settings.models[:1]})
+    cluster.pods.append(vllm_pod(name="old", node="node-a", model=removed.name, host_path="/x", ready=True))
+    agent, weights = _weights_agent(tmp_path, s3_server, clock, log, reduced, cluster)
+    assert agent.cleanup() == []  # a pod of the removed model still runs: its data stays
+    labels = cluster.nodes["node-a"]["metadata"]["labels"]
+    assert not any(k.endswith(f"/{removed.name}") for k in labels)
+    assert weights.layout.read_pointer(removed.name) is None
+    agent.weights_tick()
+    assert any(m == removed.name for m, _ in weights.layout.cached_keys())
+    cluster.pods.clear()
+    assert agent.cleanup() == [removed.name]
+    agent.weights_tick()
+    assert not any(m == removed.name for m, _ in weights.layout.cached_keys())
+    kept = settings.models[0].name
+    assert any(m == kept for m, _ in weights.layout.cached_keys())
+    assert labels[f"weights.warmstart.io/{kept}"] == "ready"

@@ -75,7 +75,7 @@ def test_agent_aws_access_is_the_compile_cache_prefix_only(shipped):
     (policy,) = [
         r["Properties"]["PolicyDocument"]["Statement"]
         for k, r in template["Resources"].items()
-        if r["Type"] == "AWS::IAM::Policy" and "CompileCacheAccess" in k
+        if r["Type"] == "AWS::IAM::Policy" and k.startswith("NodeAgentCompileCacheAccess")
     ]
     bucket = shipped.config.buckets.compile_cache
     assert policy == [
@@ -105,3 +105,36 @@ def test_agent_image_is_an_asset_built_at_deploy_from_agent_and_domain_only(ship
     context = shipped.outdir / image["source"]["directory"]
     assert sorted(p.name for p in context.iterdir()) == ["agent", "warmstart"]
     assert not list(context.rglob("__pycache__"))
+
+
+def test_agent_mounts_the_weights_root_only_when_a_model_caches_weights(shipped):
+    from warmstart.workload import weights_cached
+
+    (daemon_set,) = of_kind(_agent_objects(shipped), "DaemonSet")
+    volumes = {v["name"]: v for v in daemon_set["spec"]["template"]["spec"]["volumes"]}
+    cached = [m for m in shipped.config.models if weights_cached(m, shipped.config)]
+    if cached:
+        mount = {"auto": "/mnt/.ephemeral", "karpenter": "/mnt/k8s-disks/0"}[shipped.config.compute.mode]
+        assert volumes["weights"]["hostPath"] == {"path": f"{mount}/warmstart/weights", "type": "DirectoryOrCreate"}
+    else:
+        assert "weights" not in volumes
+
+
+def test_agent_reads_only_the_prefixes_of_models_it_caches_and_writes_none(shipped):
+    from warmstart.workload import weights_cached
+
+    template = shipped.template_json("cluster")
+    policies = {
+        k: r["Properties"]["PolicyDocument"]["Statement"]
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and k.startswith("NodeAgentReadWeights")
+    }
+    cached = [m for m in shipped.config.models if weights_cached(m, shipped.config)]
+    assert len(policies) == len(cached)
+    bucket = shipped.config.buckets.models.name
+    for model in cached:
+        (statements,) = [s for k, s in policies.items() if k.startswith(f"NodeAgentReadWeights{model.name.replace('-', '')}")]
+        assert statements[0]["Action"] == "s3:GetObject"
+        assert statements[0]["Resource"] == f"arn:aws:s3:::{bucket}/{model.prefix}*"
+        assert statements[1]["Condition"] == {"StringLike": {"s3:prefix": [f"{model.prefix}*"]}}
+    assert "s3:PutObject" not in json.dumps(list(policies.values()))

@@ -170,8 +170,7 @@ def test_gitops_manifests_equal_what_cdk_deploys(shipped, dist):
     deployed = [
         _without_prune_labels(m)
         for m in deployed_manifests(shipped.template_json("cluster"))
-        if m["kind"] in ("Deployment", "Service", "PodDisruptionBudget")
-        or (m["kind"] in ("Namespace", "ServiceAccount") and m["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "vllm")
+        if m["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "vllm"
     ]
     rendered = [obj for objects in dist[shipped.name].values() for obj in objects]
     key = lambda m: (m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"])  # noqa: E731
@@ -179,10 +178,16 @@ def test_gitops_manifests_equal_what_cdk_deploys(shipped, dist):
 
 
 def test_gitops_manifests_pass_strict_validation(shipped, dist):
+    from warmstart.workload import weights_cached
+
     files = dist[shipped.name]
     assert set(files) == {f"{m.name}.yaml" for m in shipped.config.models}
-    for objects in files.values():
-        assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget"]
+    for model in shipped.config.models:
+        objects = files[f"{model.name}.yaml"]
+        kinds = [o["kind"] for o in objects]
+        expected = ["ServiceAccount", "Deployment", "Service", "PodDisruptionBudget"]
+        expected += ["ConfigMap"] if weights_cached(model, shipped.config) else []
+        assert kinds[0] == "Namespace" and sorted(kinds[1:]) == sorted(expected)
         for obj in objects:
             validate_manifest(obj, shipped.config.cluster.kubernetes_version)
 
@@ -196,3 +201,51 @@ def test_render_replaces_stale_files(tmp_path, dev):
     (tmp_path / "removed-model.yaml").write_text("kind: Deployment\n")
     files = render_workloads(dev.config, tmp_path)
     assert [p.name for p in files] == ["qwen3-4b.yaml"]
+
+
+def test_weights_cached_pods_choose_their_source_at_start_and_prefer_warm_nodes(prod):
+    deployment = _deployments(prod)["llama-3-3-70b"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container(deployment)
+    assert container["command"] == [
+        "python3", "/warmstart-entry/vllm_entry.py", "python3", "-m", "vllm.entrypoints.openai.api_server"
+    ]
+    assert "--model=s3://acme-llm-weights-prod/llama-3.3-70b-instruct/" in container["args"]
+    env = _env(container)
+    assert env["WARMSTART_WEIGHTS_ROOT"] == "/warmstart-weights"
+    assert env["WARMSTART_WEIGHTS_MAX_AGE"] == "90"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["weights"]["hostPath"] == {"path": "/mnt/k8s-disks/0/warmstart/weights", "type": "DirectoryOrCreate"}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["weights"] == {"mountPath": "/warmstart-weights", "name": "weights", "readOnly": True}
+    affinity = pod["affinity"]["nodeAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in affinity  # prefers, never requires
+    (preferred,) = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["preference"]["matchExpressions"] == [
+        {"key": "weights.warmstart.io/llama-3-3-70b", "operator": "In", "values": ["ready"]}
+    ]
+    assert len(deployment["spec"]["template"]["metadata"]["annotations"]["warmstart.io/entry-sha256"]) == 64
+
+
+def test_without_the_weights_cache_pods_run_vllm_directly(dev):
+    container = _container(_deployments(dev)["qwen3-4b"])
+    assert container["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "WARMSTART_WEIGHTS_ROOT" not in _env(container)
+
+
+def test_one_image_cache_per_distinct_serving_image(shipped):
+    from warmstart.workload import image_cache_name
+
+    manifests = deployed_manifests(shipped.template_json("cluster"))
+    caches = [d for d in of_kind(manifests, "DaemonSet") if d["metadata"]["name"].startswith("image-cache-")]
+    images = {m.image for m in shipped.config.models}
+    assert {d["metadata"]["name"] for d in caches} == {image_cache_name(i) for i in images}
+    for cache in caches:
+        pod = cache["spec"]["template"]["spec"]
+        (pull,) = pod["initContainers"]
+        assert pull["image"] in images and pull["command"] == ["/bin/sh", "-c", "exit 0"]
+        assert pull["imagePullPolicy"] == "IfNotPresent"
+        (hold,) = pod["containers"]
+        assert hold["image"] == shipped.config.caches.pause_image
+        assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
+        assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]

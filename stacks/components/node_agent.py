@@ -1,5 +1,5 @@
-"""The compile-cache node agent: its image (built by CDK at deploy, never at synth), its AWS identity
-limited to the compile-cache prefix, and its Kubernetes objects."""
+"""The warmstart node agent: its image (built by CDK at deploy, never at synth), its AWS identity (the
+compile-cache prefix, and read-only the model prefixes whose weights it caches), its Kubernetes objects."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from k8s.node_agent import NodeAgentChart
-from stacks.components.pod_identity import PodIdentity
+from stacks.components.pod_identity import PodIdentity, model_read_statements
 from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
 from warmstart.cache_key import KEY_ROOT
 
@@ -41,7 +41,7 @@ def agent_statements(bucket_name: str) -> list[iam.PolicyStatement]:
     ]
 
 
-class CompileCacheAgent(Construct):
+class NodeAgent(Construct):
     def __init__(
         self,
         scope: Construct,
@@ -51,6 +51,8 @@ class CompileCacheAgent(Construct):
         charts: cdk8s.App,
         settings: AgentSettings,
         cache_root: str,
+        weights_root: str,
+        model_kms_key_arn: str | None,
     ) -> None:
         super().__init__(scope, id)
         self.image = ecr_assets.DockerImageAsset(
@@ -68,11 +70,31 @@ class CompileCacheAgent(Construct):
             cluster=cluster,
             namespace=AGENT_NAMESPACE,
             service_account=AGENT_SERVICE_ACCOUNT,
-            description=f"warmstart node agent: s3://{settings.bucket}/{KEY_ROOT}/ only",
+            description="warmstart node agent: compile-cache prefix, cached model prefixes (read-only)",
         )
-        self.policy = iam.Policy(
-            self, "CompileCacheAccess", statements=agent_statements(settings.bucket), roles=[self.identity.role]
+        self.policy = None
+        if settings.compile_models:
+            self.policy = iam.Policy(
+                self, "CompileCacheAccess", statements=agent_statements(settings.bucket), roles=[self.identity.role]
+            )
+        self.weights_policies = {
+            model.name: iam.Policy(
+                self,
+                f"ReadWeights-{model.name}",
+                statements=model_read_statements(settings.model_bucket, model.weights.prefix, model_kms_key_arn),
+                roles=[self.identity.role],
+            )
+            for model in settings.weights_models
+        }
+        self.chart = NodeAgentChart(
+            charts,
+            "NodeAgent",
+            settings=settings,
+            image=self.image.image_uri,
+            cache_root=cache_root,
+            weights_root=weights_root,
         )
-        self.chart = NodeAgentChart(charts, "NodeAgent", settings=settings, image=self.image.image_uri, cache_root=cache_root)
         self.manifest = cluster.add_cdk8s_chart("NodeAgent", self.chart)
-        self.manifest.node.add_dependency(self.identity.association, self.policy)
+        self.manifest.node.add_dependency(
+            self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies.values()
+        )
