@@ -45,6 +45,7 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
 bench: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/compile_cache_restore.py
 	$(BIN)/python bench/torch_compile_cpu.py
+	$(BIN)/python bench/weights_prefetch.py
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

@@ -38,7 +38,7 @@ def main() -> None:
     if settings.weights_models:
         weights = WeightsCache(
             source=WeightsSource(client, settings.model_bucket, part_bytes=settings.download_part_bytes,
-                                 threads=settings.download_threads),
+                                 threads=settings.download_threads, buffer_bytes=settings.download_buffer_bytes),
             layout=WeightsLayout(Path(settings.weights_root)),
             clock=time.time,
             log=log,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import zstandard
 
+from agent.fs import sync_filesystem
+
 ZSTD_LEVEL = 3  # compile artifacts compress well already at low levels; packing stays I/O-bound
 
 
@@ -73,11 +75,11 @@ def _plain_files_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarI
 def unpack(archive: Path, destination: Path) -> int:
     """Extracts into `destination` (which must be empty or absent); returns the number of files.
 
-    Every file and folder is fsynced, so the folder the caller then renames into place is complete on disk
-    even if the node loses power right after (a reboot keeps instance-store data).
+    The filesystem is synced at the end, so the folder the caller then renames into place is complete on
+    disk even if the node crashes right after (a reboot keeps instance-store data).
     """
     destination.mkdir(parents=True, exist_ok=True)
-    files, folders = 0, {destination}
+    files = 0
     with open(archive, "rb") as raw:
         decompressor = zstandard.ZstdDecompressor()
         with decompressor.stream_reader(raw) as stream:
@@ -87,19 +89,6 @@ def unpack(archive: Path, destination: Path) -> int:
                         tar.extract(member, destination, filter=_plain_files_only)
                     except tarfile.FilterError as error:
                         raise UnsafeArchive(str(error)) from error
-                    path = destination / member.name
-                    if member.isfile():
-                        _fsync(path)
-                        files += 1
-                    folders.add(path if member.isdir() else path.parent)
-    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
-        _fsync(folder)
+                    files += member.isfile()
+    sync_filesystem(destination)
     return files
-
-
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

@@ -1,0 +1,177 @@
+"""Weights prefetch throughput: 4 x 512 MiB files plus 200 small files from a local S3 server, side by side
+in the same run with `s5cmd cp` (the fastest S3 downloader we know) and `dd conv=fsync` of the same bytes
+(the disk's limit). warmstart verifies every byte against S3's checksums and publishes the folder atomically;
+s5cmd does neither. Reports MB/s, both ratios, client CPU seconds per GB and peak memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from boto3.s3.transfer import TransferConfig  # noqa: E402
+
+from bench import report  # noqa: E402
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
+from warmstart.agent_settings import AgentSettings  # noqa: E402
+
+REPEATS = 5
+BIG_FILES, BIG_BYTES = 4, 512 * 2**20
+SMALL_FILES = 200
+# The agent's own defaults, so the benchmark measures what runs on the nodes.
+THREADS = AgentSettings.model_fields["download_threads"].default
+PART_MIB = AgentSettings.model_fields["download_part_bytes"].default // 2**20
+BUFFER_BYTES = AgentSettings.model_fields["download_buffer_bytes"].default
+
+
+def run_measured(command: list[str], env: dict | None = None) -> dict:
+    """Wall time, CPU (user + system) and peak resident memory of one child process."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{command[0]} failed: {stderr[-2000:]}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
+            "stdout": stdout}
+
+
+def make_model(folder: Path) -> int:
+    rng = random.Random(7)
+    total = 0
+    for index in range(BIG_FILES):
+        path = folder / f"model-{index + 1:05d}-of-{BIG_FILES:05d}.safetensors"
+        with open(path, "wb") as handle:
+            for _ in range(BIG_BYTES // 2**24):
+                handle.write(rng.randbytes(2**24))
+        total += BIG_BYTES
+    for index in range(SMALL_FILES):
+        data = rng.randbytes(rng.randint(1_000, 200_000))
+        path = folder / "extras" / f"file-{index:03d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        total += len(data)
+    return total
+
+
+def dd_copy(source: Path, target: Path) -> dict:
+    """The same bytes written with dd conv=fsync, file by file: what the disk itself can take."""
+    shutil.rmtree(target, ignore_errors=True)
+    wall = cpu = 0.0
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        destination = target / path.relative_to(source)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        result = run_measured(["dd", f"if={path}", f"of={destination}", "bs=16M", "conv=fsync", "status=none"])
+        wall, cpu = wall + result["wall_s"], cpu + result["cpu_s"]
+    return {"wall_s": wall, "cpu_s": cpu, "peak_mb": None}
+
+
+def settle() -> None:
+    """Each run starts with no dirty pages left by the one before (untimed)."""
+    subprocess.run(["sync"], check=True)
+
+
+def tree_equal(a: Path, b: Path) -> bool:
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    if files_a != files_b:
+        return False
+    return all(subprocess.run(["cmp", "-s", a / f, b / f]).returncode == 0 for f in files_a)
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="warmstart-bench-", dir=os.environ.get("BENCH_DIR")))
+    server = SeaweedS3(work / "s3").start()
+    s5cmd = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
+    runs: dict[str, list[dict]] = {"warmstart": [], "warmstart_process": [], "s5cmd": [], "s5cmd_then_sync": [],
+                                   "dd": []}
+    try:
+        source = work / "source"
+        source.mkdir()
+        total = make_model(source)
+        bucket = server.new_bucket()
+        client = server.client(retries=3)
+        upload = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=4)
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            client.upload_file(str(path), bucket, f"model/{path.relative_to(source)}",
+                               ExtraArgs={"ChecksumAlgorithm": "CRC64NVME"}, Config=upload)
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1"}
+        for attempt in range(REPEATS):
+            settle()
+            ours_root = work / f"warmstart-{attempt}"
+            result = run_measured([sys.executable, str(ROOT / "bench" / "weights_worker.py"), server.endpoint, ACCESS_KEY,
+                                   SECRET_KEY, bucket, "model/", str(ours_root), str(THREADS), str(PART_MIB),
+                                   str(BUFFER_BYTES)])
+            outcome = json.loads(result.pop("stdout").strip().splitlines()[-1])
+            assert outcome["status"] == "downloaded", outcome
+            verified = outcome["bytes"] == total and tree_equal(source, Path(outcome["folder"]))
+            runs["warmstart_process"].append({**result, "verified": verified})
+            # In the agent: the sync alone (the daemon's start-up is not part of any download).
+            runs["warmstart"].append({"wall_s": outcome["sync_s"], "cpu_s": result["cpu_s"], "peak_mb": result["peak_mb"],
+                                      "verified": verified})
+            shutil.rmtree(ours_root)
+
+            settle()
+            target = work / f"s5cmd-{attempt}"
+            result = run_measured([s5cmd, "--endpoint-url", server.endpoint, "cp", f"s3://{bucket}/model/*",
+                                   f"{target}/"], env=env)
+            result.pop("stdout")
+            # s5cmd returns with its bytes still in the page cache; what it takes to have them on disk:
+            flushed = run_measured(["sync", "-f", str(target)])
+            runs["s5cmd_then_sync"].append({"wall_s": result["wall_s"] + flushed["wall_s"],
+                                            "cpu_s": result["cpu_s"] + flushed["cpu_s"], "peak_mb": result["peak_mb"]})
+            result["byte_equal"] = tree_equal(source, target)
+            runs["s5cmd"].append(result)
+            shutil.rmtree(target)
+            settle()
+
+            runs["dd"].append(dd_copy(source, work / f"dd-{attempt}"))
+            shutil.rmtree(work / f"dd-{attempt}")
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    gb = total / 1e9
+    summary = {}
+    for tool, results in runs.items():
+        wall = report.median([r["wall_s"] for r in results])
+        summary[tool] = {
+            "mb_per_s": total / 1e6 / wall,
+            "wall_s": wall,
+            "cpu_s_per_gb": report.median([r["cpu_s"] for r in results]) / gb,
+            "peak_mb": max(r["peak_mb"] for r in results) if results[0]["peak_mb"] is not None else None,
+        }
+    ratios = {
+        "warmstart_over_s5cmd": summary["warmstart"]["mb_per_s"] / summary["s5cmd"]["mb_per_s"],
+        "warmstart_process_over_s5cmd": summary["warmstart_process"]["mb_per_s"] / summary["s5cmd"]["mb_per_s"],
+        "warmstart_over_s5cmd_then_sync": summary["warmstart"]["mb_per_s"] / summary["s5cmd_then_sync"]["mb_per_s"],
+        "warmstart_over_dd": summary["warmstart"]["mb_per_s"] / summary["dd"]["mb_per_s"],
+    }
+    rows = [{"tool": tool, **values} for tool, values in summary.items()]
+    print(f"weights prefetch: {BIG_FILES} x 512 MiB + {SMALL_FILES} small files ({total / 1e6:.0f} MB), median of {REPEATS}")
+    print(report.table(rows, ["tool", "mb_per_s", "wall_s", "cpu_s_per_gb", "peak_mb"]))
+    print(f"warmstart/s5cmd: {ratios['warmstart_over_s5cmd']:.3f} (with Python start-up: "
+          f"{ratios['warmstart_process_over_s5cmd']:.3f})   "
+          f"warmstart/(s5cmd + sync): {ratios['warmstart_over_s5cmd_then_sync']:.3f}   "
+          f"warmstart/dd: {ratios['warmstart_over_dd']:.3f}   "
+          f"every byte verified: {all(r['verified'] for r in runs['warmstart'])}")
+    print("wrote", report.write("weights_prefetch", {"total_bytes": total, "threads": THREADS, "part_mib": PART_MIB,
+                                                     "summary": summary, "ratios": ratios, "runs": runs}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""One weights prefetch as the node agent does it, in its own process (so its CPU and memory are its own).
+
+Reports the sync's own duration too: the agent is a long-running daemon, so Python's start-up and imports
+(about half a second here) are paid once per node, not per download.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import boto3  # noqa: E402
+from botocore.config import Config  # noqa: E402
+
+from agent.log import EventLog  # noqa: E402
+from agent.s3_store import WeightsSource  # noqa: E402
+from agent.weights import WeightsCache, WeightsLayout  # noqa: E402
+
+
+def main(endpoint: str, access_key: str, secret_key: str, bucket: str, prefix: str, root: str, threads: int,
+         part_mib: int, buffer_bytes: int) -> None:
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=access_key, aws_secret_access_key=secret_key,
+                          region_name="us-east-1",
+                          config=Config(s3={"addressing_style": "path"}, max_pool_connections=2 * threads,
+                                        retries={"mode": "standard", "max_attempts": 3}))
+    source = WeightsSource(client, bucket, part_bytes=part_mib * 2**20, threads=threads, buffer_bytes=buffer_bytes)
+    cache = WeightsCache(source=source, layout=WeightsLayout(Path(root)), clock=time.time,
+                         log=EventLog(time.time, stream=open("/dev/null", "w")), reserve_bytes=0)
+    started = time.perf_counter()
+    outcome = cache.sync("bench", f"s3://{bucket}/{prefix}", prefix, lambda m, k: False)
+    cpu = time.process_time()
+    print(json.dumps({"status": outcome.status, "reason": outcome.reason, "bytes": outcome.bytes,
+                      "sync_s": time.perf_counter() - started, "process_cpu_s": cpu,
+                      "folder": str(cache.layout.key_dir("bench", outcome.key))}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:7], int(sys.argv[7]), int(sys.argv[8]), int(sys.argv[9]))
