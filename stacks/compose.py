@@ -11,6 +11,7 @@ from stacks.cluster_stack import ClusterStack
 from stacks.data_stack import DataStack
 from stacks.nag_acknowledgments import acknowledge_findings
 from stacks.network_stack import NetworkStack
+from stacks.pruner_stack import PrunerStack
 from warmstart.config import EnvironmentConfig
 
 
@@ -19,9 +20,10 @@ class EnvironmentStacks:
     network: NetworkStack
     data: DataStack
     cluster: ClusterStack
+    pruner: PrunerStack
 
     def all(self) -> list:
-        return [self.network, self.data, self.cluster]
+        return [self.network, self.data, self.cluster, self.pruner]
 
 
 def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStacks:
@@ -32,7 +34,9 @@ def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStack
     cluster = ClusterStack(
         app, f"{prefix}-cluster", env=env, config=config, network=network.network, buckets=data.buckets
     )
-    stacks = EnvironmentStacks(network=network, data=data, cluster=cluster)
+    pruner = PrunerStack(app, f"{prefix}-pruner", env=env, config=config)
+    pruner.add_dependency(data)  # prunes the bucket the data stack owns
+    stacks = EnvironmentStacks(network=network, data=data, cluster=cluster, pruner=pruner)
     for stack in stacks.all():
         for key, value in config.tags.items():
             Tags.of(stack).add(key, value)

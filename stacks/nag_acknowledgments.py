@@ -14,6 +14,7 @@ from constructs import IConstruct
 
 from stacks.components.karpenter import KarpenterController
 from stacks.components.pod_identity import ModelReader
+from stacks.components.pruner import CompileCachePruner
 from warmstart.config import AutoModeCompute, EnvironmentConfig
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig)
         _karpenter(cluster_stack.karpenter, config)
     for reader in cluster_stack.model_readers.values():
         _model_reader(reader)
+    _pruner(stacks.pruner.pruner, config)
     agent = cluster_stack.node_agent
     if agent is not None and agent.policy is not None:
         _acknowledge(
@@ -171,6 +173,33 @@ def _karpenter(karpenter: KarpenterController, config: EnvironmentConfig) -> Non
         _wildcard(f"arn:aws:iam::{account}:instance-profile/*"),
         _wildcard(f"arn:aws:ssm:{region}::parameter/aws/service/*"),
     )
+
+
+def _pruner(pruner: CompileCachePruner, config: EnvironmentConfig) -> None:
+    _acknowledge(
+        pruner.policy,
+        "The pruner deletes stale compile-cache objects, whose names are only known by listing; the grant is "
+        "limited to the compile-cache/ prefix of the environment's own bucket.",
+        _wildcard(f"arn:aws:s3:::{config.buckets.compile_cache}/compile-cache/*"),
+    )
+    _acknowledge(
+        pruner.policy,
+        "Log streams of the function's own log group are created by the Lambda runtime with generated names.",
+        f"AwsSolutions-IAM5[Resource::<{_logical_id(pruner.log_group)}.Arn>:*]",
+    )
+    _acknowledge(
+        pruner.scheduler_role,
+        "EventBridge Scheduler's role may invoke the pruner function and its versions (ARN:*), nothing else.",
+        f"AwsSolutions-IAM5[Resource::<{_logical_id(pruner.function)}.Arn>:*]",
+    )
+
+
+def _logical_id(construct) -> str:
+    """The logical ID cdk-nag shows in a finding (as in the synthesized template)."""
+    from aws_cdk import Stack
+
+    resource = construct.node.default_child
+    return Stack.of(construct).resolve(resource.logical_id)
 
 
 def _model_reader(reader: ModelReader) -> None:

@@ -11,6 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from warmstart.active_set import ADVANCED_LIMIT, active_set_document
 from warmstart.cache_key import POD_SPECIFIC_VLLM_ENV
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
@@ -49,6 +50,7 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
         *_model_names(config),
         *_model_bucket_key(config),
         *_compile_host_path(config),
+        *_pruning(config),
     ]
     if any(p.field.startswith("compute.gpu_pool.instance_types") for p in problems):
         return problems  # every rule below needs catalog facts for the pool
@@ -56,6 +58,8 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
     problems += _nvme_budget(config, catalog)
     for index, _ in enumerate(config.models):
         problems += _model(config, catalog, index)
+    if not problems:  # it derives every model's keys, which needs every model valid
+        problems += _active_set_size(config, catalog)
     return problems
 
 
@@ -121,6 +125,31 @@ def _model_names(config: EnvironmentConfig) -> list[Problem]:
             )
         seen.add(model.name)
     return problems
+
+
+def _active_set_size(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    size = len(active_set_document(config, catalog).encode())
+    if size <= ADVANCED_LIMIT:
+        return []
+    return [
+        Problem(
+            "models",
+            f"the compile-cache active set is {size} bytes, over the {ADVANCED_LIMIT}-byte SSM parameter limit",
+            "restrict models to fewer instance types with different GPUs (instance_types), or split the environment",
+        )
+    ]
+
+
+def _pruning(config: EnvironmentConfig) -> list[Problem]:
+    return [
+        Problem(
+            f"pruning.extra_active_set_parameters[{i}]",
+            f"{name!r} is not an active-set parameter name",
+            "use /warmstart/<environment>/compile-cache/active-keys of the environment sharing the bucket",
+        )
+        for i, name in enumerate(config.pruning.extra_active_set_parameters)
+        if not re.fullmatch(r"/warmstart/[a-z0-9-]+/compile-cache/active-keys", name)
+    ]
 
 
 def _model_bucket_key(config: EnvironmentConfig) -> list[Problem]:

@@ -226,10 +226,16 @@ class CacheSwitches(Strict):
 
 
 class PruningPolicy(Strict):
+    """The scheduled pruner of the compile-cache bucket."""
+
     schedule: str = Field(default="rate(1 day)", pattern=r"^(rate\(.+\)|cron\(.+\))$")
     retention_days: PositiveInt = 14
     max_deletions_per_run: PositiveInt = 10_000
     dry_run: bool = False
+    # An archive whose publisher never wrote the manifest is removed after this long.
+    orphan_age_hours: PositiveInt = 24
+    # Other environments' active-set parameters, when they share this compile-cache bucket.
+    extra_active_set_parameters: list[str] = Field(default_factory=list)
 
 
 class EnvironmentConfig(Strict):

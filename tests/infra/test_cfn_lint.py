@@ -13,7 +13,7 @@ IGNORED = ["W3005", "W3010"]
 
 def test_every_template_lints_clean(shipped):
     paths = shipped.template_paths()
-    assert len(paths) == 3
+    assert len(paths) == 4
     for path in paths:
         matches = lint_file(Path(path), config=ManualArgs(regions=[shipped.config.region], ignore_checks=IGNORED))
         assert [str(m) for m in matches] == [], path.name

@@ -8,7 +8,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 
 from tests.synth import SHIPPED_ENVIRONMENTS
 
-STACK_KINDS = ["network", "data", "cluster"]
+STACK_KINDS = ["network", "data", "cluster", "pruner"]
 ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 
 

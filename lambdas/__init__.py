@@ -1,0 +1,1 @@
+"""AWS Lambda functions of warmstart (deployed from source: no bundling, no Docker)."""

@@ -1,0 +1,57 @@
+"""Lambda entry point: settings from the environment, real clients, structured log and EMF metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime, timedelta, timezone
+
+import boto3
+from botocore.config import Config
+
+from lambdas.compile_cache_pruner.aws import PrunerAws
+from lambdas.compile_cache_pruner.pruner import Settings, run
+
+NAMESPACE = "Warmstart/CompileCachePruner"
+METRICS = ("scanned", "keys", "kept_active", "kept_recent", "deleted_keys", "deleted_objects", "orphans_deleted",
+           "bytes_freed", "deferred_objects", "malformed", "aborted_uploads")
+
+
+def settings_from_environment() -> Settings:
+    return Settings(
+        active_set_parameters=tuple(os.environ["ACTIVE_SET_PARAMETERS"].split(",")),
+        retention=timedelta(days=float(os.environ["RETENTION_DAYS"])),
+        orphan_age=timedelta(hours=float(os.environ.get("ORPHAN_AGE_HOURS", "24"))),
+        max_deletions=int(os.environ["MAX_DELETIONS"]),
+        dry_run=os.environ.get("DRY_RUN", "false") == "true",
+    )
+
+
+def emit(record: dict) -> None:
+    """One JSON line; the summary also carries CloudWatch embedded-metric-format fields (no API call)."""
+    if record.get("event") in ("pruned", "active-set-unavailable"):
+        metrics = {name: record.get(name, 0) for name in METRICS if isinstance(record.get(name, 0), int)}
+        if record["event"] == "active-set-unavailable":
+            metrics = {"active_set_unavailable": 1}
+        record = {
+            **record,
+            **metrics,
+            "Environment": os.environ.get("WARMSTART_ENVIRONMENT", "unknown"),
+            "_aws": {
+                "Timestamp": int(time.time() * 1000),
+                "CloudWatchMetrics": [{
+                    "Namespace": NAMESPACE,
+                    "Dimensions": [["Environment"]],
+                    "Metrics": [{"Name": name, "Unit": "Bytes" if name == "bytes_freed" else "Count"} for name in metrics],
+                }],
+            },
+        }
+    print(json.dumps(record, default=str), flush=True)
+
+
+def handler(event, context) -> dict:
+    config = Config(retries={"mode": "standard", "max_attempts": 8})
+    aws = PrunerAws(boto3.client("s3", config=config), boto3.client("ssm", config=config), os.environ["BUCKET"])
+    summary = run(aws, settings_from_environment(), lambda: datetime.now(timezone.utc), emit)
+    return {"deleted_objects": summary.deleted_objects, "bytes_freed": summary.bytes_freed}

@@ -1,0 +1,176 @@
+"""The scheduled Lambda that prunes stale compile-cache keys, its active set, its alarms.
+
+No bundling and no Docker: the function is the repository's own source (lambdas/ plus the domain package
+for the key layout), and it needs nothing beyond the runtime's boto3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Duration, IgnoreMode, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_scheduler_targets as scheduler_targets
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from stacks.components.log_retention import retention_days
+from warmstart.active_set import STANDARD_LIMIT
+from warmstart.cache_key import KEY_ROOT
+from warmstart.config import PruningPolicy
+
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+FUNCTION_SOURCE = ["*", "!lambdas", "!warmstart", "**/__pycache__"]
+METRIC_NAMESPACE = "Warmstart/CompileCachePruner"
+
+
+class CompileCachePruner(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        environment: str,
+        bucket_name: str,
+        active_set_name: str,
+        active_set_document: str,
+        policy: PruningPolicy,
+    ) -> None:
+        super().__init__(scope, id)
+        self.active_set = ssm.StringParameter(
+            self,
+            "ActiveSet",
+            parameter_name=active_set_name,
+            string_value=active_set_document,
+            description="compile-cache keys the current models can produce; the pruner never deletes them",
+            tier=ssm.ParameterTier.STANDARD if len(active_set_document) <= STANDARD_LIMIT else ssm.ParameterTier.ADVANCED,
+        )
+        self.dead_letters = sqs.Queue(
+            self,
+            "DeadLetters",
+            retention_period=Duration.days(14),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=retention_days(90), removal_policy=RemovalPolicy.DESTROY
+        )
+        parameters = [active_set_name, *policy.extra_active_set_parameters]
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"compile-cache pruner of {environment}: list and delete under {KEY_ROOT}/ only",
+        )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            code=lambda_.Code.from_asset(str(REPOSITORY_ROOT), exclude=FUNCTION_SOURCE, ignore_mode=IgnoreMode.DOCKER),
+            handler="lambdas.compile_cache_pruner.handler.handler",
+            role=self.role,
+            memory_size=512,
+            timeout=Duration.minutes(15),
+            reserved_concurrent_executions=1,  # runs never overlap
+            log_group=self.log_group,
+            dead_letter_queue=self.dead_letters,
+            retry_attempts=0,  # a failed run is reported, and the next scheduled run starts afresh
+            environment={
+                "BUCKET": bucket_name,
+                "ACTIVE_SET_PARAMETERS": ",".join(parameters),
+                "RETENTION_DAYS": str(policy.retention_days),
+                "ORPHAN_AGE_HOURS": str(policy.orphan_age_hours),
+                "MAX_DELETIONS": str(policy.max_deletions_per_run),
+                "DRY_RUN": "true" if policy.dry_run else "false",
+                "WARMSTART_ENVIRONMENT": environment,
+            },
+        )
+        stack = Stack.of(self)
+        self.policy = iam.Policy(self, "Access", roles=[self.role], statements=pruner_statements(
+            bucket_name=bucket_name, parameter_arns=[
+                f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter{name}" for name in parameters
+            ], log_group_arn=self.log_group.log_group_arn))
+        self.scheduler_role = iam.Role(
+            self,
+            "SchedulerRole",
+            assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"),
+            description=f"EventBridge Scheduler: invoke the compile-cache pruner of {environment}",
+        )
+        self.schedule = scheduler.Schedule(
+            self,
+            "Schedule",
+            schedule=scheduler.ScheduleExpression.expression(policy.schedule),
+            target=scheduler_targets.LambdaInvoke(self.function, role=self.scheduler_role,
+                                                  dead_letter_queue=self.dead_letters, retry_attempts=2),
+            description=f"prune stale compile-cache keys of {environment}",
+        )
+        self.alarms = [
+            cloudwatch.Alarm(
+                self,
+                "FailedRun",
+                metric=self.function.metric_errors(period=Duration.hours(1)),
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description="A pruning run failed (it deleted nothing it had not decided on; see its logs).",
+            ),
+            cloudwatch.Alarm(
+                self,
+                "DeadLetter",
+                metric=self.dead_letters.metric_approximate_number_of_messages_visible(period=Duration.hours(1)),
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description="A pruning run could not be invoked or failed asynchronously.",
+            ),
+            cloudwatch.Alarm(
+                self,
+                "ActiveSetUnavailable",
+                metric=cloudwatch.Metric(
+                    namespace=METRIC_NAMESPACE,
+                    metric_name="active_set_unavailable",
+                    dimensions_map={"Environment": environment},
+                    statistic="Sum",
+                    period=Duration.hours(1),
+                ),
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description="The pruner found no readable active set and deleted nothing (fail closed).",
+            ),
+        ]
+
+
+def pruner_statements(*, bucket_name: str, parameter_arns: list[str], log_group_arn: str) -> list[iam.PolicyStatement]:
+    bucket_arn = f"arn:aws:s3:::{bucket_name}"
+    return [
+        iam.PolicyStatement(
+            sid="ListCompileCache",
+            actions=["s3:ListBucket", "s3:ListBucketMultipartUploads"],
+            resources=[bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{KEY_ROOT}/*"]}},
+        ),
+        iam.PolicyStatement(
+            sid="DeleteCompileCache",
+            actions=["s3:DeleteObject", "s3:AbortMultipartUpload"],
+            resources=[f"{bucket_arn}/{KEY_ROOT}/*"],
+        ),
+        iam.PolicyStatement(
+            sid="ReadActiveSets",
+            actions=["ssm:GetParameter"],
+            resources=parameter_arns,
+        ),
+        iam.PolicyStatement(
+            sid="WriteOwnLogs",
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[log_group_arn, f"{log_group_arn}:*"],
+        ),
+    ]

@@ -1,0 +1,51 @@
+import json
+
+from tests.synth import ROOT
+from tests.unit.test_config import only_problem, raw
+from warmstart.active_set import active_keys, active_set_document
+from warmstart.cache_key import parse_key_prefix
+from warmstart.catalog import default_catalog
+from warmstart.loader import load_config, parse_config
+from warmstart.plan import key_rows
+from warmstart.workload import plan_model
+
+
+def test_active_keys_are_well_formed_and_match_what_plan_prints():
+    config = load_config(ROOT / "config" / "prod.yaml")
+    keys = active_keys(config, default_catalog())
+    assert keys and all(parse_key_prefix(k) == k for k in keys)
+    printed = " ".join(value for m in config.models for _, value in key_rows(plan_model(m, config, default_catalog()),
+                                                                              config, default_catalog()))
+    assert all(k in printed for k in keys)
+
+
+def test_one_key_per_gpu_type_a_model_may_land_on():
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "p5en.48xlarge"]
+    keys = active_keys(parse_config(document), default_catalog())
+    assert len(keys) == 4 and {k.split("/")[2] for k in keys} == {"h100-sm_90", "h200-sm_90"}
+
+
+def test_models_without_compile_cache_publish_no_key():
+    document = raw()
+    document["caches"]["compile"] = False
+    assert json.loads(active_set_document(parse_config(document), default_catalog()))["keys"] == []
+
+
+def test_an_active_set_over_the_parameter_limit_is_refused():
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4de.24xlarge"]
+    base = document["models"][0]
+    document["models"] = [
+        {**base, "name": f"m{i:02d}", "s3_uri": f"s3://acme-llm-weights-prod/m{i:02d}/"} for i in range(40)
+    ]
+    document["caches"]["weights"] = False
+    assert only_problem(document).field == "models"
+
+
+def test_extra_active_set_names_are_checked():
+    document = raw()
+    document["pruning"]["extra_active_set_parameters"] = ["/other/thing"]
+    assert only_problem(document).field == "pruning.extra_active_set_parameters[0]"
+    document["pruning"]["extra_active_set_parameters"] = ["/warmstart/qa/compile-cache/active-keys"]
+    assert parse_config(document).pruning.extra_active_set_parameters == ["/warmstart/qa/compile-cache/active-keys"]
