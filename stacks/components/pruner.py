@@ -110,44 +110,34 @@ class CompileCachePruner(Construct):
             description=f"prune stale compile-cache keys of {environment}",
         )
         self.alarms = [
-            cloudwatch.Alarm(
-                self,
-                "FailedRun",
-                metric=self.function.metric_errors(period=Duration.hours(1)),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description="A pruning run failed (it deleted nothing it had not decided on; see its logs).",
-            ),
-            cloudwatch.Alarm(
-                self,
-                "DeadLetter",
-                metric=self.dead_letters.metric_approximate_number_of_messages_visible(period=Duration.hours(1)),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description="A pruning run could not be invoked or failed asynchronously.",
-            ),
-            cloudwatch.Alarm(
+            _alarm_on_any(self, "FailedRun", self.function.metric_errors(period=Duration.hours(1)),
+                          "A pruning run failed (it deleted nothing it had not decided on; see its logs)."),
+            _alarm_on_any(self, "DeadLetter",
+                          self.dead_letters.metric_approximate_number_of_messages_visible(period=Duration.hours(1)),
+                          "A pruning run could not be invoked or failed asynchronously."),
+            _alarm_on_any(
                 self,
                 "ActiveSetUnavailable",
-                metric=cloudwatch.Metric(
-                    namespace=METRIC_NAMESPACE,
-                    metric_name="active_set_unavailable",
-                    dimensions_map={"Environment": environment},
-                    statistic="Sum",
-                    period=Duration.hours(1),
-                ),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description="The pruner found no readable active set and deleted nothing (fail closed).",
+                cloudwatch.Metric(namespace=METRIC_NAMESPACE, metric_name="active_set_unavailable",
+                                  dimensions_map={"Environment": environment}, statistic="Sum",
+                                  period=Duration.hours(1)),
+                "The pruner found no readable active set and deleted nothing (fail closed).",
             ),
         ]
 
+
+def _alarm_on_any(scope: Construct, id: str, metric: cloudwatch.IMetric, description: str) -> cloudwatch.Alarm:
+    """Raised by a single occurrence; quiet when there is no data (no run, no failure)."""
+    return cloudwatch.Alarm(
+        scope,
+        id,
+        metric=metric,
+        threshold=1,
+        evaluation_periods=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=description,
+    )
 
 def pruner_statements(*, bucket_name: str, parameter_arns: list[str], log_group_arn: str) -> list[iam.PolicyStatement]:
     bucket_arn = f"arn:aws:s3:::{bucket_name}"
