@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys

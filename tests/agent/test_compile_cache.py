@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 
 from agent.compile_cache import MANIFEST_VERSION, publish, restore
 from agent.s3_store import CacheStore

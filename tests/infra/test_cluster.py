@@ -1,7 +1,5 @@
 import json
 
-from aws_cdk.assertions import Match
-
 from tests.manifests import deployed_manifests, helm_charts, of_kind
 
 ALL_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]

@@ -8,9 +8,8 @@ import pytest
 from aws_cdk import App, Stack, aws_s3 as s3
 
 import stacks.nag_acknowledgments as acknowledgments
-from tests.synth import cdk_context, synthesize
+from tests.synth import ROOT, cdk_context
 from warmstart.loader import load_config
-from tests.synth import ROOT
 
 
 def test_shipped_environment_synthesizes_with_no_unacknowledged_finding(shipped):
