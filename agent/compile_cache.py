@@ -33,6 +33,18 @@ class Outcome:
         return {"status": self.status, "reason": self.reason, "bytes": self.bytes, "seconds": round(self.seconds, 3)}
 
 
+def _reporter(event: str, model: str, key: CompileCacheKey, clock: Callable[[], float], log: EventLog):
+    """Ends a restore or publish: the outcome, timed from now, logged as one event."""
+    started = clock()
+
+    def done(status: str, reason: str = "", size: int = 0) -> Outcome:
+        outcome = Outcome(status, reason, size, clock() - started)
+        log.event(event, model=model, key=key.prefix, **outcome.as_dict())
+        return outcome
+
+    return done
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -66,13 +78,8 @@ def restore(
     clock: Callable[[], float],
     log: EventLog,
 ) -> Outcome:
-    started = clock()
+    done = _reporter("restore", model, key, clock, log)
     target = layout.model_dir(model, fingerprint)
-
-    def done(status: str, reason: str = "", size: int = 0) -> Outcome:
-        outcome = Outcome(status, reason, size, clock() - started)
-        log.event("restore", model=model, key=key.prefix, **outcome.as_dict())
-        return outcome
 
     if is_non_empty_dir(target):
         return done("present", "the node already has a compile cache for this configuration")
@@ -122,13 +129,8 @@ def publish(
     clock: Callable[[], float],
     log: EventLog,
 ) -> Outcome:
-    started = clock()
+    done = _reporter("publish", model, key, clock, log)
     source = layout.model_dir(model, fingerprint)
-
-    def done(status: str, reason: str = "", size: int = 0) -> Outcome:
-        outcome = Outcome(status, reason, size, clock() - started)
-        log.event("publish", model=model, key=key.prefix, **outcome.as_dict())
-        return outcome
 
     if not is_non_empty_dir(source):
         return done("empty", "nothing compiled on this node yet")
