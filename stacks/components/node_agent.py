@@ -3,8 +3,6 @@ compile-cache prefix, and read-only the model prefixes whose weights it caches),
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import cdk8s
 from aws_cdk import IgnoreMode
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -14,12 +12,12 @@ from constructs import Construct
 
 from k8s.node_agent import NodeAgentChart
 from stacks.components.pod_identity import PodIdentity, model_read_statements
+from stacks.components.source import REPOSITORY_ROOT, only
 from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
 from warmstart.cache_key import KEY_ROOT
 
-REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 # The image needs the agent and the domain package, nothing else of the repository.
-IMAGE_CONTEXT = ["*", "!agent", "!warmstart", "**/__pycache__"]
+IMAGE_CONTEXT = only("agent", "warmstart")
 
 
 def agent_statements(bucket_name: str) -> list[iam.PolicyStatement]:

@@ -6,8 +6,6 @@ for the key layout), and it needs nothing beyond the runtime's boto3.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from aws_cdk import Duration, IgnoreMode, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
@@ -20,12 +18,12 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from stacks.components.log_retention import retention_days
+from stacks.components.source import REPOSITORY_ROOT, only
 from warmstart.active_set import STANDARD_LIMIT
 from warmstart.cache_key import KEY_ROOT
 from warmstart.config import PruningPolicy
 
-REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
-FUNCTION_SOURCE = ["*", "!lambdas", "!warmstart", "**/__pycache__"]
+FUNCTION_SOURCE = only("lambdas", "warmstart")
 METRIC_NAMESPACE = "Warmstart/CompileCachePruner"
 
 

@@ -55,7 +55,8 @@ def test_first_node_compiles_publishes_second_node_restores(tmp_path, s3_server,
     assert read_tree(layout_b.model_dir(model.name, model.compile.fingerprint)) == compiled
 
 
-def test_pod_of_an_older_configuration_is_not_published(tmp_path, s3_server, bucket, clock, log):
+def _agent_with_compiled_cache(tmp_path, s3_server, bucket, clock, log):
+    """A started agent on node-a whose first model has compiled into its configuration's folder."""
     settings = _settings(bucket)
     store = CacheStore(s3_server.client(), bucket)
     cluster = FakeCluster()
@@ -65,6 +66,11 @@ def test_pod_of_an_older_configuration_is_not_published(tmp_path, s3_server, buc
     agent = _agent(settings, store, cluster, layout, "node-a", clock, log)
     agent.start()
     fill_compile_cache(layout.model_dir(model.name, model.compile.fingerprint))
+    return agent, store, cluster, model
+
+
+def test_pod_of_an_older_configuration_is_not_published(tmp_path, s3_server, bucket, clock, log):
+    agent, _, cluster, model = _agent_with_compiled_cache(tmp_path, s3_server, bucket, clock, log)
     cluster.pods.append(
         vllm_pod(name="old", node="node-a", model=model.name, host_path=f"/x/{model.name}/0123456789abcdef", ready=True)
     )
@@ -72,15 +78,7 @@ def test_pod_of_an_older_configuration_is_not_published(tmp_path, s3_server, buc
 
 
 def test_last_use_is_recorded_at_most_once_per_interval(tmp_path, s3_server, bucket, clock, log):
-    settings = _settings(bucket)
-    store = CacheStore(s3_server.client(), bucket)
-    cluster = FakeCluster()
-    cluster.add_node("node-a", "p5.48xlarge")
-    model = settings.compile_models[0]
-    layout = node_layout(tmp_path, "a")
-    agent = _agent(settings, store, cluster, layout, "node-a", clock, log)
-    agent.start()
-    fill_compile_cache(layout.model_dir(model.name, model.compile.fingerprint))
+    agent, store, cluster, model = _agent_with_compiled_cache(tmp_path, s3_server, bucket, clock, log)
     cluster.pods.append(vllm_pod(name="p", node="node-a", model=model.name,
                                  host_path=f"/c/{model.name}/{model.compile.fingerprint}", ready=True))
     agent.tick()  # publishes, records use
