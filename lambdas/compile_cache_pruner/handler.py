@@ -15,7 +15,8 @@ from lambdas.compile_cache_pruner.pruner import Settings, run
 
 NAMESPACE = "Warmstart/CompileCachePruner"
 METRICS = ("scanned", "keys", "kept_active", "kept_recent", "deleted_keys", "deleted_objects", "orphans_deleted",
-           "bytes_freed", "deferred_objects", "malformed", "aborted_uploads")
+           "repaired_manifests", "bytes_freed", "deferred_objects", "changed_since_listing", "malformed",
+           "aborted_uploads")
 
 
 def settings_from_environment() -> Settings:

@@ -1,14 +1,18 @@
-"""One pruning run: read the active sets (fail closed), select, delete, summarize."""
+"""One pruning run: read the active sets (fail closed), select, delete manifests first, summarize."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Callable
+from typing import Callable, Iterable
 
-from lambdas.compile_cache_pruner.aws import PrunerAws
-from lambdas.compile_cache_pruner.selection import Summary, parse_active_set, select
+from lambdas.compile_cache_pruner.aws import DELETE_BATCH, PrunerAws
+from lambdas.compile_cache_pruner.selection import Decision, Summary, count_done, parse_active_set, select
 from warmstart.cache_key import KEY_ROOT
+
+# Objects held back before a flush: the manifests of a flush fill one DeleteObjects batch, and memory stays
+# bounded however large the bucket.
+MAX_PENDING_OBJECTS = 10 * DELETE_BATCH
 
 
 class ActiveSetUnavailable(RuntimeError):
@@ -25,6 +29,34 @@ class Settings:
     prefix: str = f"{KEY_ROOT}/"
 
 
+def execute(aws: PrunerAws, decisions: Iterable[Decision], summary: Summary, *, dry_run: bool) -> None:
+    """Deletes in two phases per flush: every manifest first, then the other objects of the keys whose
+    manifests are gone. A run cut short (timeout, failed batch) can leave archives without a manifest,
+    which the next run collects, but never a manifest without its archive."""
+    pending: list[Decision] = []
+
+    def flush() -> None:
+        if dry_run:
+            for decision in pending:
+                count_done(decision, {o.key for o in decision.objects}, summary)
+            return
+        first = aws.delete(m for d in pending for m in d.manifests)
+        ready = [d for d in pending if all(m.key in first.deleted for m in d.manifests)]
+        second = aws.delete(o for d in ready for o in d.rest)
+        deleted = first.deleted | second.deleted
+        for decision in pending:
+            count_done(decision, deleted, summary)
+
+    for decision in decisions:
+        pending.append(decision)
+        manifests = sum(len(d.manifests) for d in pending)
+        if manifests >= DELETE_BATCH or sum(len(d.objects) for d in pending) >= MAX_PENDING_OBJECTS:
+            flush()
+            pending = []
+    if pending:
+        flush()
+
+
 def run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: Callable[[dict], None]) -> Summary:
     active: frozenset[str] = frozenset()
     for name in settings.active_set_parameters:
@@ -35,7 +67,7 @@ def run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: C
             raise ActiveSetUnavailable(f"{name}: {error}") from error
     started = now()
     summary = Summary()
-    chosen = select(
+    decisions = select(
         aws.listing(settings.prefix),
         active=active,
         now=started,
@@ -43,16 +75,21 @@ def run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: C
         orphan_age=settings.orphan_age,
         max_deletions=settings.max_deletions,
         summary=summary,
+        read_manifest=aws.manifest_archive,
     )
-    if settings.dry_run:
-        for _ in chosen:  # count only
-            pass
-    else:
-        aws.delete(chosen)
+    execute(aws, decisions, summary, dry_run=settings.dry_run)
+    if not settings.dry_run:
         for key, upload_id in aws.stale_uploads(settings.prefix, started - settings.orphan_age):
             aws.abort(key, upload_id)
             summary.aborted_uploads += 1
-    emit({"event": "pruned", "dry_run": settings.dry_run, "active_keys": len(active),
-          **{k: v for k, v in asdict(summary).items() if k != "malformed"},
-          "malformed": len(summary.malformed), "malformed_examples": summary.malformed[:5]})
+    emit(
+        {
+            "event": "pruned",
+            "dry_run": settings.dry_run,
+            "active_keys": len(active),
+            **{k: v for k, v in asdict(summary).items() if k != "malformed"},
+            "malformed": len(summary.malformed),
+            "malformed_examples": summary.malformed[:5],
+        }
+    )
     return summary

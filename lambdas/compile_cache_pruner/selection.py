@@ -1,22 +1,29 @@
-"""Which objects of the compile-cache prefix go: pure logic, the clock and the listing passed in.
+"""Which compile-cache objects the pruner deletes: pure logic, the clock, the listing and a manifest reader
+passed in.
 
 A key (compile-cache/<model>/<gpu>/tp<N>-pp<M>/torch<v>/<digest>/) is deleted, all its objects, only when
-it is in no active set AND its last use is older than the retention. Within a kept, inactive key, archives
-without a manifest (a publisher that never finished) older than the orphan age go. Active keys are never
-touched. Objects outside any well-formed key are kept and reported.
+it is in no active set AND its newest object (the agent rewrites last-use.json on every use; a publish in
+flight writes a fresh archive) is older than the retention. In every key that stays, active or not:
+archives the manifest does not name (a publisher that crashed, a loser that could not clean up) go once
+older than the orphan age, and a manifest whose archive is gone is removed (the next Ready pod publishes
+again), so no manifest ever points at nothing. Objects outside any well-formed key are kept and reported.
+
+Each decision lists the manifest to delete apart from the other objects: the caller deletes manifests
+first and the rest only once they are gone, so a run cut short never leaves a manifest without its archive.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from warmstart.cache_key import parse_key_prefix
 
 MANIFEST = "manifest.json"
-LAST_USE = "last-use.json"
+ARCHIVE_MARK = "/archive-"
 
 
 @dataclass(frozen=True)
@@ -24,13 +31,32 @@ class Listed:
     key: str
     size: int
     last_modified: datetime
+    etag: str = ""  # as listed: deletes are conditional on it, so an object rewritten since is kept
+
+    @property
+    def is_manifest(self) -> bool:
+        return self.key.endswith("/" + MANIFEST)
+
+    @property
+    def is_archive(self) -> bool:
+        return ARCHIVE_MARK in self.key
+
+
+# Reads a listed manifest (only if unchanged since listing) and returns the archive key it names, or None
+# when it is gone, changed or unreadable.
+ManifestReader = Callable[[Listed], "str | None"]
 
 
 @dataclass
 class Decision:
     prefix: str
-    delete: list[Listed]
-    reason: str
+    reason: str  # active | recent | stale | orphaned archives | broken manifest
+    manifests: list[Listed] = field(default_factory=list)  # deleted first
+    rest: list[Listed] = field(default_factory=list)  # deleted once the key's manifests are gone
+
+    @property
+    def objects(self) -> list[Listed]:
+        return self.manifests + self.rest
 
 
 @dataclass
@@ -42,40 +68,57 @@ class Summary:
     deleted_keys: int = 0
     deleted_objects: int = 0
     orphans_deleted: int = 0
+    repaired_manifests: int = 0
     bytes_freed: int = 0
     deferred_objects: int = 0
+    changed_since_listing: int = 0
     malformed: list[str] = field(default_factory=list)
     aborted_uploads: int = 0
 
 
-def last_use(objects: list[Listed]) -> datetime:
-    """The agent rewrites last-use.json whenever it restores, publishes or serves the key."""
-    records = [o.last_modified for o in objects if o.key.endswith("/" + LAST_USE)]
-    return max(records) if records else max(o.last_modified for o in objects)
+def newest(objects: list[Listed]) -> datetime:
+    return max(o.last_modified for o in objects)
 
 
 def decide(
-    prefix: str, objects: list[Listed], *, active: frozenset[str], now: datetime, retention: timedelta,
+    prefix: str,
+    objects: list[Listed],
+    *,
+    active: frozenset[str],
+    now: datetime,
+    retention: timedelta,
     orphan_age: timedelta,
+    read_manifest: ManifestReader,
 ) -> Decision:
-    if prefix in active:
-        return Decision(prefix, [], "active")
-    if now - last_use(objects) > retention:
-        return Decision(prefix, list(objects), "stale")
-    if not any(o.key.endswith("/" + MANIFEST) for o in objects):
-        orphans = [o for o in objects if "/archive-" in o.key and now - o.last_modified > orphan_age]
-        if orphans:
-            return Decision(prefix, orphans, "orphaned archives")
-    return Decision(prefix, [], "recent")
+    is_active = prefix in active
+    if not is_active and now - newest(objects) > retention:
+        manifests = [o for o in objects if o.is_manifest]
+        return Decision(prefix, "stale", manifests, [o for o in objects if not o.is_manifest])
+    kept = "active" if is_active else "recent"
+    manifest = next((o for o in objects if o.is_manifest), None)
+    archives = [o for o in objects if o.is_archive]
+    old = lambda o: now - o.last_modified > orphan_age  # noqa: E731
+    named: str | None = None
+    if manifest is not None:
+        if not archives:
+            # Publishers upload the archive before the manifest, so an old manifest without one is broken.
+            return Decision(prefix, "broken manifest", [manifest]) if old(manifest) else Decision(prefix, kept)
+        # One archive beside a manifest is the one it names (only a crash between two publishers' steps
+        # could leave it otherwise, and the agent repairs that case on its next restore); read only when
+        # there is a choice to make.
+        named = archives[0].key if len(archives) == 1 else read_manifest(manifest)
+        if named is None:
+            return Decision(prefix, kept)  # cannot tell which archive is in use: touch nothing
+        if named not in {a.key for a in archives} and old(manifest):
+            orphans = [a for a in archives if old(a)]
+            return Decision(prefix, "broken manifest", [manifest], orphans)
+    orphans = [a for a in archives if a.key != named and old(a)]
+    return Decision(prefix, "orphaned archives", [], orphans) if orphans else Decision(prefix, kept)
 
 
 def group_by_key(listing: Iterable[Listed], summary: Summary) -> Iterator[tuple[str, list[Listed]]]:
     """Consecutive objects of one key (S3 lists in key order); malformed objects are reported, not grouped."""
-
-    def prefix_of(item: Listed) -> str | None:
-        return parse_key_prefix(item.key)
-
-    for prefix, items in groupby(listing, key=prefix_of):
+    for prefix, items in groupby(listing, key=lambda item: parse_key_prefix(item.key)):
         items = list(items)
         summary.scanned += len(items)
         if prefix is None:
@@ -85,38 +128,57 @@ def group_by_key(listing: Iterable[Listed], summary: Summary) -> Iterator[tuple[
 
 
 def select(
-    listing: Iterable[Listed], *, active: frozenset[str], now: datetime, retention: timedelta, orphan_age: timedelta,
-    max_deletions: int, summary: Summary,
-) -> Iterator[Listed]:
-    """Yields the objects to delete, in listing order, never more than `max_deletions`."""
+    listing: Iterable[Listed],
+    *,
+    active: frozenset[str],
+    now: datetime,
+    retention: timedelta,
+    orphan_age: timedelta,
+    max_deletions: int,
+    summary: Summary,
+    read_manifest: ManifestReader,
+) -> Iterator[Decision]:
+    """Yields the decisions that delete something, in listing order, never more than `max_deletions` objects."""
     budget = max_deletions
     for prefix, items in group_by_key(listing, summary):
         summary.keys += 1
-        decision = decide(prefix, items, active=active, now=now, retention=retention, orphan_age=orphan_age)
-        if decision.reason == "active":
-            summary.kept_active += 1
+        decision = decide(
+            prefix,
+            items,
+            active=active,
+            now=now,
+            retention=retention,
+            orphan_age=orphan_age,
+            read_manifest=read_manifest,
+        )
+        if not decision.objects:
+            if decision.reason == "active":
+                summary.kept_active += 1
+            else:
+                summary.kept_recent += 1
             continue
-        if not decision.delete:
-            summary.kept_recent += 1
-            continue
-        if len(decision.delete) > budget:  # a key is deleted whole or left for the next run
-            summary.deferred_objects += len(decision.delete)
+        if len(decision.objects) > budget:  # a decision is carried out whole or left for the next run
+            summary.deferred_objects += len(decision.objects)
             budget = 0
             continue
-        budget -= len(decision.delete)
-        if decision.reason == "stale":
-            summary.deleted_keys += 1
-        else:
-            summary.orphans_deleted += len(decision.delete)
-        summary.deleted_objects += len(decision.delete)
-        summary.bytes_freed += sum(item.size for item in decision.delete)
-        yield from decision.delete
+        budget -= len(decision.objects)
+        yield decision
+
+
+def count_done(decision: Decision, deleted: set[str], summary: Summary) -> None:
+    """Adds what was really deleted of one decision to the summary."""
+    gone = [o for o in decision.objects if o.key in deleted]
+    summary.changed_since_listing += len(decision.objects) - len(gone)
+    summary.deleted_objects += len(gone)
+    summary.bytes_freed += sum(o.size for o in gone)
+    if decision.reason == "stale" and len(gone) == len(decision.objects):
+        summary.deleted_keys += 1
+    summary.orphans_deleted += sum(1 for o in decision.rest if o.key in deleted and decision.reason != "stale")
+    summary.repaired_manifests += sum(1 for o in decision.manifests if o.key in deleted and decision.reason != "stale")
 
 
 def parse_active_set(raw: str, parameter: str) -> frozenset[str]:
     """The stack's published set of keys; anything unexpected raises (the run then deletes nothing)."""
-    import json
-
     document = json.loads(raw)
     if not isinstance(document, dict) or document.get("version") != 1 or not isinstance(document.get("keys"), list):
         raise ValueError(f"{parameter}: not an active set of version 1")

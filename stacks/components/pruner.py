@@ -146,9 +146,12 @@ def pruner_statements(*, bucket_name: str, parameter_arns: list[str], log_group_
             resources=[bucket_arn],
             conditions={"StringLike": {"s3:prefix": [f"{KEY_ROOT}/*"]}},
         ),
+        # GetObject: manifests name their archive, and a delete conditional on the listed ETag (so an
+        # object rewritten since the listing is kept) needs it beside DeleteObject (S3 guide, "How to perform
+        # conditional deletes").
         iam.PolicyStatement(
             sid="DeleteCompileCache",
-            actions=["s3:DeleteObject", "s3:AbortMultipartUpload"],
+            actions=["s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
             resources=[f"{bucket_arn}/{KEY_ROOT}/*"],
         ),
         iam.PolicyStatement(

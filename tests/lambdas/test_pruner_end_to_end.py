@@ -11,50 +11,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
-import boto3
 import pytest
-from botocore.config import Config
-from botocore.exceptions import ClientError
 
 from lambdas.compile_cache_pruner.aws import PrunerAws
 from lambdas.compile_cache_pruner.pruner import ActiveSetUnavailable, Settings, run
-from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
-
-PARAMETER = "/warmstart/test/compile-cache/active-keys"
-
-
-class StandInSsm:
-    def __init__(self, values: dict[str, str]) -> None:
-        self.values = values
-
-    def get_parameter(self, Name: str) -> dict:
-        if Name not in self.values:
-            raise ClientError({"Error": {"Code": "ParameterNotFound", "Message": Name}}, "GetParameter")
-        return {"Parameter": {"Name": Name, "Value": self.values[Name]}}
+from tests.lambdas.helpers import PARAMETER, StandInSsm, all_keys, assert_no_manifest_without_archive, fast_client
+from tests.s3_server import SeaweedS3
 
 
 def key(group: str, index: int) -> str:
     return f"compile-cache/{group}/h100-sm_90/tp2-pp1/torch2.11.0/{index:020x}/"
 
 
-def fast_client(server: SeaweedS3):
-    return boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=ACCESS_KEY,
-                        aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
-                        config=Config(s3={"addressing_style": "path"}, max_pool_connections=32,
-                                      retries={"mode": "standard", "max_attempts": 3},
-                                      request_checksum_calculation="when_required"))
-
-
 def put_all(client, bucket: str, keys: list[str]) -> None:
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=k, Body=b"{}"), keys))
-
-
-def all_keys(client, bucket: str) -> set[str]:
-    found = set()
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        found |= {o["Key"] for o in page.get("Contents", [])}
-    return found
 
 
 def settings(retention: timedelta, orphan_age: timedelta, **overrides) -> Settings:
@@ -63,7 +34,7 @@ def settings(retention: timedelta, orphan_age: timedelta, **overrides) -> Settin
 
 
 def full_key(prefix: str) -> list[str]:
-    return [f"{prefix}archive-{'b' * 64}.tar.zst", f"{prefix}last-use.json", f"{prefix}manifest.json"]
+    return [f"{prefix}archive-{'b' * 64}-0001.tar.zst", f"{prefix}last-use.json", f"{prefix}manifest.json"]
 
 
 def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothing(s3_server):
@@ -75,7 +46,7 @@ def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothin
     malformed = [f"compile-cache/unexpected/{i:05d}.bin" for i in range(2000)]
     elsewhere = [f"other/{i:05d}" for i in range(1000)]
     old_objects = ([o for p in active_old + stale for o in full_key(p)]
-                   + [f"{p}archive-{'c' * 64}.tar.zst" for p in orphaned] + malformed + elsewhere)
+                   + [f"{p}archive-{'c' * 64}-0001.tar.zst" for p in orphaned] + malformed + elsewhere)
     put_all(client, bucket, old_objects)
     time.sleep(2.5)  # LastModified has one-second resolution
     boundary = datetime.now(timezone.utc)
@@ -92,7 +63,7 @@ def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothin
     rules = settings(retention=now - boundary, orphan_age=now - boundary)
     summary = run(aws, rules, lambda: now, emitted.append)
 
-    expected_gone = {o for p in stale for o in full_key(p)} | {f"{p}archive-{'c' * 64}.tar.zst" for p in orphaned}
+    expected_gone = {o for p in stale for o in full_key(p)} | {f"{p}archive-{'c' * 64}-0001.tar.zst" for p in orphaned}
     after = all_keys(client, bucket)
     assert before - after == expected_gone
     assert summary.deleted_objects == 12_500 and summary.deleted_keys == 4000 and summary.orphans_deleted == 500
@@ -152,7 +123,7 @@ def test_cap_limits_a_run_and_the_next_run_continues(s3_server):
 
 def test_stale_multipart_uploads_are_aborted(s3_server):
     client, bucket = fast_client(s3_server), s3_server.new_bucket()
-    upload = client.create_multipart_upload(Bucket=bucket, Key=key("stale", 1) + f"archive-{'d' * 64}.tar.zst")
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key("stale", 1) + f"archive-{'d' * 64}-0001.tar.zst")
     aws = PrunerAws(client, StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": []})}), bucket)
     summary = run(aws, settings(timedelta(days=14), timedelta(0)), lambda: datetime.now(timezone.utc) + timedelta(
         minutes=1), lambda r: None)
@@ -161,7 +132,7 @@ def test_stale_multipart_uploads_are_aborted(s3_server):
     assert upload["UploadId"] not in [u["UploadId"] for u in remaining]
 
 
-def test_server_lost_mid_run_fails_cleanly_and_the_next_run_completes(tmp_path):
+def test_server_lost_mid_run_never_leaves_a_manifest_without_its_archive(tmp_path):
     server = SeaweedS3(tmp_path / "s3").start()
     try:
         client, bucket = fast_client(server), server.new_bucket()
@@ -170,10 +141,9 @@ def test_server_lost_mid_run_fails_cleanly_and_the_next_run_completes(tmp_path):
         later = datetime.now(timezone.utc) + timedelta(days=30)
 
         class DyingAfterOneBatch(PrunerAws):
-            def _delete_batch(self, keys):
-                done = super()._delete_batch(keys)
+            def _delete_batch(self, items, result):
+                super()._delete_batch(items, result)
                 server.kill()
-                return done
 
         with pytest.raises(Exception):
             run(DyingAfterOneBatch(fast_client(server), ssm, bucket), settings(timedelta(days=14), timedelta(days=1)),
@@ -181,10 +151,85 @@ def test_server_lost_mid_run_fails_cleanly_and_the_next_run_completes(tmp_path):
         server.start()
         remaining = all_keys(client, bucket)
         assert {o for p in active for o in full_key(p)} <= remaining
-        assert len(remaining) == 2 * 2100 - 1000
+        assert len(remaining) == 2 * 2100 - 700  # the first batch held the 700 stale manifests, and only them
+        assert_no_manifest_without_archive(client, bucket)
         summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)),
                       lambda: later, lambda r: None)
-        assert summary.deleted_objects == 1100
+        assert summary.deleted_objects == 1400
         assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
     finally:
         server.stop()
+
+
+class FailingEntries:
+    """A client whose DeleteObjects reports InternalError for some keys on every attempt (as S3 may)."""
+
+    def __init__(self, client, failing):
+        self._client = client
+        self.failing = failing
+        self.batches = []
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def delete_objects(self, **kwargs):
+        objects = kwargs["Delete"]["Objects"]
+        self.batches.append([o["Key"] for o in objects])
+        bad = [o for o in objects if self.failing(o["Key"])]
+        kept = [o for o in objects if not self.failing(o["Key"])]
+        response = self._client.delete_objects(**{**kwargs, "Delete": {**kwargs["Delete"], "Objects": kept}}) if kept \
+            else {}
+        errors = response.get("Errors", []) + [{"Key": o["Key"], "Code": "InternalError", "Message": "injected"}
+                                               for o in bad]
+        return {**response, "Errors": errors}
+
+
+def test_a_partly_failed_batch_never_deletes_an_archive_before_its_manifest(s3_server):
+    client, bucket = fast_client(s3_server), s3_server.new_bucket()
+    active, stale = _small_world(client, bucket)
+    unlucky = set(stale[::3])
+    failing = FailingEntries(
+        client, lambda k: k.endswith("manifest.json") and k.removesuffix("manifest.json") in unlucky)
+    ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
+    later = datetime.now(timezone.utc) + timedelta(days=30)
+    with pytest.raises(RuntimeError, match="could not be deleted"):
+        run(PrunerAws(failing, ssm, bucket, sleep=lambda s: None), settings(timedelta(days=14), timedelta(days=1)),
+            lambda: later, lambda r: None)
+    assert_no_manifest_without_archive(client, bucket)
+    assert {o for p in unlucky for o in full_key(p)} <= all_keys(client, bucket)  # untouched, whole
+    assert all(all(k.endswith("manifest.json") for k in batch) for batch in failing.batches)  # phase 2 never ran
+    summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)), lambda: later,
+                  lambda r: None)
+    assert summary.deleted_keys == len(stale)
+    assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
+
+
+def test_a_key_with_a_control_character_is_deleted_alone_and_the_batch_goes_on(s3_server):
+    client, bucket = fast_client(s3_server), s3_server.new_bucket()
+    active, stale = _small_world(client, bucket)
+    odd = f"{stale[0]}archive-{'e' * 64}-\x01.tar.zst"
+    client.put_object(Bucket=bucket, Key=odd, Body=b"x")
+    ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
+    later = datetime.now(timezone.utc) + timedelta(days=30)
+    summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)), lambda: later,
+                  lambda r: None)
+    assert summary.deleted_keys == len(stale) and summary.deleted_objects == 3 * len(stale) + 1
+    assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
+
+
+def test_a_use_recorded_after_the_listing_keeps_that_record(s3_server):
+    client, bucket = fast_client(s3_server), s3_server.new_bucket()
+    active, stale = _small_world(client, bucket, keys_per_group=3)
+    touched = stale[1] + "last-use.json"
+
+    class TouchBeforeDelete(FailingEntries):
+        def delete_objects(self, **kwargs):
+            if not any(k.endswith("manifest.json") for k in (o["Key"] for o in kwargs["Delete"]["Objects"])):
+                self._client.put_object(Bucket=bucket, Key=touched, Body=b'{"node": "n", "time": 1}')
+            return super().delete_objects(**kwargs)
+
+    ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
+    later = datetime.now(timezone.utc) + timedelta(days=30)
+    summary = run(PrunerAws(TouchBeforeDelete(client, lambda k: False), ssm, bucket),
+                  settings(timedelta(days=14), timedelta(days=1)), lambda: later, lambda r: None)
+    assert touched in all_keys(client, bucket) and summary.changed_since_listing == 1

@@ -1,33 +1,46 @@
-"""Which compile-cache objects the pruner deletes: table-driven, clock passed in."""
+"""Which compile-cache objects the pruner deletes: table-driven, clock and manifest reader passed in."""
 
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lambdas.compile_cache_pruner.selection import Listed, Summary, parse_active_set, select
+from lambdas.compile_cache_pruner.selection import Listed, Summary, count_done, parse_active_set, select
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
 RETENTION = timedelta(days=14)
 KEY_A = "compile-cache/qwen/h100-sm_90/tp2-pp1/torch2.11.0/0123456789abcdef0123/"
 KEY_B = "compile-cache/qwen/l40s-sm_89/tp1-pp1/torch2.11.0/00000000000000000000/"
+ARCHIVE = f"archive-{'a' * 64}-0001.tar.zst"
 
 
-def objects(prefix: str, age_days: float, *, manifest=True, last_use_age: float | None = None, archive_age=None):
+def objects(prefix: str, age_days: float, *, manifest=True, last_use_age: float | None = None, archive_age=None,
+            archives=(ARCHIVE,)):
     when = NOW - timedelta(days=age_days)
-    found = [Listed(f"{prefix}archive-{'a' * 64}.tar.zst", 15_000_000, NOW - timedelta(days=archive_age or age_days))]
+    found = [Listed(f"{prefix}{name}", 15_000_000, NOW - timedelta(days=archive_age or age_days), f'"{name}"')
+             for name in archives]
     if manifest:
-        found.append(Listed(f"{prefix}manifest.json", 500, when))
+        found.append(Listed(f"{prefix}manifest.json", 500, when, '"m"'))
     if last_use_age is not None:
-        found.append(Listed(f"{prefix}last-use.json", 60, NOW - timedelta(days=last_use_age)))
+        found.append(Listed(f"{prefix}last-use.json", 60, NOW - timedelta(days=last_use_age), '"l"'))
     return sorted(found, key=lambda o: o.key)
 
 
-def run(listing, active=(), max_deletions=10_000):
+def no_reads(manifest):
+    raise AssertionError(f"the manifest {manifest.key} should not need reading")
+
+
+def run(listing, active=(), max_deletions=10_000, read_manifest=no_reads):
     summary = Summary()
-    deleted = list(select(listing, active=frozenset(active), now=NOW, retention=RETENTION, orphan_age=DAY,
-                          max_deletions=max_deletions, summary=summary))
-    return [o.key for o in deleted], summary
+    decisions = list(select(listing, active=frozenset(active), now=NOW, retention=RETENTION, orphan_age=DAY,
+                            max_deletions=max_deletions, summary=summary, read_manifest=read_manifest))
+    for decision in decisions:
+        count_done(decision, {o.key for o in decision.objects}, summary)
+    return decisions, summary
+
+
+def deleted_keys(decisions):
+    return [o.key for d in decisions for o in d.objects]
 
 
 @pytest.mark.parametrize(
@@ -38,18 +51,61 @@ def run(listing, active=(), max_deletions=10_000):
         ("inactive and old: deleted", objects(KEY_A, 30, last_use_age=20), set(), 3, "deleted_keys"),
         ("inactive, old, no use record: by newest object", objects(KEY_A, 30), set(), 2, "deleted_keys"),
         ("inactive, young, no use record: kept", objects(KEY_A, 3), set(), 0, "kept_recent"),
+        # A publish in flight: only an old use record, and an archive uploaded a moment ago.
+        ("inactive, old use record, fresh archive: kept", objects(KEY_A, 0, manifest=False, last_use_age=40,
+                                                                 archive_age=0.001), set(), 0, "kept_recent"),
         ("orphan archive older than a day: deleted", objects(KEY_A, 2, manifest=False, last_use_age=0.5), set(), 1,
          "orphans_deleted"),
         ("orphan archive younger than a day: kept", objects(KEY_A, 0.2, manifest=False), set(), 0, "kept_recent"),
-        ("active orphan: kept", objects(KEY_A, 30, manifest=False), {KEY_A}, 0, "kept_active"),
+        ("active key's orphan archive: deleted", objects(KEY_A, 30, manifest=False), {KEY_A}, 1, "orphans_deleted"),
+        ("manifest whose archive is gone, old: repaired", objects(KEY_A, 2, archives=(), last_use_age=0.5), set(),
+         1, "repaired_manifests"),
+        ("manifest whose archive is gone, active: repaired", objects(KEY_A, 2, archives=()), {KEY_A}, 1,
+         "repaired_manifests"),
+        ("manifest whose archive is not listed yet, young: kept", objects(KEY_A, 0.1, archives=()), set(), 0,
+         "kept_recent"),
     ],
 )
 def test_selection(case, listing, active, expect_deleted, counter):
-    deleted, summary = run(listing, active)
-    assert len(deleted) == expect_deleted, case
+    decisions, summary = run(listing, active)
+    assert len(deleted_keys(decisions)) == expect_deleted, case
     assert getattr(summary, counter) >= 1, case
     if expect_deleted:
-        assert summary.bytes_freed == sum(o.size for o in listing if o.key in deleted)
+        assert summary.bytes_freed == sum(o.size for o in listing if o.key in deleted_keys(decisions))
+
+
+def test_a_stale_key_lists_its_manifest_apart_so_it_goes_first():
+    (decision,) = run(objects(KEY_A, 30, last_use_age=20))[0]
+    assert [o.key for o in decision.manifests] == [KEY_A + "manifest.json"]
+    assert sorted(o.key for o in decision.rest) == [KEY_A + ARCHIVE, KEY_A + "last-use.json"]
+
+
+def test_unnamed_archives_under_a_manifest_go_and_the_named_one_stays():
+    second = f"archive-{'b' * 64}-0002.tar.zst"
+    listing = objects(KEY_A, 3, archives=(ARCHIVE, second), last_use_age=0.1)
+    reads = []
+
+    def read(manifest):
+        reads.append(manifest.key)
+        return KEY_A + ARCHIVE
+
+    for active in (set(), {KEY_A}):
+        decisions, summary = run(listing, active, read_manifest=read)
+        assert deleted_keys(decisions) == [KEY_A + second] and summary.orphans_deleted == 1
+    assert reads == [KEY_A + "manifest.json"] * 2
+
+
+def test_a_manifest_naming_an_archive_that_is_not_there_is_removed_with_the_unnamed_ones():
+    listing = objects(KEY_A, 3, archives=(ARCHIVE, f"archive-{'b' * 64}-0002.tar.zst"))
+    (decision,), summary = run(listing, read_manifest=lambda m: KEY_A + f"archive-{'c' * 64}-0003.tar.zst")
+    assert decision.reason == "broken manifest"
+    assert [o.key for o in decision.manifests] == [KEY_A + "manifest.json"] and len(decision.rest) == 2
+
+
+def test_an_unreadable_or_changed_manifest_leaves_the_key_alone():
+    listing = objects(KEY_A, 3, archives=(ARCHIVE, f"archive-{'b' * 64}-0002.tar.zst"))
+    decisions, summary = run(listing, read_manifest=lambda m: None)
+    assert decisions == [] and summary.kept_recent == 1
 
 
 def test_malformed_keys_are_kept_and_reported():
@@ -58,21 +114,28 @@ def test_malformed_keys_are_kept_and_reported():
         Listed("compile-cache/qwen/h100/tp2/torch2/notahash/manifest.json", 10, NOW - 90 * DAY),
         *objects(KEY_A, 30, last_use_age=30),
     ]
-    deleted, summary = run(sorted(listing, key=lambda o: o.key))
-    assert len(deleted) == 3 and all(d.startswith(KEY_A) for d in deleted)
+    decisions, summary = run(sorted(listing, key=lambda o: o.key))
+    assert len(deleted_keys(decisions)) == 3 and all(d.startswith(KEY_A) for d in deleted_keys(decisions))
     assert summary.malformed == ["compile-cache/qwen/h100/tp2/torch2/notahash/manifest.json", "compile-cache/readme.txt"]
 
 
 def test_cap_deletes_whole_keys_only_and_defers_the_rest():
     listing = sorted(objects(KEY_A, 30, last_use_age=30) + objects(KEY_B, 30, last_use_age=30), key=lambda o: o.key)
-    deleted, summary = run(listing, max_deletions=4)
-    assert len(deleted) == 3 and summary.deleted_keys == 1 and summary.deferred_objects == 3
+    decisions, summary = run(listing, max_deletions=4)
+    assert len(deleted_keys(decisions)) == 3 and summary.deleted_keys == 1 and summary.deferred_objects == 3
 
 
 def test_every_object_is_counted_once():
     listing = sorted(objects(KEY_A, 30, last_use_age=30) + objects(KEY_B, 1, last_use_age=1), key=lambda o: o.key)
     _, summary = run(listing)
     assert summary.scanned == 6 and summary.keys == 2
+
+
+def test_objects_changed_since_listing_are_counted_as_kept():
+    (decision,), _ = run(objects(KEY_A, 30, last_use_age=20))
+    summary = Summary()
+    count_done(decision, {KEY_A + "manifest.json", KEY_A + ARCHIVE}, summary)
+    assert summary.deleted_objects == 2 and summary.changed_since_listing == 1 and summary.deleted_keys == 0
 
 
 @pytest.mark.parametrize(
