@@ -17,7 +17,9 @@ from agent.kube import InClusterTransport, KubeApi
 from agent.layout import NodeCacheLayout
 from agent.log import EventLog
 from agent.node_agent import NodeAgent
+from agent.pod_records import PodRecords
 from agent.s3_store import CacheStore, WeightsSource
+from agent.storage import check_host_folder
 from agent.weights import WeightsCache, WeightsLayout
 from warmstart.agent_settings import AgentSettings
 
@@ -42,6 +44,9 @@ def main() -> None:
             layout=WeightsLayout(Path(settings.weights_root)),
             clock=time.time,
             log=log,
+            storage_problem=lambda: check_host_folder(container_path=settings.weights_root,
+                                                      host_path=settings.weights_host_path,
+                                                      nvme_mount=settings.nvme_mount),
         )
         weights.clean_temp()
     agent = NodeAgent(
@@ -54,6 +59,7 @@ def main() -> None:
         clock=time.time,
         log=log,
         weights=weights,
+        records=PodRecords(Path(settings.pod_records)),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -72,10 +78,12 @@ def main() -> None:
         thread.start()
         return thread
 
-    # Weights downloads take minutes: their own thread, so compile-cache publishing never waits for them.
+    # Weights downloads take minutes: their own thread, so compile-cache publishing never waits for them, and
+    # a second one keeps the other models' pointers confirmed meanwhile.
     threads = [every(settings.poll_seconds, agent.tick), every(CLEANUP_SECONDS, agent.cleanup)]
     if weights is not None:
         threads.append(every(settings.weights_poll_seconds, agent.weights_tick))
+        threads.append(every(settings.weights_poll_seconds, agent.weights_confirm_tick))
     stop.wait()
     for thread in threads:
         thread.join(timeout=30)

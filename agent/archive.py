@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import io
+import json
 import os
+import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +17,14 @@ import zstandard
 from agent.fs import sync_filesystem
 
 ZSTD_LEVEL = 3  # compile artifacts compress well already at low levels; packing stays I/O-bound
+# Not compile artifacts: vLLM's custom all-reduce records which GPU pairs of this node can reach each other
+# (vllm/distributed/device_communicators/all_reduce_utils.py, 0.21.0); another node measures its own.
+NODE_SPECIFIC = ("gpu_p2p_access_cache_for_*.json",)
+# vLLM writes every hashed environment variable's raw value into this file, never reads it back (0.21.0,
+# vllm/compilation/backends.py); secrets such as VLLM_API_KEY must not travel to S3 with the archive.
+FACTORS_FILE = "cache_key_factors.json"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+REDACTED = "<redacted by warmstart>"
 
 
 @dataclass(frozen=True)
@@ -38,8 +50,22 @@ class _HashingWriter:
         self._raw.flush()
 
 
+def redact_factors(data: bytes) -> bytes:
+    """vLLM's factor record with secret-looking environment values replaced (hashes kept)."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return data
+    env = document.get("env") if isinstance(document, dict) else None
+    if isinstance(env, dict):
+        document["env"] = {k: (REDACTED if _SECRET_NAME.search(k) and v not in (None, "") else v)
+                           for k, v in env.items()}
+    return json.dumps(document, indent=2, sort_keys=True).encode()
+
+
 def pack(source: Path, destination: Path) -> PackedArchive:
-    """Regular files and folders only, in sorted order, so equal folders give equal archives."""
+    """Regular files and folders only, in sorted order, so equal folders give equal archives; node-specific
+    files are left out and vLLM's factor records are redacted."""
     files = 0
     with open(destination, "wb") as raw:
         hashing = _HashingWriter(raw)
@@ -52,12 +78,19 @@ def pack(source: Path, destination: Path) -> PackedArchive:
                         path = Path(folder) / name
                         if path.is_symlink() or not path.is_file():
                             continue
+                        if any(fnmatch.fnmatch(name, pattern) for pattern in NODE_SPECIFIC):
+                            continue
                         info = tar.gettarinfo(str(path), arcname=str(path.relative_to(source)))
                         info.uid = info.gid = 0
                         info.uname = info.gname = ""
                         info.mtime = int(info.mtime)
-                        with open(path, "rb") as handle:
-                            tar.addfile(info, handle)
+                        if name == FACTORS_FILE:
+                            data = redact_factors(path.read_bytes())
+                            info.size = len(data)
+                            tar.addfile(info, io.BytesIO(data))
+                        else:
+                            with open(path, "rb") as handle:
+                                tar.addfile(info, handle)
                         files += 1
     return PackedArchive(path=destination, sha256=hashing.sha256.hexdigest(), size=hashing.size, files=files)
 

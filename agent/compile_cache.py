@@ -1,30 +1,40 @@
-"""Restore a node's torch.compile cache from S3, and publish what the first pod compiled.
+"""Restore a node's torch.compile cache from S3, publish what this node's pods compiled, and tell whether a
+pod's vLLM used a cache.
 
-Invariants: a model folder appears complete or not at all (temp folder on the same filesystem, checksum
-verified, atomic no-replace rename); a key's manifest is written last and only if absent, so the first
-publisher wins and concurrent nodes never mix their bytes; a restored cache always matches the key.
+Invariants: a configuration's cache folder appears complete or not at all (temp folder on the same
+filesystem, checksum verified, atomic no-replace rename into the folder kubelet made), and one that vLLM
+created first is never touched; a key's manifest is written after its archive, only if absent or unchanged
+since read (If-None-Match / If-Match), and checked to name an archive that exists: a manifest that names a
+missing archive is a miss the agent repairs, never a restore failure forever; a restored cache always
+matches the key, and vLLM's own hash still decides whether it is used.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from agent.archive import UnsafeArchive, pack, unpack
-from agent.fs import is_non_empty_dir, remove_tree, rename_no_replace
+from agent.archive import FACTORS_FILE, UnsafeArchive, pack, unpack
+from agent.fs import remove_tree, rename_no_replace
 from agent.layout import NodeCacheLayout
 from agent.log import EventLog
-from agent.s3_store import CacheStore
+from agent.s3_store import CacheStore, MissingObject
+from agent.vllm_entry import vllm_hash_dirs
 from warmstart.cache_key import CompileCacheKey
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: lists vLLM's hash folders, archives carry an upload nonce
+VLLM_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # restore: restored | present | miss | failed; publish: published | exists | lost-race | empty | failed
+    # restore: restored | present | busy | miss | failed
+    # publish: published | republished | exists | lost-race | empty | failed
+    status: str
     reason: str = ""
     bytes: int = 0
     seconds: float = 0.0
@@ -53,6 +63,10 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def local_hash_dirs(layout: NodeCacheLayout, model: str, fingerprint: str) -> list[str]:
+    return vllm_hash_dirs(layout.model_dir(model, fingerprint) / VLLM_FOLDER)
+
+
 def _check_manifest(manifest: dict, key: CompileCacheKey) -> str | None:
     """Why a manifest cannot be trusted for this key, or None."""
     if manifest.get("version") != MANIFEST_VERSION:
@@ -62,9 +76,18 @@ def _check_manifest(manifest: dict, key: CompileCacheKey) -> str | None:
     sha, size = manifest.get("sha256"), manifest.get("size")
     if not (isinstance(sha, str) and len(sha) == 64 and isinstance(size, int) and size > 0):
         return "manifest lacks a valid checksum or size"
-    if manifest.get("archive") != key.archive_key(sha):
+    if not isinstance(manifest.get("archive"), str) or not key.names_archive(manifest["archive"], sha):
         return "manifest points outside its key"
+    if not isinstance(manifest.get("hash_dirs"), list):
+        return "manifest lists no vLLM hash folders"
     return None
+
+
+def _repair(store: CacheStore, key: CompileCacheKey, etag: str, log: EventLog, model: str) -> bool:
+    """Removes a manifest whose archive is gone, only if it is still the version read (If-Match)."""
+    removed = store.delete(key.manifest_key, if_match=etag)
+    log.event("manifest-repaired" if removed else "manifest-repair-skipped", model=model, key=key.prefix)
+    return removed
 
 
 def restore(
@@ -81,10 +104,11 @@ def restore(
     done = _reporter("restore", model, key, clock, log)
     target = layout.model_dir(model, fingerprint)
 
-    if is_non_empty_dir(target):
-        return done("present", "the node already has a compile cache for this configuration")
+    # kubelet's empty mount folder is the parent: only the cache folder itself means "present".
+    if target.exists():
+        return done("present", "the node already has this configuration's cache (restored or compiled here)")
     try:
-        manifest = store.get_json(key.manifest_key)
+        manifest, etag = store.get_json_tagged(key.manifest_key)
     except Exception as error:  # S3 unreachable, access denied: the pod compiles as usual
         return done("failed", f"manifest unreadable: {error}")
     if manifest is None:
@@ -96,7 +120,13 @@ def restore(
     try:
         temp = layout.new_temp_dir()
         archive = temp / "archive.tar.zst"
-        store.download(manifest["archive"], archive, manifest["size"])
+        try:
+            store.download(manifest["archive"], archive, manifest["size"])
+        except MissingObject:
+            _repair(store, key, etag, log, model)
+            return done(
+                "miss", "the manifest named an archive that is gone; removed it so the next Ready pod publishes again"
+            )
         actual = sha256_of(archive)
         if actual != manifest["sha256"]:
             return done("failed", f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
@@ -105,8 +135,16 @@ def restore(
         archive.unlink()
         target.parent.mkdir(parents=True, exist_ok=True)
         if not rename_no_replace(staged, target):
-            return done("present", "a pod created the folder while the archive was downloading")
-        layout.record_origin(model, fingerprint, {"origin": "restored", "key": key.prefix, "time": clock()})
+            return done(
+                "busy",
+                "vLLM created the cache folder while the archive was downloading (the pod started "
+                "before the restore finished): left to it",
+            )
+        layout.record_origin(
+            model,
+            fingerprint,
+            {"origin": "restored", "key": key.prefix, "time": clock(), "hash_dirs": manifest["hash_dirs"]},
+        )
     except UnsafeArchive as error:
         return done("failed", f"unsafe archive: {error}")
     except Exception as error:  # server gone mid-download, disk full, corrupt stream
@@ -129,26 +167,47 @@ def publish(
     clock: Callable[[], float],
     log: EventLog,
 ) -> Outcome:
+    """Publishes this node's cache when S3 has none for the key, or has one this node's cache contains and
+    extends (a vLLM hash folder that is not in it yet); a broken manifest is replaced."""
     done = _reporter("publish", model, key, clock, log)
     source = layout.model_dir(model, fingerprint)
-
-    if not is_non_empty_dir(source):
-        return done("empty", "nothing compiled on this node yet")
+    local = local_hash_dirs(layout, model, fingerprint)
+    if not local:
+        return done("empty", "vLLM has not written a compile cache on this node yet")
     try:
-        if store.exists(key.manifest_key):
-            layout.record_origin(model, fingerprint, {"origin": "already-published", "key": key.prefix})
-            return done("exists", "another node published this key")
+        manifest, etag = store.get_json_tagged(key.manifest_key)
+        replace = None
+        if manifest is not None:
+            if _check_manifest(manifest, key) is None and store.exists(manifest["archive"]):
+                published = set(manifest["hash_dirs"])
+                origin = {
+                    "origin": "already-published",
+                    "key": key.prefix,
+                    "hash_dirs": sorted(published),
+                    "seen": local,
+                }
+                if set(local) <= published:
+                    layout.record_origin(model, fingerprint, origin)
+                    return done("exists", "the published cache already holds every vLLM hash folder of this node")
+                if not published <= set(local):
+                    layout.record_origin(model, fingerprint, origin)
+                    return done(
+                        "exists",
+                        "this node lacks part of the published cache, so it cannot extend it "
+                        "(hash folders are never merged across nodes)",
+                    )
+            replace = etag  # extend it, or replace a manifest that is broken
     except Exception as error:
         return done("failed", f"manifest check failed: {error}")
-    temp = layout.new_temp_dir()
-    uploaded = None
+    temp = None
     try:
+        temp = layout.new_temp_dir()  # inside: a full disk ends this publish, not the agent's tick
         packed = pack(source, temp / "archive.tar.zst")
         if packed.files == 0:
             return done("empty", "the cache folder holds no files")
-        uploaded = key.archive_key(packed.sha256)
+        uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
         store.upload_file(packed.path, uploaded)
-        manifest = {
+        document = {
             "version": MANIFEST_VERSION,
             "digest": key.digest,
             "factors": key.factors,
@@ -156,32 +215,131 @@ def publish(
             "sha256": packed.sha256,
             "size": packed.size,
             "files": packed.files,
+            "hash_dirs": local,
             "published_by": node,
             "published_at": clock(),
         }
-        if not store.put_json_if_absent(key.manifest_key, manifest):
-            if uploaded != _winning_archive(store, key):
-                store.delete(uploaded)  # ours lost: leave no orphan behind
-            layout.record_origin(model, fingerprint, {"origin": "already-published", "key": key.prefix})
+        written = (
+            store.put_json_if_match(key.manifest_key, document, replace)
+            if replace
+            else store.put_json_if_absent(key.manifest_key, document)
+        )
+        if not written:
+            store.delete(uploaded)  # ours lost: leave no orphan behind
             return done("lost-race", "another node published this key first")
-        layout.record_origin(model, fingerprint, {"origin": "published", "key": key.prefix, "time": clock()})
+        if not store.exists(uploaded):  # removed between upload and manifest (a pruner run): put it back
+            store.upload_file(packed.path, uploaded)
+            log.event("archive-restored-after-manifest", model=model, key=key.prefix)
+        layout.record_origin(
+            model,
+            fingerprint,
+            {"origin": "published", "key": key.prefix, "time": clock(), "hash_dirs": local, "seen": local},
+        )
     except Exception as error:
         return done("failed", f"{type(error).__name__}: {error}")
     finally:
-        remove_tree(temp)
+        if temp is not None:
+            remove_tree(temp)
     touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
-    return done("published", size=packed.size)
+    return done("republished" if replace else "published", size=packed.size)
 
 
-def _winning_archive(store: CacheStore, key: CompileCacheKey) -> str | None:
-    manifest = store.get_json(key.manifest_key)
-    return manifest.get("archive") if manifest else None
+def needs_publish(layout: NodeCacheLayout, model: str, fingerprint: str) -> bool:
+    """Nothing recorded yet, or vLLM wrote hash folders the record has not seen."""
+    origin = layout.origin(model, fingerprint)
+    if origin is None:
+        return True
+    local = local_hash_dirs(layout, model, fingerprint)
+    return bool(set(local) - set(origin.get("hash_dirs", []))) and origin.get("seen") != local
 
 
-def touch_last_use(*, store: CacheStore, key: CompileCacheKey, node: str, clock: Callable[[], float], log: EventLog) -> None:
-    """The pruner keeps keys whose last-use record is recent; losing one touch only ages a key early."""
+def touch_last_use(
+    *, store: CacheStore, key: CompileCacheKey, node: str, clock: Callable[[], float], log: EventLog
+) -> None:
+    """The pruner keeps keys with a recent object; losing one touch only ages a key early."""
     try:
         store.put_json(key.last_use_key, {"node": node, "time": clock()})
     except Exception as error:
         log.event("last-use-failed", key=key.prefix, reason=str(error))
 
+
+# ---- did vLLM use a cache? ----
+
+
+@dataclass(frozen=True)
+class Observation:
+    outcome: str  # hit | miss | none
+    source: str  # restored | local | compiled | none
+    expected_hit: bool
+    reason: str
+    new_dirs: list[str] = field(default_factory=list)
+
+
+def _factors(cache_root: Path, hash_dir: str) -> dict | None:
+    """vLLM's own record of what it hashed, from any rank folder of a hash folder."""
+    for path in sorted((cache_root / hash_dir).glob(f"rank_*/*/{FACTORS_FILE}")):
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def why_hash_differs(cache_root: Path, cached: list[str], new: list[str]) -> str:
+    """Which of vLLM's hash parts changed between a cached folder and the one vLLM made (vLLM 0.21.0 hashes
+    env factors, the vLLM config, the traced code and the compiler)."""
+    ours, theirs = next(((f, d) for d in cached if (f := _factors(cache_root, d))), (None, None))
+    fresh = next((f for d in new if (f := _factors(cache_root, d))), None)
+    if ours is None or fresh is None:
+        return "vLLM computed another compile hash than the cached one (no factor record to compare)"
+    parts = []
+    if ours.get("config_hash") != fresh.get("config_hash"):
+        parts.append("vLLM config (a setting, the model's config.json, the model path or its weights URI)")
+    if ours.get("code_hash") != fresh.get("code_hash"):
+        parts.append("traced model code (another vLLM build or install path)")
+    if ours.get("compiler_hash") != fresh.get("compiler_hash"):
+        parts.append("compiler (PyTorch/Triton version, GPU or Inductor settings)")
+    env_old, env_new = ours.get("env") or {}, fresh.get("env") or {}
+    changed_env = sorted(k for k in set(env_old) | set(env_new) if env_old.get(k) != env_new.get(k))
+    if changed_env:
+        parts.append("environment " + ", ".join(changed_env[:5]))
+    return "vLLM's compile hash changed in: " + ("; ".join(parts) or f"nothing it recorded (folder {theirs})")
+
+
+def judge(
+    *, start_dirs: list[str], now_dirs: list[str], origin: dict | None, restore: dict | None, cache_root: Path
+) -> Observation:
+    """One pod start, judged once the pod is Ready: the hash folders present when its entry step ran
+    against those present now. No new folder: vLLM loaded one that was there (a hit). A new one: it compiled."""
+    new = sorted(set(now_dirs) - set(start_dirs))
+    restored_dirs = set(origin.get("hash_dirs", [])) if origin and origin.get("origin") == "restored" else set()
+    if not start_dirs and new and set(new) <= restored_dirs:
+        # The restore landed after the entry step looked (past the wait bound) but before vLLM did: the
+        # folders are new to the record, yet vLLM loaded them.
+        return Observation("hit", "restored", True, "loaded the restored cache (restored after the pod started)")
+    if not new:
+        if not start_dirs:
+            return Observation("none", "none", False, "vLLM wrote no compile cache (torch.compile off?)")
+        restored = bool(restored_dirs) and set(start_dirs) <= restored_dirs
+        return Observation(
+            "hit",
+            "restored" if restored else "local",
+            True,
+            "loaded the restored cache" if restored else "loaded a cache compiled on this node",
+        )
+    if start_dirs:
+        return Observation("miss", "compiled", True, why_hash_differs(cache_root, start_dirs, new), new)
+    status = (restore or {}).get("status")
+    reasons = {
+        "miss": (False, "no cache was published for this key yet (first pod of this configuration)"),
+        "busy": (True, "folder busy: the pod started before the restore finished"),
+        "present": (
+            True,
+            "folder busy: vLLM had created the cache folder before the agent restored it (a pod "
+            "started before the agent), so it was left to it",
+        ),
+        "failed": (True, f"the restore failed: {(restore or {}).get('reason', '')}"),
+        None: (True, "the pod started before the agent's restore (no done marker)"),
+    }
+    expected, reason = reasons.get(status, (True, f"the restore ended as {status!r}"))
+    return Observation("miss", "compiled", expected, reason, new)

@@ -8,15 +8,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.fs import write_atomic
-from warmstart.workload import AGENT_STATE_FOLDER, DONE_MARKERS, done_marker_name, model_cache_folder
+from warmstart.workload import (
+    AGENT_STATE_FOLDER,
+    COMPILE_CACHE_CONTENT,
+    DONE_MARKERS,
+    done_marker_name,
+    model_cache_folder,
+)
 
 
 @dataclass(frozen=True)
 class NodeCacheLayout:
     root: Path
 
-    def model_dir(self, model: str, fingerprint: str) -> Path:
+    def config_dir(self, model: str, fingerprint: str) -> Path:
+        """The folder a pod of this configuration mounts (kubelet creates it, empty, before the pod starts)."""
         return self.root / model_cache_folder(model, fingerprint)
+
+    def model_dir(self, model: str, fingerprint: str) -> Path:
+        """The cache itself: appears complete (the agent's rename) or is created by vLLM, never half-made."""
+        return self.config_dir(model, fingerprint) / COMPILE_CACHE_CONTENT
 
     @property
     def state(self) -> Path:
@@ -29,6 +40,10 @@ class NodeCacheLayout:
     def origin_record(self, model: str, fingerprint: str) -> Path:
         """How this node's copy came to be: restored from S3 or published to it (no need to publish)."""
         return self.state / "origin" / done_marker_name(model, fingerprint)
+
+    def observed_dir(self) -> Path:
+        """One file per judged pod start: the outcome is told once, also across agent restarts."""
+        return self.state / "observed"
 
     def new_temp_dir(self) -> Path:
         """On the same filesystem as the model folders, so the final rename is atomic."""
@@ -43,5 +58,12 @@ class NodeCacheLayout:
         write_atomic(self.origin_record(model, fingerprint), json.dumps(origin, sort_keys=True).encode())
 
     def origin(self, model: str, fingerprint: str) -> dict | None:
-        path = self.origin_record(model, fingerprint)
-        return json.loads(path.read_text()) if path.exists() else None
+        try:
+            return json.loads(self.origin_record(model, fingerprint).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def forget(self, model: str, fingerprint: str) -> None:
+        """Markers of a configuration whose folder is gone."""
+        self.done_marker(model, fingerprint).unlink(missing_ok=True)
+        self.origin_record(model, fingerprint).unlink(missing_ok=True)

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import Counter
+import threading
+from collections import Counter, deque
 from typing import Any, Callable, TextIO
+
+# The agent runs for the node's lifetime: it keeps only the latest events in memory (the stream has them all).
+RECENT_EVENTS = 1000
 
 
 class EventLog:
-    def __init__(self, clock: Callable[[], float], stream: TextIO | None = None) -> None:
+    def __init__(self, clock: Callable[[], float], stream: TextIO | None = None, *, keep: int = RECENT_EVENTS) -> None:
         self._clock = clock
         self._stream = stream or sys.stdout
+        self._lock = threading.Lock()  # several agent loops log at once: one whole line each
         self.counters: Counter[str] = Counter()
-        self.events: list[dict[str, Any]] = []
+        self.events: deque[dict[str, Any]] = deque(maxlen=keep)
 
     def event(self, name: str, **fields: Any) -> dict[str, Any]:
-        self.counters[name] += 1
         record = {"time": round(self._clock(), 3), "event": name, **fields}
-        self.events.append(record)
-        self._stream.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-        self._stream.flush()
+        line = json.dumps(record, sort_keys=True, default=str) + "\n"
+        with self._lock:
+            self.counters[name] += 1
+            self.events.append(record)
+            self._stream.write(line)
+            self._stream.flush()
         return record
 
     def summary(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import mmap
 import os
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
+DENIED = {"403", "AccessDenied", "Forbidden"}
+PAUSE_POLL_SECONDS = 1.0
 PRECONDITION_FAILED = {"412", "PreconditionFailed", "ConditionalRequestConflict"}
 
 
@@ -49,6 +52,10 @@ def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
+class MissingObject(IOError):
+    """An object that should be there is not (a manifest naming a deleted archive)."""
+
+
 class CacheStore:
     def __init__(self, client, bucket: str, *, part_bytes: int = 64 * 2**20, threads: int = 8) -> None:
         self._s3 = client
@@ -56,52 +63,76 @@ class CacheStore:
         self.part_bytes = part_bytes
         self.threads = threads
 
+    def _missing(self, error: ClientError, key: str) -> bool:
+        """Whether a failed GET/HEAD means the object is absent. S3 answers 404 only to a caller allowed to
+        list the bucket, 403 otherwise (S3 API reference, GetObject and HeadObject, "Permissions"); the agent's
+        ListBucket is conditioned on s3:prefix, which a GET does not carry. So a 403 is checked with a listing
+        of exactly that key (which carries the prefix): absent there means absent, anything else stays denied."""
+        code = _code(error)
+        if code in MISSING:
+            return True
+        if code not in DENIED:
+            return False
+        listed = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+        return not any(item["Key"] == key for item in listed)
+
     def get_json(self, key: str) -> dict | None:
+        return self.get_json_tagged(key)[0]
+
+    def get_json_tagged(self, key: str) -> tuple[dict | None, str | None]:
+        """The document and its ETag, for a later write or delete conditional on it being unchanged."""
         try:
-            body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            response = self._s3.get_object(Bucket=self.bucket, Key=key)
         except ClientError as error:
-            if _code(error) in MISSING:
-                return None
+            if self._missing(error, key):
+                return None, None
             raise
-        return json.loads(body)
+        return json.loads(response["Body"].read()), response["ETag"]
 
     def exists(self, key: str) -> bool:
         try:
             self._s3.head_object(Bucket=self.bucket, Key=key)
         except ClientError as error:
-            if _code(error) in MISSING:
+            if self._missing(error, key):
                 return False
             raise
         return True
+
+    def put_json(self, key: str, document: dict, **condition) -> None:
+        self._s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(document, sort_keys=True).encode(),
+                            ContentType="application/json", **condition)
 
     def put_json_if_absent(self, key: str, document: dict) -> bool:
         """Conditional create (If-None-Match: *): False when another writer got there first."""
+        return self._put_conditional(key, document, IfNoneMatch="*")
+
+    def put_json_if_match(self, key: str, document: dict, etag: str) -> bool:
+        """Replace only the version read before (If-Match): False when another writer changed or removed it."""
+        return self._put_conditional(key, document, IfMatch=etag)
+
+    def _put_conditional(self, key: str, document: dict, **condition) -> bool:
         try:
-            self._s3.put_object(
-                Bucket=self.bucket,
-                Key=key,
-                Body=json.dumps(document, sort_keys=True).encode(),
-                ContentType="application/json",
-                IfNoneMatch="*",
-            )
+            self.put_json(key, document, **condition)
         except ClientError as error:
-            if _code(error) in PRECONDITION_FAILED:
+            if _code(error) in PRECONDITION_FAILED | MISSING:
                 return False
             raise
         return True
-
-    def put_json(self, key: str, document: dict) -> None:
-        self._s3.put_object(
-            Bucket=self.bucket, Key=key, Body=json.dumps(document, sort_keys=True).encode(), ContentType="application/json"
-        )
 
     def upload_file(self, path: Path, key: str) -> None:
         config = TransferConfig(multipart_threshold=self.part_bytes, multipart_chunksize=self.part_bytes,
                                 max_concurrency=self.threads)
         self._s3.upload_file(str(path), self.bucket, key, Config=config)
 
-    def delete(self, key: str) -> None:
-        self._s3.delete_object(Bucket=self.bucket, Key=key)
+    def delete(self, key: str, *, if_match: str | None = None) -> bool:
+        """False when `if_match` is given and the object changed (or went) since it was read."""
+        try:
+            self._s3.delete_object(Bucket=self.bucket, Key=key, **({"IfMatch": if_match} if if_match else {}))
+        except ClientError as error:
+            if if_match and (_code(error) in PRECONDITION_FAILED or self._missing(error, key)):
+                return False
+            raise
+        return True
 
     def download(self, key: str, destination: Path, size: int, on_part: Callable[[int], None] | None = None) -> None:
         """Parallel ranged GETs written in place (pwrite); raises on any short or failed part.
@@ -116,7 +147,12 @@ class CacheStore:
 
             def fetch(byte_range: tuple[int, int]) -> int:
                 start, end = byte_range
-                response = self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}")
+                try:
+                    response = self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}")
+                except ClientError as error:
+                    if self._missing(error, key):
+                        raise MissingObject(f"{key} is not in the bucket") from error
+                    raise
                 offset = start
                 for chunk in response["Body"].iter_chunks(chunk_size=1 << 20):
                     pwrite_all(descriptor, chunk, offset)
@@ -243,7 +279,7 @@ class WeightsSource:
     # -- the download --
 
     def download_all(self, items: list[ListedObject], destination: Path, prefix: str,
-                     on_bytes: Callable[[int], None] | None = None) -> None:
+                     on_bytes: Callable[[int], None] | None = None, pause: Callable[[], bool] | None = None) -> None:
         """Downloads every object under `destination` (paths relative to `prefix`) and verifies each.
 
         Objects up to one part are fetched whole, their checksum taken from the GET itself; larger ones are
@@ -251,6 +287,8 @@ class WeightsSource:
         All ranges share one thread pool; each is checksummed as it streams through a per-thread buffer.
         Full, aligned buffers go to disk with O_DIRECT: they skip the page cache, whose writeback (not the
         network) would otherwise set the pace. One syncfs at the end. Raises on the first failure.
+        While `pause()` is true no new range starts (the ones in flight finish): a pod of this node streaming
+        from S3 keeps the network to itself.
         """
         large = [item for item in items if item.size > self.part_bytes]
         with ThreadPoolExecutor(max_workers=self.threads) as pool:
@@ -274,8 +312,13 @@ class WeightsSource:
                     jobs += [(item, start, end, False) for start, end in ranges]
                 else:
                     jobs.append((item, 0, item.size - 1, True))
+            def run(job):
+                while pause is not None and pause():
+                    time.sleep(PAUSE_POLL_SECONDS)
+                return self._fetch(job, checks, files, on_bytes)
+
             with ThreadPoolExecutor(max_workers=self.threads) as pool:
-                fetched = list(pool.map(lambda job: self._fetch(job, checks, files, on_bytes), jobs))
+                fetched = list(pool.map(run, jobs))
             results: dict[ListedObject, list] = {}
             for (item, start, end, _), (check, digest) in zip(jobs, fetched):
                 checks[item] = check

@@ -1,49 +1,201 @@
-"""Entry script of the vLLM container (standard library only; runs in the serving image).
+"""Entry step of the vLLM container (standard library only; runs in the serving image from a ConfigMap).
 
-Chooses where the weights come from, then execs the vLLM command unchanged otherwise:
-the node-local copy when the warmstart agent's pointer for this model is fresh, names this S3 source,
-and its folder is marked complete; the S3 URI in every other case (no pointer, stale, another source).
+1. Records, before it looks at anything, that this pod is choosing (so the agent never evicts a copy a
+   pod may be about to pick), then what it chose: the weights source and the compile folders present.
+2. Picks the weights source. The vLLM arguments never change (`--model=s3://...` always, so vLLM's compile
+   hash is the same whichever way the weights arrive). When the node's copy is fresh (confirmed against S3
+   by the agent recently, its check time not in the future), complete and of this very S3 source, a
+   read-only S3 endpoint on the pod's loopback serves it and the streamer is pointed there
+   (`node_copy_s3.py`); otherwise the streamer reads S3 as before.
+3. Execs the vLLM command.
+
 Usage: python3 vllm_entry.py <command...> --model=s3://... --served-model-name=<name> ...
+Environment: WARMSTART_WEIGHTS_ROOT, WARMSTART_WEIGHTS_MAX_AGE, WARMSTART_POD_RECORDS, WARMSTART_FINGERPRINT,
+POD_UID, POD_NAME, POD_NAMESPACE, VLLM_CACHE_ROOT.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import time
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+RECORD_VERSION = 1
+# A pointer confirmed "later than now" means the node clock stepped back: its age cannot be judged.
+CLOCK_SKEW_TOLERANCE_SECONDS = 5.0
+# Tells the streamer's S3 client (runai-model-streamer-s3 0.17: AWS SDK for the C++ streams, boto3 for the
+# config/tokenizer pull) to use the loopback endpoint, path-style, without signing. None of these variables
+# enters vLLM's compile hash (vllm/envs.py 0.21.0 lists no AWS_* or RUNAI_* variable).
+NODE_COPY_ENV = {"RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0", "RUNAI_STREAMER_S3_UNSIGNED": "1"}
 
-def choose_model(args: list[str], weights_root: Path, max_age_seconds: float, now: float) -> tuple[list[str], str]:
-    model_arg = next((a for a in args if a.startswith("--model=")), None)
-    name_arg = next((a for a in args if a.startswith("--served-model-name=")), None)
-    if model_arg is None or name_arg is None:
-        return args, "no --model/--served-model-name: arguments unchanged"
-    s3_uri, name = model_arg.split("=", 1)[1], name_arg.split("=", 1)[1]
+
+@dataclass(frozen=True)
+class WeightsChoice:
+    source: str  # node | s3
+    key: str | None
+    reason: str
+
+
+def _arg(args: list[str], flag: str) -> str | None:
+    found = next((a for a in args if a.startswith(flag + "=")), None)
+    return found.split("=", 1)[1] if found else None
+
+
+def choose_weights(name: str, s3_uri: str, weights_root: Path, max_age_seconds: float, now: float) -> WeightsChoice:
+    """The node copy only while the agent vouches for it; S3 in every other case."""
     try:
         pointer = json.loads((weights_root / ".warmstart" / "current" / name).read_text())
     except (OSError, ValueError):
-        return args, f"no local copy of {name}: streaming from {s3_uri}"
+        return WeightsChoice("s3", None, f"no local copy of {name}: streaming from {s3_uri}")
     key = str(pointer.get("key", ""))
-    local = weights_root / name / key
     if pointer.get("s3_uri") != s3_uri:
-        return args, f"local copy of {name} is of {pointer.get('s3_uri')}, not {s3_uri}: streaming from S3"
-    if now - float(pointer.get("checked_at", 0)) > max_age_seconds:
-        return args, f"local copy of {name} not confirmed against S3 for {max_age_seconds:.0f}s: streaming from S3"
-    if not key or "/" in key or not (weights_root / name / f"{key}.complete").exists() or not local.is_dir():
-        return args, f"local copy of {name} is incomplete: streaming from {s3_uri}"
-    chosen = [f"--model={local}" if a == model_arg else a for a in args]
-    return chosen, f"using the node-local copy {local} of {s3_uri}"
+        return WeightsChoice(
+            "s3", None, f"local copy of {name} is of {pointer.get('s3_uri')}, not {s3_uri}: streaming from S3"
+        )
+    try:
+        checked_at = float(pointer.get("checked_at"))
+    except (TypeError, ValueError):
+        return WeightsChoice("s3", None, f"local copy of {name} has no check time: streaming from S3")
+    if checked_at > now + CLOCK_SKEW_TOLERANCE_SECONDS:
+        return WeightsChoice(
+            "s3",
+            None,
+            f"local copy of {name} was checked {checked_at - now:.0f}s in the future "
+            "(the node clock stepped back): streaming from S3",
+        )
+    if now - checked_at > max_age_seconds:
+        return WeightsChoice(
+            "s3", None, f"local copy of {name} not confirmed against S3 for {max_age_seconds:.0f}s: streaming from S3"
+        )
+    if (
+        not key
+        or "/" in key
+        or key.startswith(".")
+        or not (weights_root / name / f"{key}.complete").exists()
+        or not (weights_root / name / key).is_dir()
+    ):
+        return WeightsChoice("s3", None, f"local copy of {name} is incomplete: streaming from {s3_uri}")
+    return WeightsChoice("node", key, f"serving {s3_uri} from the node-local copy {weights_root / name / key}")
+
+
+def vllm_hash_dirs(cache_root: Path) -> list[str]:
+    """vLLM's compile-cache folders under VLLM_CACHE_ROOT, relative to it (vLLM 0.21.0,
+    vllm/compilation/backends.py and decorators.py): torch_compile_cache/<hash10>/ and, with AOT compile
+    (on by default with torch >= 2.10), torch_compile_cache/torch_aot_compile/<hash64>/."""
+    found = []
+    compile_root = cache_root / "torch_compile_cache"
+    for folder, nested in ((compile_root, False), (compile_root / "torch_aot_compile", True)):
+        try:
+            entries = sorted(p.name for p in folder.iterdir() if p.is_dir())
+        except OSError:
+            continue
+        for entry in entries:
+            if not nested and entry == "torch_aot_compile":
+                continue
+            found.append(str((folder / entry).relative_to(cache_root)))
+    return found
+
+
+def write_record(folder: Path, uid: str, record: dict) -> None:
+    """Atomically (temp file, rename): the agent never reads half a record."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f".{uid}.{uuid.uuid4().hex}.tmp"
+    temporary.write_text(json.dumps(record, sort_keys=True))
+    os.replace(temporary, folder / f"{uid}.json")
+
+
+def start_node_copy_endpoint(bucket: str, prefix: str, folder: Path) -> str:
+    """Serves the copy on 127.0.0.1 from a child process that dies with the container's main process."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from node_copy_s3 import NodeCopyServer  # beside this script in the ConfigMap
+
+    server = NodeCopyServer(bucket=bucket, prefix=prefix, folder=folder)  # bound before the fork: no race
+    parent = os.getpid()
+    if os.fork() == 0:
+        try:
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: gone when vLLM (our exec) exits
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(0)
+            server.serve_forever()
+        finally:
+            os._exit(0)
+    endpoint = server.endpoint
+    server.socket.close()  # the child serves; vLLM must not hold the listening socket
+    # The child could still die (a failed prctl, a crash): vLLM gets the endpoint only once it answers.
+    query = urllib.parse.urlencode({"list-type": "2", "prefix": prefix, "max-keys": "1"})
+    with urllib.request.urlopen(f"{endpoint}/{bucket}?{query}", timeout=5) as answer:
+        if answer.status != 200:
+            raise OSError(f"node-copy endpoint answered {answer.status}")
+    return endpoint
+
+
+def prepare(args: list[str], env: dict[str, str], now: float) -> tuple[dict[str, str], WeightsChoice | None, dict]:
+    """What the pod will run with: the environment for vLLM, the weights choice, and the record written."""
+    name, s3_uri = _arg(args, "--served-model-name"), _arg(args, "--model")
+    uid = env.get("POD_UID", "")
+    records = Path(env["WARMSTART_POD_RECORDS"]) if env.get("WARMSTART_POD_RECORDS") and uid else None
+    record = {
+        "version": RECORD_VERSION,
+        "pod": {"uid": uid, "name": env.get("POD_NAME", ""), "namespace": env.get("POD_NAMESPACE", "")},
+        "model": name,
+        "phase": "choosing",
+        "started_at": now,
+        "boot": uuid.uuid4().hex,  # tells two starts of one container apart without trusting the clock
+    }
+    if records is not None:
+        write_record(records, uid, record)  # before any pointer is read
+    new_env = dict(env)
+    choice = None
+    if s3_uri and s3_uri.startswith("s3://") and not env.get("WARMSTART_WEIGHTS_ROOT"):
+        # No node copy for this model: it streams from S3, and the agent holds its downloads back meanwhile.
+        choice = WeightsChoice("s3", None, f"no weights cache for this model: streaming from {s3_uri}")
+    elif env.get("WARMSTART_WEIGHTS_ROOT") and name and s3_uri and s3_uri.startswith("s3://"):
+        choice = choose_weights(
+            name, s3_uri, Path(env["WARMSTART_WEIGHTS_ROOT"]), float(env.get("WARMSTART_WEIGHTS_MAX_AGE", "90")), now
+        )
+        if choice.source == "node":
+            bucket, _, prefix = s3_uri.removeprefix("s3://").partition("/")
+            try:
+                endpoint = start_node_copy_endpoint(
+                    bucket, prefix, Path(env["WARMSTART_WEIGHTS_ROOT"]) / name / choice.key
+                )
+                new_env |= {"AWS_ENDPOINT_URL": endpoint, **NODE_COPY_ENV}
+            except Exception as error:  # never fail the pod: S3 is always there
+                choice = WeightsChoice(
+                    "s3", None, f"node-local endpoint failed ({type(error).__name__}: {error}): streaming from S3"
+                )
+    cache_root = env.get("VLLM_CACHE_ROOT")
+    record |= {
+        "phase": "started",
+        "weights": asdict(choice) if choice else None,
+        "compile": {
+            "fingerprint": env.get("WARMSTART_FINGERPRINT"),
+            "hash_dirs": vllm_hash_dirs(Path(cache_root)) if cache_root else [],
+        },
+    }
+    if records is not None:
+        write_record(records, uid, record)
+    return new_env, choice, record
 
 
 def main() -> None:
     command = sys.argv[1:]
-    root = Path(os.environ.get("WARMSTART_WEIGHTS_ROOT", "/warmstart-weights"))
-    max_age = float(os.environ.get("WARMSTART_WEIGHTS_MAX_AGE", "90"))
-    chosen, reason = choose_model(command, root, max_age, time.time())
-    print(f"warmstart: {reason}", flush=True)
-    os.execvp(chosen[0], chosen)
+    try:
+        env, choice, _ = prepare(command, dict(os.environ), time.time())
+        if choice is not None:
+            print(f"warmstart: {choice.reason}", flush=True)
+    except Exception as error:  # the entry step must never stop the pod from serving
+        print(f"warmstart: entry step failed ({type(error).__name__}: {error}); starting vLLM as is", flush=True)
+        env = dict(os.environ)
+    os.execvpe(command[0], command, env)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -73,7 +75,7 @@ class WeightsLayout:
 
 @dataclass(frozen=True)
 class SyncOutcome:
-    status: str  # ready | downloaded | failed
+    status: str  # ready | downloaded | refused | busy | stale | failed
     key: str = ""
     reason: str = ""
     bytes: int = 0
@@ -90,6 +92,7 @@ class WeightsCache:
         log: EventLog,
         free_bytes: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
         reserve_bytes: int = 2 * 10**9,
+        storage_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.source = source
         self.layout = layout
@@ -97,17 +100,54 @@ class WeightsCache:
         self.log = log
         self.free_bytes = free_bytes
         self.reserve_bytes = reserve_bytes
+        # Why this node must not be filled (no instance store under the weights root), or None.
+        self.storage_problem = storage_problem
+        # One writer per model: the fill (minutes), the quick confirmation and an eviction never overlap on
+        # one model (re-entrant: a fill evicts its own model's old copies to make room).
+        self._locks: dict[str, threading.RLock] = defaultdict(threading.RLock)
 
-    def sync(self, model: str, s3_uri: str, prefix: str, in_use: Callable[[str, str], bool]) -> SyncOutcome:
-        """Make the node's copy of `model` match S3 now; the pointer is current only when it does."""
+    def _reporter(self, model: str, event: str = "weights-sync"):
         started = self.clock()
 
         def done(status: str, key: str = "", reason: str = "", size: int = 0) -> SyncOutcome:
             outcome = SyncOutcome(status, key, reason, size, self.clock() - started)
-            self.log.event("weights-sync", model=model, key=key, status=status, reason=reason, bytes=size,
+            self.log.event(event, model=model, key=key, status=status, reason=reason, bytes=size,
                            seconds=round(outcome.seconds, 3))
             return outcome
 
+        return done
+
+    def confirm(self, model: str, s3_uri: str, prefix: str) -> SyncOutcome:
+        """Cheap (one listing): refresh the pointer of a complete copy, or retire it when S3 moved on. Skips a
+        model whose copy is being filled, so a long download of one model never lets the others' pointers age."""
+        lock = self._locks[model]
+        if not lock.acquire(blocking=False):
+            return SyncOutcome("busy", reason="being filled")
+        try:
+            done = self._reporter(model, "weights-confirm")
+            try:
+                listing = self.source.list(prefix)
+            except Exception as error:
+                return done("failed", reason=f"listing failed: {error}")
+            key = weights_key(listing, prefix) if listing else ""
+            if key and self.layout.is_complete(model, key):
+                self._point(model, key, s3_uri)
+                return done("ready", key)
+            if self.layout.read_pointer(model) is not None:
+                self._retire_current(model)  # S3 changed: new pods stream until the fill catches up
+            return done("stale", key, "S3 holds another version than the node's copy")
+        finally:
+            lock.release()
+
+    def sync(self, model: str, s3_uri: str, prefix: str, in_use: Callable[[str, str], bool],
+             pause: Callable[[], bool] | None = None) -> SyncOutcome:
+        """Make the node's copy of `model` match S3 now; the pointer is current only when it does.
+        `pause()` true holds the download back between parts (a pod of the node is streaming from S3)."""
+        with self._locks[model]:
+            return self._sync(model, s3_uri, prefix, in_use, pause)
+
+    def _sync(self, model, s3_uri, prefix, in_use, pause) -> SyncOutcome:
+        done = self._reporter(model)
         try:
             listing = self.source.list(prefix)
         except Exception as error:  # the pointer is not refreshed, so pods fall back to S3 once it ages
@@ -121,6 +161,9 @@ class WeightsCache:
             self._point(model, key, s3_uri)
             return done("ready", key, size=size)
         self._retire_current(model)  # new pods stream the new version from S3 meanwhile
+        problem = self.storage_problem()
+        if problem:
+            return done("refused", key, problem)
         self.layout.root.mkdir(parents=True, exist_ok=True)
         shortfall = size + self.reserve_bytes - self.free_bytes(self.layout.root)
         if shortfall > 0:
@@ -133,7 +176,7 @@ class WeightsCache:
             temp = self.layout.new_temp_dir()
             staged = temp / "weights"
             staged.mkdir()
-            self.source.download_all(listing, staged, prefix)
+            self.source.download_all(listing, staged, prefix, pause=pause)
             target = self.layout.key_dir(model, key)
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.exists():  # an incomplete folder left by a crash: never trusted, replaced
@@ -151,14 +194,22 @@ class WeightsCache:
         return done("downloaded", key, size=size)
 
     def _point(self, model: str, key: str, s3_uri: str) -> None:
+        current = self.layout.read_pointer(model)
+        if current and current.get("key") != key:
+            self._write_retired(model, current["key"])  # before the pointer moves: never unrecorded
         write_atomic(self.layout.pointer(model), json.dumps(
             {"key": key, "s3_uri": s3_uri, "checked_at": self.clock()}, sort_keys=True).encode())
+        self.layout.retired(model, key).unlink(missing_ok=True)  # current again
+
+    def _write_retired(self, model: str, key: str) -> None:
+        write_atomic(self.layout.retired(model, key), json.dumps({"retired_at": self.clock()}).encode())
 
     def _retire_current(self, model: str) -> None:
+        """The retired record first, then the pointer goes: a crash in between leaves both, never neither."""
         current = self.layout.read_pointer(model)
-        self.layout.pointer(model).unlink(missing_ok=True)
         if current:
-            write_atomic(self.layout.retired(model, current["key"]), json.dumps({"retired_at": self.clock()}).encode())
+            self._write_retired(model, current["key"])
+        self.layout.pointer(model).unlink(missing_ok=True)
 
     def retired_at(self, model: str, key: str) -> float | None:
         try:
@@ -173,23 +224,35 @@ class WeightsCache:
         `in_use(model, key)` says whether a pod on this node may read that copy. With `needed_bytes`, stops
         once that much is freed; otherwise removes every unused non-current copy (and incomplete folders).
         """
-        candidates = []
-        for model, key in self.layout.cached_keys():
+        def evictable(model: str, key: str) -> bool:
             pointer = self.layout.read_pointer(model)
             is_current = pointer is not None and pointer["key"] == key and (
                 current_models is None or model in current_models)
-            if is_current or in_use(model, key):
-                continue
-            marker = self.layout.complete_marker(model, key)
-            last_used = self.retired_at(model, key) or (marker.stat().st_mtime if marker.exists() else 0.0)
-            candidates.append((last_used, model, key))
+            return not is_current and not in_use(model, key)
+
+        candidates = []
+        for model, key in self.layout.cached_keys():
+            if evictable(model, key):
+                marker = self.layout.complete_marker(model, key)
+                last_used = self.retired_at(model, key) or (marker.stat().st_mtime if marker.exists() else 0.0)
+                candidates.append((last_used, model, key))
         evicted, freed = [], 0
         for _, model, key in sorted(candidates):
             if needed_bytes is not None and freed >= needed_bytes:
                 break
+            lock = self._locks[model]
+            if not lock.acquire(blocking=False):
+                continue  # being filled or confirmed right now: next round
+            try:
+                # Under the model's lock nothing can point at the copy again; checked once more, then made
+                # invisible (no complete marker: no pointer, no pod picks it) before it goes.
+                if not evictable(model, key):
+                    continue
+                self.layout.complete_marker(model, key).unlink(missing_ok=True)
+            finally:
+                lock.release()
             folder = self.layout.key_dir(model, key)
             size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-            self.layout.complete_marker(model, key).unlink(missing_ok=True)  # invisible first, then gone
             remove_tree(folder)
             self.layout.retired(model, key).unlink(missing_ok=True)
             freed += size

@@ -17,10 +17,12 @@ from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
 from warmstart.agent_settings import (
     AGENT_CACHE_MOUNT,
     AGENT_NAMESPACE,
+    AGENT_PODS_MOUNT,
     AGENT_SERVICE_ACCOUNT,
     AGENT_WEIGHTS_MOUNT,
     AgentSettings,
 )
+from warmstart.workload import SHARED_SELINUX_LEVEL
 
 SETTINGS_FILE = "agent.json"
 SETTINGS_MOUNT = "/etc/warmstart"
@@ -37,7 +39,8 @@ _OTHER_LABELS_UNCHANGED = (
 
 class NodeAgentChart(cdk8s.Chart):
     def __init__(
-        self, scope: Construct, id: str, *, settings: AgentSettings, image: str, cache_root: str, weights_root: str
+        self, scope: Construct, id: str, *, settings: AgentSettings, image: str, cache_root: str, weights_root: str,
+        pod_records_root: str,
     ) -> None:
         super().__init__(scope, id)
         settings_json = settings.model_dump_json(indent=2)
@@ -131,7 +134,8 @@ class NodeAgentChart(cdk8s.Chart):
                         # New settings (a changed model) roll the agents, which then restore the new keys.
                         annotations={"warmstart.io/settings-sha256": hashlib.sha256(settings_json.encode()).hexdigest()},
                     ),
-                    spec=_agent_pod(image, cache_root, weights_root if settings.weights_models else None),
+                    spec=_agent_pod(image, cache_root, weights_root if settings.weights_models else None,
+                                    pod_records_root),
                 ),
             ),
         )
@@ -139,15 +143,18 @@ class NodeAgentChart(cdk8s.Chart):
         self.own_node_binding.add_dependency(self.own_node_policy)
 
 
-def _agent_pod(image: str, cache_root: str, weights_root: str | None) -> k8s.PodSpec:
+def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_records_root: str) -> k8s.PodSpec:
     mounts = [
         k8s.VolumeMount(name="settings", mount_path=SETTINGS_MOUNT, read_only=True),
         k8s.VolumeMount(name="compile-cache", mount_path=AGENT_CACHE_MOUNT),
+        k8s.VolumeMount(name="pod-records", mount_path=AGENT_PODS_MOUNT),
         k8s.VolumeMount(name="tmp", mount_path="/tmp"),
     ]
     volumes = [
         k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
         k8s.Volume(name="compile-cache", host_path=k8s.HostPathVolumeSource(path=cache_root, type="DirectoryOrCreate")),
+        k8s.Volume(name="pod-records",
+                   host_path=k8s.HostPathVolumeSource(path=pod_records_root, type="DirectoryOrCreate")),
         k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
     ]
     if weights_root:
@@ -157,6 +164,8 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None) -> k8s.Pod
         )
     return k8s.PodSpec(
         service_account_name=AGENT_SERVICE_ACCOUNT,
+        # The same MCS level as the vLLM pods: files restored by one are readable by the other under SELinux.
+        security_context=k8s.PodSecurityContext(se_linux_options=k8s.SeLinuxOptions(level=SHARED_SELINUX_LEVEL)),
         node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
         tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
         termination_grace_period_seconds=30,

@@ -19,6 +19,9 @@ from warmstart.workload import (
     AGENT_STATE_FOLDER,
     COMPILE_CACHE_MOUNT,
     DONE_MARKERS,
+    POD_RECORDS_MOUNT,
+    SHARED_SELINUX_LEVEL,
+    VLLM_ASSETS_MOUNT,
     VLLM_PORT,
     ModelPlan,
     done_marker_name,
@@ -31,7 +34,9 @@ VLLM_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 AGENT_STATE_MOUNT = "/warmstart"
 WEIGHTS_MOUNT = "/warmstart-weights"
 ENTRY_MOUNT = "/warmstart-entry"
-ENTRY_SCRIPT = Path(__file__).resolve().parent.parent / "agent" / "vllm_entry.py"
+AGENT_SOURCE = Path(__file__).resolve().parent.parent / "agent"
+# The entry step and the loopback S3 endpoint it starts: standard library only, run by the serving image.
+ENTRY_FILES = {name: AGENT_SOURCE / name for name in ("vllm_entry.py", "node_copy_s3.py")}
 # Waits for the node agent's done marker, never longer than the bound, and never fails: with the agent
 # broken or absent the pod starts (and compiles) as it would without warmstart.
 WAIT_FOR_RESTORE = """\
@@ -66,12 +71,12 @@ class VllmModel(cdk8s.Chart):
             self, "ServiceAccount", metadata=k8s.ObjectMeta(name=SERVICE_ACCOUNT, namespace=name, labels=labels)
         )
         self.entry_script = None
-        if plan.weights_cache:
+        if plan.entry_step:
             self.entry_script = k8s.KubeConfigMap(
                 self,
                 "EntryScript",
                 metadata=k8s.ObjectMeta(name="warmstart-entry", namespace=name, labels=labels),
-                data={"vllm_entry.py": ENTRY_SCRIPT.read_text()},
+                data={file: path.read_text() for file, path in ENTRY_FILES.items()},
             )
             self.entry_script.add_dependency(self.namespace_object)
         self.deployment = k8s.KubeDeployment(
@@ -122,10 +127,19 @@ class VllmModel(cdk8s.Chart):
 
 
 def _template_annotations(plan: ModelPlan) -> dict[str, str] | None:
-    """A new entry script rolls the pods, like any other change of what they run."""
-    if not plan.weights_cache:
+    """A new entry step rolls the pods, like any other change of what they run."""
+    if not plan.entry_step:
         return None
-    return {"warmstart.io/entry-sha256": hashlib.sha256(ENTRY_SCRIPT.read_bytes()).hexdigest()}
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in ENTRY_FILES.values())).hexdigest()
+    return {"warmstart.io/entry-sha256": digest}
+
+
+def _field(path: str) -> k8s.EnvVarSource:
+    return k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path=path))
+
+
+def _shared_selinux() -> k8s.PodSecurityContext:
+    return k8s.PodSecurityContext(se_linux_options=k8s.SeLinuxOptions(level=SHARED_SELINUX_LEVEL))
 
 
 def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
@@ -137,7 +151,11 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
             ),
         )
     ]
-    mounts = [k8s.VolumeMount(name="dshm", mount_path="/dev/shm")]
+    # vLLM pulls the model's config and tokenizer here (a fresh folder per pod: no stale file survives).
+    volumes.append(k8s.Volume(name="vllm-assets", empty_dir=k8s.EmptyDirVolumeSource(
+        size_limit=k8s.Quantity.from_string("2Gi"))))
+    mounts = [k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
+              k8s.VolumeMount(name="vllm-assets", mount_path=VLLM_ASSETS_MOUNT)]
     if plan.compile_host_path:
         volumes.append(
             k8s.Volume(
@@ -158,29 +176,38 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         )
         init_containers.append(wait_for_restore(plan))
     env = vllm_env(plan)
+    env_from_pod = []
     command = VLLM_COMMAND
-    if plan.weights_cache:
-        # The entry step picks the node-local copy when the agent vouches for it, else the S3 URI.
+    if plan.entry_step:
+        # The entry step records what the pod finds and chooses (for the agent), serves the node's weights
+        # copy on the pod's loopback when the agent vouches for it, then execs vLLM with unchanged arguments.
         command = ["python3", f"{ENTRY_MOUNT}/vllm_entry.py", *VLLM_COMMAND]
-        env |= {"WARMSTART_WEIGHTS_ROOT": WEIGHTS_MOUNT, "WARMSTART_WEIGHTS_MAX_AGE": str(plan.weights_max_age_seconds)}
+        env |= {"WARMSTART_POD_RECORDS": POD_RECORDS_MOUNT}
+        if plan.compile_cache:
+            env |= {"WARMSTART_FINGERPRINT": plan.factors.fingerprint()}
+        env_from_pod = [k8s.EnvVar(name=name, value_from=_field(path)) for name, path in (
+            ("POD_UID", "metadata.uid"), ("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"))]
         volumes += [
-            k8s.Volume(
-                name="weights",
-                host_path=k8s.HostPathVolumeSource(path=plan.weights_host_path, type="DirectoryOrCreate"),
-            ),
             k8s.Volume(name="entry", config_map=k8s.ConfigMapVolumeSource(name="warmstart-entry")),
+            k8s.Volume(name="pod-records",
+                       host_path=k8s.HostPathVolumeSource(path=plan.pod_records_host_path, type="DirectoryOrCreate")),
         ]
         mounts += [
-            k8s.VolumeMount(name="weights", mount_path=WEIGHTS_MOUNT, read_only=True),
             k8s.VolumeMount(name="entry", mount_path=ENTRY_MOUNT, read_only=True),
+            k8s.VolumeMount(name="pod-records", mount_path=POD_RECORDS_MOUNT),
         ]
+    if plan.weights_cache:
+        env |= {"WARMSTART_WEIGHTS_ROOT": WEIGHTS_MOUNT, "WARMSTART_WEIGHTS_MAX_AGE": str(plan.weights_max_age_seconds)}
+        volumes.append(k8s.Volume(
+            name="weights", host_path=k8s.HostPathVolumeSource(path=plan.weights_host_path, type="DirectoryOrCreate")))
+        mounts.append(k8s.VolumeMount(name="weights", mount_path=WEIGHTS_MOUNT, read_only=True))
     gpus = k8s.Quantity.from_number(plan.gpus)
     container = k8s.Container(
         name="vllm",
         image=plan.model.image,
         command=command,
         args=vllm_args(plan),
-        env=[k8s.EnvVar(name=key, value=value) for key, value in env.items()],
+        env=[k8s.EnvVar(name=key, value=value) for key, value in env.items()] + env_from_pod,
         ports=[k8s.ContainerPort(name="http", container_port=VLLM_PORT, protocol="TCP")],
         resources=k8s.ResourceRequirements(
             requests={
@@ -206,6 +233,7 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
     )
     return k8s.PodSpec(
         service_account_name=SERVICE_ACCOUNT,
+        security_context=_shared_selinux(),
         init_containers=init_containers or None,
         containers=[container],
         volumes=volumes,

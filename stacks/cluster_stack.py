@@ -19,7 +19,7 @@ from k8s.vllm_model import SERVICE_ACCOUNT, VllmModel
 from warmstart.catalog import default_catalog
 from warmstart.config import AutoModeCompute, EnvironmentConfig
 from warmstart.agent_settings import agent_settings
-from warmstart.workload import compile_cache_root, plan_model, weights_root
+from warmstart.workload import compile_cache_root, plan_model, pod_records_root, weights_root
 
 class ClusterStack(Stack):
     """EKS cluster, GPU capacity for the configured compute mode, and per-model identities."""
@@ -96,6 +96,7 @@ class ClusterStack(Stack):
                 settings=settings,
                 cache_root=compile_cache_root(config),
                 weights_root=weights_root(config),
+                pod_records_root=pod_records_root(config),
                 model_kms_key_arn=config.buckets.models.kms_key_arn,
             )
             self.node_agent.manifest.node.add_dependency(self.system_namespace)

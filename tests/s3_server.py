@@ -103,8 +103,9 @@ class SeaweedS3:
             self.process.wait()
         self.process = None
 
-    def client(self, *, reader: bool = False, retries: int = 1, default_checksums: bool = True):
-        """default_checksums=False: uploads carry no checksum unless asked (like older SDKs and tools)."""
+    def client(self, *, reader: bool = False, retries: int = 1, default_checksums: bool = True, **config):
+        """default_checksums=False: uploads carry no checksum unless asked (like older SDKs and tools);
+        `config` overrides botocore Config settings (connection pool, timeouts)."""
         key, secret = (READER_KEY, READER_SECRET) if reader else (ACCESS_KEY, SECRET_KEY)
         return boto3.client(
             "s3",
@@ -115,9 +116,8 @@ class SeaweedS3:
             config=Config(
                 s3={"addressing_style": "path"},
                 retries={"max_attempts": retries, "mode": "standard"},
-                connect_timeout=2,
-                read_timeout=10,
                 request_checksum_calculation="when_supported" if default_checksums else "when_required",
+                **{"connect_timeout": 2, "read_timeout": 10, **config},
             ),
         )
 

@@ -12,14 +12,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.sizing import candidate_instances
-from warmstart.workload import plan_model, weights_cached
+from warmstart.sizing import nvme_mount
+from warmstart.workload import plan_model, weights_cached, weights_root
 
 AGENT_NAMESPACE = "warmstart-system"
 AGENT_SERVICE_ACCOUNT = "warmstart-agent"
 AGENT_CACHE_MOUNT = "/node-cache/compile-cache"  # the node's compile-cache root, inside the agent
 AGENT_WEIGHTS_MOUNT = "/node-cache/weights"  # the node's weights root, inside the agent
+AGENT_PODS_MOUNT = "/node-cache/pods"  # the vLLM pods' entry records, inside the agent
 NODE_LABEL_DOMAIN = "compile-cache.warmstart.io"
+# Whether the last vLLM pod started on the node used a compile cache (hit) or compiled (miss).
+COMPILE_USE_LABEL_DOMAIN = "compile-use.warmstart.io"
 WEIGHTS_LABEL_DOMAIN = "weights.warmstart.io"
+LABEL_DOMAINS = (NODE_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN)
 
 
 class _Strict(BaseModel):
@@ -53,6 +58,10 @@ class AgentSettings(_Strict):
     region: str
     cache_root: str = AGENT_CACHE_MOUNT
     weights_root: str = AGENT_WEIGHTS_MOUNT
+    pod_records: str = AGENT_PODS_MOUNT
+    # Host paths, for the agent's check that the weights land on the instance-store filesystem.
+    nvme_mount: str
+    weights_host_path: str
     models: list[AgentModel]
     # GPU facts of every instance type a model may land on, keyed by node.kubernetes.io/instance-type.
     gpus: dict[str, GpuFacts]
@@ -64,6 +73,9 @@ class AgentSettings(_Strict):
     download_part_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
     download_threads: int = Field(default=8, ge=1, le=64)
     download_buffer_bytes: int = Field(default=4 * 2**20, ge=2**20, multiple_of=4096)
+    # Longest the agent holds a weights download back while a pod of the node streams the model from S3
+    # (it streams within the startup probe's 30 s + 60 x 10 s; a pod stuck longer no longer holds it back).
+    max_weights_defer_seconds: int = Field(default=630, ge=0)
 
     @property
     def compile_models(self) -> list[AgentModel]:
@@ -96,4 +108,6 @@ def agent_settings(config: EnvironmentConfig, catalog: Catalog) -> AgentSettings
         models=models,
         gpus=gpus,
         weights_poll_seconds=config.caches.weights_poll_seconds,
+        nvme_mount=nvme_mount(config.compute.mode),
+        weights_host_path=weights_root(config),
     )

@@ -18,23 +18,18 @@ from typing import Any
 KEY_ROOT = "compile-cache"
 DIGEST_LENGTH = 20  # hex characters of sha256: 80 bits, collisions are not a practical concern
 
-# VLLM_* variables that differ per pod or that warmstart itself sets: in vLLM's hash they would make every
-# pod miss (or move the cache), so the config refuses them.
-POD_SPECIFIC_VLLM_ENV = frozenset(
-    {
-        "VLLM_HOST_IP",
-        "VLLM_PORT",
-        "VLLM_INSTANCE_ID",
-        "VLLM_RPC_BASE_PATH",
-        "VLLM_DP_RANK",
-        "VLLM_DP_RANK_LOCAL",
-        "VLLM_DP_MASTER_IP",
-        "VLLM_DP_MASTER_PORT",
-        "VLLM_CACHE_ROOT",
-        "VLLM_CONFIG_ROOT",
-        "VLLM_LOGGING_PREFIX",
-    }
-)
+# VLLM_* variables the config refuses in `vllm_env`, with why (vLLM 0.21.0, vllm/envs.py compile_factors and
+# its ignore list; docs/upstream-facts.md).
+_PER_POD = "it differs per pod or is set by warmstart; in vLLM's compile hash it would make every pod miss"
+RESERVED_VLLM_ENV: dict[str, str] = {
+    **{name: _PER_POD for name in (
+        "VLLM_HOST_IP", "VLLM_PORT", "VLLM_INSTANCE_ID", "VLLM_RPC_BASE_PATH", "VLLM_DP_RANK", "VLLM_DP_RANK_LOCAL",
+        "VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_LOGGING_PREFIX")},
+    "VLLM_ASSETS_CACHE": "warmstart sets it: it is part of the model path vLLM hashes for an s3:// model",
+    "VLLM_MODEL_REDIRECT_PATH": "it rewrites the model path vLLM hashes (maybe_model_redirect)",
+    "VLLM_API_KEY": "vLLM hashes it and writes it in clear text into the compile cache's cache_key_factors.json; "
+                    "a secret belongs in a Kubernetes Secret, not in plain config",
+}
 
 
 @dataclass(frozen=True)
@@ -81,9 +76,15 @@ class CompileCacheKey:
     def last_use_key(self) -> str:
         return f"{self.prefix}last-use.json"
 
-    def archive_key(self, sha256: str) -> str:
-        """Archives are named by content: concurrent publishers never overwrite each other's bytes."""
-        return f"{self.prefix}archive-{sha256}.tar.zst"
+    def archive_key(self, sha256: str, nonce: str) -> str:
+        """Named by content and by upload: concurrent publishers never overwrite each other's bytes, and a
+        republish of identical bytes gets a name no pruner listed before (it only deletes names it listed)."""
+        return f"{self.prefix}archive-{sha256}-{nonce}.tar.zst"
+
+    def names_archive(self, archive: str, sha256: str) -> bool:
+        """Whether `archive` is an upload of these bytes under this key."""
+        pattern = re.escape(f"{self.prefix}archive-{sha256}-") + r"[0-9a-f]{8,32}\.tar\.zst"
+        return re.fullmatch(pattern, archive) is not None
 
 
 def _slug(text: str) -> str:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from warmstart.active_set import ADVANCED_LIMIT, active_set_document
-from warmstart.cache_key import POD_SPECIFIC_VLLM_ENV
+from warmstart.cache_key import RESERVED_VLLM_ENV
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
 from warmstart.sizing import (
@@ -353,15 +353,8 @@ def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
     for name, value in env.items():
         if not re.fullmatch(r"VLLM_[A-Z0-9_]+", name):
             problems.append(Problem(f"{field}.{name}", "only VLLM_* variables belong here", "rename or remove it"))
-        elif name in POD_SPECIFIC_VLLM_ENV:
-            problems.append(
-                Problem(
-                    f"{field}.{name}",
-                    "this variable is pod-specific or set by warmstart; in vLLM's compile hash it would make "
-                    "every pod miss the compile cache",
-                    "remove it",
-                )
-            )
+        elif name in RESERVED_VLLM_ENV:
+            problems.append(Problem(f"{field}.{name}", f"not allowed here: {RESERVED_VLLM_ENV[name]}", "remove it"))
         elif "$(" in value:
             problems.append(
                 Problem(

@@ -45,8 +45,8 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
         ("requests", f"cpu {plan.cpu:g}, memory {plan.memory_gib} GiB, nvidia.com/gpu {plan.gpus}"),
         ("compile cache", plan.compile_host_path or "off"),
         ("NVMe", f"{plan.nvme_mount}; {nvme}"),
-        ("weights cache", f"on: {plan.weights_host_path}/{model.name}/<listing key>/, else streamed from S3"
-         if plan.weights_cache else "off"),
+        ("weights cache", f"on: {plan.weights_host_path}/{model.name}/<listing key>/, served to the pod's streamer "
+         "on its loopback under the same S3 URI while fresh, else streamed from S3" if plan.weights_cache else "off"),
         ("warnings", "; ".join(plan.warnings) or "none"),
     ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmstart.agent_settings import AGENT_NAMESPACE, NODE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN
+from warmstart.agent_settings import AGENT_NAMESPACE, COMPILE_USE_LABEL_DOMAIN, NODE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.workload import image_cache_name, plan_model
@@ -23,20 +23,33 @@ class CacheCount:
     state: str  # off | no-nodes | ready | warming | cold
     target: int = 0
     ready: int = 0
+    refused: int = 0  # weights: nodes without instance store, where the agent does not fill
 
     def __str__(self) -> str:
-        return self.state if self.state == "off" else f"{self.state} {self.ready}/{self.target}"
+        text = self.state if self.state == "off" else f"{self.state} {self.ready}/{self.target}"
+        return text + (f" ({self.refused} no-nvme)" if self.refused else "")
 
 
-def _count(target: int, ready: int) -> CacheCount:
+@dataclass(frozen=True)
+class CompileUse:
+    """What vLLM did with the compile cache on each node's last observed pod start."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.hits} hit, {self.misses} miss" if self.hits + self.misses else "none yet"
+
+
+def _count(target: int, ready: int, refused: int = 0) -> CacheCount:
     if target == 0:
         return CacheCount("no-nodes", 0, 0)
-    return CacheCount("ready" if ready >= target else ("warming" if ready else "cold"), target, ready)
+    return CacheCount("ready" if ready >= target else ("warming" if ready else "cold"), target, ready, refused)
 
 
 def model_status(
     config: EnvironmentConfig, catalog: Catalog, nodes: dict, daemon_sets: dict
-) -> dict[str, dict[str, CacheCount]]:
+) -> dict[str, dict[str, CacheCount | CompileUse]]:
     gpu_nodes = [n for n in nodes.get("items", []) if n["metadata"].get("labels", {}).get(GPU_POOL_LABEL[0]) == GPU_POOL_LABEL[1]]
     by_name = {d["metadata"]["name"]: d for d in daemon_sets.get("items", [])}
     result = {}
@@ -48,7 +61,10 @@ def model_status(
         def labelled(domain: str, accepted: set[str]) -> int:
             return sum(n["metadata"]["labels"].get(f"{domain}/{model.name}") in accepted for n in targets)
 
-        weights = _count(len(targets), labelled(WEIGHTS_LABEL_DOMAIN, {"ready"})) if plan.weights_cache else CacheCount("off")
+        weights = CacheCount("off")
+        if plan.weights_cache:
+            ready, refused = labelled(WEIGHTS_LABEL_DOMAIN, {"ready"}), labelled(WEIGHTS_LABEL_DOMAIN, {"no-nvme"})
+            weights = _count(len(targets), ready, refused)
         compile_cache = (
             _count(len(targets), labelled(NODE_LABEL_DOMAIN, COMPILE_READY)) if plan.compile_cache else CacheCount("off")
         )
@@ -57,14 +73,16 @@ def model_status(
         else:
             status = by_name.get(image_cache_name(model.image), {}).get("status", {})
             image = _count(status.get("desiredNumberScheduled", len(targets)), status.get("numberReady", 0))
-        result[model.name] = {"weights": weights, "compile": compile_cache, "image": image}
+        use = CompileUse(labelled(COMPILE_USE_LABEL_DOMAIN, {"hit"}), labelled(COMPILE_USE_LABEL_DOMAIN, {"miss"}))
+        result[model.name] = {"weights": weights, "compile": compile_cache, "use": use, "image": image}
     return result
 
 
-def render_status(config: EnvironmentConfig, statuses: dict[str, dict[str, CacheCount]]) -> str:
-    rows = [("MODEL", "WEIGHTS", "COMPILE CACHE", "IMAGE")]
-    rows += [(name, str(s["weights"]), str(s["compile"]), str(s["image"])) for name, s in statuses.items()]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+def render_status(config: EnvironmentConfig, statuses: dict[str, dict[str, CacheCount | CompileUse]]) -> str:
+    rows = [("MODEL", "WEIGHTS", "COMPILE CACHE", "LAST POD PER NODE", "IMAGE")]
+    rows += [(name, *(str(s[column]) for column in ("weights", "compile", "use", "image")))
+             for name, s in statuses.items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"environment {config.name}: READY/TARGET GPU nodes per cache"]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines)

@@ -18,11 +18,29 @@ from warmstart.config import GIB, EnvironmentConfig, ModelSpec
 from warmstart.sizing import candidate_instances, nvme_mount, tensor_parallel_size
 
 VLLM_PORT = 8000
-COMPILE_CACHE_MOUNT = "/compile-cache"  # inside the container; one fixed absolute path (vLLM hashes paths)
+# Inside the container; one fixed absolute path: vLLM stores absolute artifact paths in its cache index and
+# hashes the model path (docs/upstream-facts.md, vLLM compile cache).
+COMPILE_CACHE_MOUNT = "/compile-cache"
 COMPILE_CACHE_FOLDER = "compile-cache"
+# The folder inside a configuration's node folder that holds the cache itself. kubelet creates the mounted
+# folder (hostPath DirectoryOrCreate) before the pod's containers start, so the agent can never rename a
+# restored cache onto it; it renames it into this child instead, atomically, unless vLLM created it first.
+COMPILE_CACHE_CONTENT = "cache"
 # Under the compile-cache root on the node: the agent's markers, read by the pods' wait-for-restore step.
 AGENT_STATE_FOLDER = ".warmstart"
 DONE_MARKERS = "done"
+# vLLM pulls config and tokenizer files of an s3:// model into <VLLM_ASSETS_CACHE>/model_streamer/<hash> and
+# hashes that path: one fixed path in every pod, on a fresh emptyDir so no stale file survives a restart.
+VLLM_ASSETS_MOUNT = "/warmstart-assets"
+# Node folder where each vLLM container's entry step records what it chose (weights source, the compile
+# folders it found); the agent reads it to tell which copies are in use and whether vLLM hit its cache.
+POD_RECORDS_FOLDER = "warmstart/pods"
+POD_RECORDS_MOUNT = "/warmstart-pods"
+# One MCS level for the agent and every vLLM pod. Bottlerocket (Auto Mode) runs SELinux enforcing and gives
+# each pod two random categories; hostPath folders are not relabelled. Files on a local_t hostPath carry no
+# categories, but the Auto Mode policy is not published: a shared level keeps the agent's restored files and
+# vLLM's compiled ones readable to each other whatever the policy labels them (docs/upstream-facts.md).
+SHARED_SELINUX_LEVEL = "s0:c418,c711"
 # Share of a node's CPU and memory a GPU pod may request by default: the rest is kubelet/system reserve
 # and the warmstart DaemonSets.
 POD_SHARE_OF_NODE = 0.75
@@ -76,6 +94,10 @@ def nvme_need_gb(config: EnvironmentConfig, cached_models: list[ModelSpec]) -> f
 def weights_root(config: EnvironmentConfig) -> str:
     """Node folder of the weights cache: <NVMe>/warmstart/weights/<model>/<key>/."""
     return posixpath.join(nvme_mount(config.compute.mode), WEIGHTS_FOLDER)
+
+
+def pod_records_root(config: EnvironmentConfig) -> str:
+    return posixpath.join(nvme_mount(config.compute.mode), POD_RECORDS_FOLDER)
 
 
 def compile_cache_root(config: EnvironmentConfig) -> str:
@@ -140,6 +162,7 @@ class ModelPlan:
     fits_nvme: bool
     weights_cache: bool
     weights_host_path: str
+    pod_records_host_path: str
     # How old the agent's last confirmation against S3 may be for a pod to trust the local copy.
     weights_max_age_seconds: int
     warnings: list[str] = field(default_factory=list)
@@ -154,6 +177,12 @@ class ModelPlan:
     @property
     def gpus(self) -> int:
         return self.tensor_parallel
+
+    @property
+    def entry_step(self) -> bool:
+        """The entry step runs in front of vLLM whenever a node cache serves the pod: it picks the weights
+        source and records what the pod found, for the agent to judge."""
+        return self.compile_cache or self.weights_cache
 
 
 def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> ModelPlan:
@@ -203,6 +232,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         fits_nvme=all(nvme_need_gb(config, [model]) <= i.nvme_gb * NVME_USABLE for i in instances),
         weights_cache=weights_cached(model, config),
         weights_host_path=weights_root(config),
+        pod_records_host_path=pod_records_root(config),
         weights_max_age_seconds=2 * config.caches.weights_poll_seconds + 30,
         warnings=warnings,
     )
@@ -243,13 +273,17 @@ def vllm_env(plan: ModelPlan) -> dict[str, str]:
         "RUNAI_STREAMER_MEMORY_LIMIT": str(plan.memory_limit_bytes),
         "AWS_REGION": plan.region,
         "AWS_DEFAULT_REGION": plan.region,
+        "VLLM_ASSETS_CACHE": VLLM_ASSETS_MOUNT,
         **plan.model.vllm_env,
     }
     if plan.compile_cache:
+        content = f"{COMPILE_CACHE_MOUNT}/{COMPILE_CACHE_CONTENT}"
         env |= {
-            "XDG_CACHE_HOME": COMPILE_CACHE_MOUNT,
-            "VLLM_CACHE_ROOT": f"{COMPILE_CACHE_MOUNT}/vllm",
-            "TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/inductor",
-            "TRITON_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/triton",
+            "XDG_CACHE_HOME": content,
+            "VLLM_CACHE_ROOT": f"{content}/vllm",
+            # vLLM points Inductor inside its own hash folder on its AOT path, but not Triton on its default
+            # (standalone) path: both folders are part of the cache and travel in the archive.
+            "TORCHINDUCTOR_CACHE_DIR": f"{content}/inductor",
+            "TRITON_CACHE_DIR": f"{content}/triton",
         }
     return env

@@ -50,6 +50,7 @@ class NodeAgent(Construct):
         settings: AgentSettings,
         cache_root: str,
         weights_root: str,
+        pod_records_root: str,
         model_kms_key_arn: str | None,
     ) -> None:
         super().__init__(scope, id)
@@ -91,6 +92,7 @@ class NodeAgent(Construct):
             image=self.image.image_uri,
             cache_root=cache_root,
             weights_root=weights_root,
+            pod_records_root=pod_records_root,
         )
         self.manifest = cluster.add_cdk8s_chart("NodeAgent", self.chart)
         self.manifest.node.add_dependency(

@@ -30,6 +30,22 @@ H100_KEY = compile_cache_key(FACTORS, gpu="H100", architecture="sm_90")
 L40S_KEY = compile_cache_key(FACTORS, gpu="L40S", architecture="sm_89")
 
 
+def publish_as(store, layout, clock, log, key=H100_KEY, node="node-a"):
+    """The agent's publish of FACTORS' configuration from one node."""
+    from agent.compile_cache import publish
+
+    return publish(store=store, layout=layout, key=key, model=FACTORS.model, fingerprint=FACTORS.fingerprint(),
+                   node=node, clock=clock, log=log)
+
+
+def restore_as(store, layout, clock, log, key=H100_KEY, node="node-b"):
+    """The agent's restore of FACTORS' configuration on one node."""
+    from agent.compile_cache import restore
+
+    return restore(store=store, layout=layout, key=key, model=FACTORS.model, fingerprint=FACTORS.fingerprint(),
+                   node=node, clock=clock, log=log)
+
+
 class Clock:
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self.now = start

@@ -57,10 +57,12 @@ class FakeCluster:
         return 404, {"message": f"unhandled {method} {path}"}
 
 
-def vllm_pod(*, name: str, node: str, model: str, host_path: str, ready: bool) -> dict:
+def vllm_pod(*, name: str, node: str, model: str, host_path: str, ready: bool, uid: str | None = None) -> dict:
     return {
         "metadata": {
             "name": name,
+            "namespace": model,
+            "uid": uid or f"uid-{name}",
             "labels": {
                 "app.kubernetes.io/name": "vllm",
                 "app.kubernetes.io/part-of": "warmstart",

@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
+import pytest
 
-from agent.compile_cache import MANIFEST_VERSION, publish, restore
+
+from agent.archive import REDACTED
+from agent.compile_cache import MANIFEST_VERSION, local_hash_dirs, publish
 from agent.s3_store import CacheStore
-from tests.agent.conftest import FACTORS, H100_KEY, L40S_KEY, fill_compile_cache, node_layout, read_tree
+from tests.agent.conftest import (
+    FACTORS,
+    H100_KEY,
+    L40S_KEY,
+    fill_compile_cache,
+    node_layout,
+    publish_as,
+    read_tree,
+    restore_as,
+)
 from tests.s3_server import SeaweedS3
 
 FINGERPRINT = FACTORS.fingerprint()
 MODEL = FACTORS.model
 
 
-def _publish(store, layout, clock, log, key=H100_KEY, node="node-a"):
-    return publish(store=store, layout=layout, key=key, model=MODEL, fingerprint=FINGERPRINT, node=node, clock=clock, log=log)
-
-
-def _restore(store, layout, clock, log, key=H100_KEY, node="node-b"):
-    return restore(store=store, layout=layout, key=key, model=MODEL, fingerprint=FINGERPRINT, node=node, clock=clock, log=log)
+_publish, _restore = publish_as, restore_as
 
 
 def _objects(store: CacheStore) -> list[str]:
@@ -45,7 +53,8 @@ def test_publish_on_one_node_restore_on_another_is_byte_equal(tmp_path, store, c
     assert node_a.origin(MODEL, FINGERPRINT)["origin"] == "published"
     manifest = store.get_json(H100_KEY.manifest_key)
     assert manifest["version"] == MANIFEST_VERSION and manifest["factors"] == H100_KEY.factors
-    assert manifest["archive"] == H100_KEY.archive_key(manifest["sha256"])
+    assert H100_KEY.names_archive(manifest["archive"], manifest["sha256"])
+    assert manifest["hash_dirs"] == ["torch_compile_cache/00000001"]
     assert store.get_json(H100_KEY.last_use_key)["node"] == "node-b"
     assert _objects(store) == sorted([H100_KEY.manifest_key, H100_KEY.last_use_key, manifest["archive"]])
     assert list((node_b.state / "tmp").iterdir()) == []
@@ -212,3 +221,124 @@ def test_read_only_credentials_cannot_publish(tmp_path, s3_server, bucket, clock
     outcome = _publish(reader, layout, clock, log)
     assert outcome.status == "failed" and "AccessDenied" in outcome.reason
     assert layout.origin(MODEL, FINGERPRINT) is None  # it will try again later
+
+
+# ---- manifests that name a missing archive: never left behind, repaired when found ----
+
+
+def test_a_manifest_whose_archive_is_gone_is_a_miss_the_restore_repairs(tmp_path, store, clock, log):
+    node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
+    _publish(store, node_a, clock, log)
+    store.delete(store.get_json(H100_KEY.manifest_key)["archive"])  # what an old pruner bug left behind
+    outcome = _restore(store, node_b, clock, log)
+    assert outcome.status == "miss" and "gone" in outcome.reason
+    assert store.get_json(H100_KEY.manifest_key) is None  # removed, so the next Ready pod publishes again
+    _assert_nothing_partial(node_b)
+    fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=1)
+    assert _publish(store, node_b, clock, log, node="node-b").status == "published"
+    assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
+
+
+def test_a_publisher_replaces_a_manifest_whose_archive_is_gone_instead_of_answering_exists(tmp_path, store, clock, log):
+    node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
+    _publish(store, node_a, clock, log)
+    store.delete(store.get_json(H100_KEY.manifest_key)["archive"])
+    fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT))
+    assert _publish(store, node_b, clock, log, node="node-b").status == "republished"
+    assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
+
+
+def test_an_archive_removed_between_upload_and_manifest_is_put_back(tmp_path, store, clock, log):
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
+
+    class PrunedMeanwhile(CacheStore):
+        def put_json_if_absent(self, key, document):
+            self.delete(document["archive"])  # a pruner run between the two writes
+            return super().put_json_if_absent(key, document)
+
+    racing = PrunedMeanwhile(store._s3, store.bucket, part_bytes=store.part_bytes, threads=store.threads)
+    assert _publish(racing, node_a, clock, log).status == "published"
+    assert log.counters["archive-restored-after-manifest"] == 1
+    assert _restore(store, node_b, clock, log).status == "restored"
+
+
+def test_a_node_with_more_hash_folders_extends_the_published_cache(tmp_path, store, clock, log):
+    node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
+    _publish(store, node_a, clock, log)
+    assert _restore(store, node_b, clock, log).status == "restored"
+    fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=2)  # vLLM computed another hash here
+    assert _publish(store, node_b, clock, log, node="node-b").status == "republished"
+    assert store.get_json(H100_KEY.manifest_key)["hash_dirs"] == [
+        "torch_compile_cache/00000001", "torch_compile_cache/00000002"]
+    assert _publish(store, node_a, clock, log).status == "exists"  # node A lacks the new folder: no merge
+    assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
+    assert local_hash_dirs(node_c, MODEL, FINGERPRINT) == [
+        "torch_compile_cache/00000001", "torch_compile_cache/00000002"]
+
+
+def test_node_specific_files_stay_home_and_secrets_are_redacted(tmp_path, store, clock, log):
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
+    folder = node_a.model_dir(MODEL, FINGERPRINT)
+    fill_compile_cache(folder)
+    (folder / "vllm" / "gpu_p2p_access_cache_for_0,1.json").write_text('{"0->1": true}')
+    factors = folder / "vllm" / "torch_compile_cache" / "00000001" / "rank_0_0" / "backbone" / "cache_key_factors.json"
+    factors.write_text('{"config_hash": "abc", "env": {"VLLM_API_KEY": "sk-live-123", "VLLM_USE_V1": "1"}}')
+    _publish(store, node_a, clock, log)
+    _restore(store, node_b, clock, log)
+    restored = node_b.model_dir(MODEL, FINGERPRINT) / "vllm"
+    assert not (restored / "gpu_p2p_access_cache_for_0,1.json").exists()
+    record = json.loads((restored / factors.relative_to(folder / "vllm")).read_text())
+    assert record == {"config_hash": "abc", "env": {"VLLM_API_KEY": REDACTED, "VLLM_USE_V1": "1"}}
+
+
+class WithoutListBucket:
+    """A client as S3 answers a caller without s3:ListBucket for the request: a missing key is 403, not 404
+    (S3 API reference, GetObject/HeadObject "Permissions"). Listings, which carry s3:prefix, are allowed."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        method = getattr(self._client, name)
+        if name not in ("get_object", "head_object", "delete_object"):
+            return method
+
+        def denied_instead_of_missing(**kwargs):
+            from botocore.exceptions import ClientError
+
+            try:
+                return method(**kwargs)
+            except ClientError as error:
+                if error.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound", "PreconditionFailed") and \
+                        not self._client.list_objects_v2(Bucket=kwargs["Bucket"], Prefix=kwargs["Key"]).get("Contents"):
+                    raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                                       "ResponseMetadata": {"HTTPStatusCode": 403}}, name) from error
+                raise
+
+        return denied_instead_of_missing
+
+
+def test_a_missing_key_answered_403_is_still_a_miss_and_still_repaired(tmp_path, store, clock, log):
+    denied = CacheStore(WithoutListBucket(store._s3), store.bucket, part_bytes=store.part_bytes, threads=store.threads)
+    node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
+    assert _restore(denied, node_b, clock, log).status == "miss"  # no manifest yet: a miss, not a failure
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
+    assert _publish(denied, node_a, clock, log).status == "published"
+    store.delete(store.get_json(H100_KEY.manifest_key)["archive"])
+    outcome = _restore(denied, node_c, clock, log, node="node-c")
+    assert outcome.status == "miss" and "gone" in outcome.reason and store.get_json(H100_KEY.manifest_key) is None
+
+
+def test_a_real_denial_is_not_taken_for_a_missing_key(s3_server, bucket):
+    from botocore.exceptions import ClientError
+
+    store = CacheStore(s3_server.client(), bucket)
+    store.put_json(H100_KEY.manifest_key, {"version": 2})
+    reader = CacheStore(s3_server.client(reader=True), bucket)  # may read and list, not delete
+    with pytest.raises(ClientError, match="AccessDenied"):
+        reader.delete(H100_KEY.manifest_key, if_match='"anything"')
+    assert store.get_json(H100_KEY.manifest_key) == {"version": 2}

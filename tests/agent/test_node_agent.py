@@ -6,8 +6,9 @@ import json
 
 from agent.kube import KubeApi
 from agent.node_agent import NodeAgent
+from agent.pod_records import PodRecords
 from agent.s3_store import CacheStore
-from tests.agent.conftest import fill_compile_cache, node_layout, read_tree
+from tests.agent.conftest import Clock, fill_compile_cache, node_layout, read_tree
 from tests.agent.fake_kube import FakeCluster, vllm_pod
 from tests.synth import ROOT
 from warmstart.agent_settings import AgentSettings, agent_settings
@@ -126,8 +127,22 @@ def _weights_agent(tmp_path, s3_server, clock, log, settings, cluster, node="nod
         reserve_bytes=0,
     )
     agent = NodeAgent(settings=settings, node=node, store=CacheStore(client, settings.bucket), kube=KubeApi(cluster),
-                      layout=node_layout(tmp_path, node), clock=clock, log=log, weights=weights)
+                      layout=node_layout(tmp_path, node), clock=clock, log=log, weights=weights,
+                      records=PodRecords(tmp_path / node / "pods"))
     return agent, weights
+
+
+def _weights_world(tmp_path, s3_server, clock, log, body: bytes):
+    """A node whose agent caches prod's models, each uploaded once with `body` as its config."""
+    bucket = s3_server.new_bucket()
+    settings = _settings(bucket).model_copy(update={"model_bucket": bucket})
+    client = s3_server.client()
+    for model in settings.weights_models:
+        _upload(client, bucket, model.weights.prefix, body)
+    cluster = FakeCluster()
+    cluster.add_node("node-a", "p5.48xlarge")
+    agent, weights = _weights_agent(tmp_path, s3_server, clock, log, settings, cluster)
+    return agent, weights, cluster, settings, client, bucket
 
 
 def _upload(client, bucket, prefix, body: bytes):
@@ -141,34 +156,88 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def _record(tmp_path, node, pod_uid, model, **fields):
+    """What the pod's entry step writes (agent/vllm_entry.py) into the node's records folder."""
+    from agent.vllm_entry import write_record
+
+    record = {"version": 1, "pod": {"uid": pod_uid, "name": pod_uid, "namespace": model}, "model": model,
+              "phase": "started", "started_at": 0, "boot": "b1", **fields}
+    write_record(tmp_path / node / "pods", pod_uid, record)
+
+
 def test_weights_follow_s3_and_old_copies_go_once_no_pod_reads_them(tmp_path, s3_server, clock, log):
-    bucket = s3_server.new_bucket()
-    settings = _settings(bucket).model_copy(update={"model_bucket": bucket})
-    client = s3_server.client()
-    for model in settings.weights_models:
-        _upload(client, bucket, model.weights.prefix, b'{"v": 1}')
-    cluster = FakeCluster()
-    cluster.add_node("node-a", "p5.48xlarge")
-    agent, weights = _weights_agent(tmp_path, s3_server, clock, log, settings, cluster)
+    agent, weights, cluster, settings, client, bucket = _weights_world(tmp_path, s3_server, clock, log, b'{"v": 1}')
     assert set(agent.weights_tick().values()) == {"downloaded"}
     labels = cluster.nodes["node-a"]["metadata"]["labels"]
     assert all(labels[f"weights.warmstart.io/{m.name}"] == "ready" for m in settings.weights_models)
     model = settings.weights_models[0]
     old_key = weights.layout.read_pointer(model.name)["key"]
-    # A pod starts on the current copy, then the weights are updated in place in S3.
-    clock.advance(10)
+    # A pod starts on the current copy (its entry step records the key it serves), then S3 is updated in place.
     cluster.pods.append(vllm_pod(name="p1", node="node-a", model=model.name, host_path="/x", ready=True))
-    cluster.pods[-1]["status"]["startTime"] = _iso(clock())
-    clock.advance(10)
+    _record(tmp_path, "node-a", "uid-p1", model.name, weights={"source": "node", "key": old_key, "reason": ""})
     _upload(client, bucket, model.weights.prefix, b'{"v": 2}')
+    clock.advance(-3600)  # and the node clock steps back an hour: nothing here compares clocks
     assert agent.weights_tick()[model.name] == "downloaded"
     new_key = weights.layout.read_pointer(model.name)["key"]
     assert new_key != old_key and weights.layout.is_complete(model.name, old_key)  # p1 may still read it
     cluster.pods.clear()  # the Deployment rolled onto the new copy
-    clock.advance(30)
+    agent.cleanup()  # the record of the gone pod goes
     assert agent.weights_tick()[model.name] == "ready"
     assert not weights.layout.key_dir(model.name, old_key).exists()
     assert weights.layout.is_complete(model.name, new_key)
+
+
+def test_a_pod_still_choosing_keeps_every_copy_of_its_model(tmp_path, s3_server, clock, log):
+    agent, weights, cluster, settings, client, bucket = _weights_world(tmp_path, s3_server, clock, log, b'{"v": 1}')
+    agent.weights_tick()
+    model = settings.weights_models[0]
+    old_key = weights.layout.read_pointer(model.name)["key"]
+    # The entry step wrote "choosing" and may have read the pointer an instant before it moved.
+    _record(tmp_path, "node-a", "uid-p2", model.name, phase="choosing")
+    _upload(client, bucket, model.weights.prefix, b'{"v": 2}')
+    agent.weights_tick()
+    assert weights.layout.is_complete(model.name, old_key)
+
+
+def test_weights_downloads_hold_back_while_a_pod_of_the_node_streams_from_s3(tmp_path, s3_server, clock, log):
+    settings = _settings(s3_server.new_bucket()).model_copy(update={"max_weights_defer_seconds": 600})
+    cluster = FakeCluster()
+    cluster.add_node("node-a", "p5.48xlarge")
+    monotonic = Clock(0.0)
+    agent, _ = _weights_agent(tmp_path, s3_server, clock, log, settings, cluster)
+    agent.monotonic = monotonic
+    model = settings.models[0]
+    # The pod's entry step chose S3: downloads hold back at once, before any pod list shows the pod.
+    _record(tmp_path, "node-a", "uid-p1", model.name, weights={"source": "s3", "key": None, "reason": ""})
+    assert agent.streaming_from_s3() == {"uid-p1"}
+    pod = vllm_pod(name="p1", node="node-a", model=model.name, host_path="/x", ready=False)
+    cluster.pods.append(pod)
+    agent.tick()
+    assert agent.streaming_from_s3() == {"uid-p1"}
+    monotonic.advance(601)  # a pod stuck past the startup bound holds nothing back any more
+    assert agent.streaming_from_s3() == set()
+    monotonic.advance(-601)
+    pod["status"]["conditions"][0]["status"] = "True"
+    agent.tick()
+    assert agent.streaming_from_s3() == set()  # Ready: done loading
+    _record(tmp_path, "node-a", "uid-p2", model.name, weights={"source": "node", "key": "k", "reason": ""})
+    assert agent.streaming_from_s3() == set()  # a pod reading the node copy competes with nobody
+
+
+def test_a_crash_looping_pod_holds_downloads_back_once_not_forever(tmp_path, s3_server, clock, log):
+    settings = _settings(s3_server.new_bucket()).model_copy(update={"max_weights_defer_seconds": 600})
+    cluster = FakeCluster()
+    cluster.add_node("node-a", "p5.48xlarge")
+    agent, _ = _weights_agent(tmp_path, s3_server, clock, log, settings, cluster)
+    agent.monotonic = monotonic = Clock(0.0)
+    model = settings.models[0]
+    cluster.pods.append(vllm_pod(name="p1", node="node-a", model=model.name, host_path="/x", ready=False))
+    for restart in range(5):  # each container start writes a new record (another boot id)
+        _record(tmp_path, "node-a", "uid-p1", model.name, boot=f"b{restart}",
+                weights={"source": "s3", "key": None, "reason": ""})
+        agent.tick()
+        monotonic.advance(150)
+    assert agent.streaming_from_s3() == set()  # 750 s after it first streamed, restarts or not
 
 
 def test_listing_failure_keeps_pods_on_s3_until_it_recovers(tmp_path, s3_server, clock, log):
@@ -183,14 +252,7 @@ def test_listing_failure_keeps_pods_on_s3_until_it_recovers(tmp_path, s3_server,
 
 
 def test_a_removed_model_loses_its_labels_pointer_and_node_data(tmp_path, s3_server, clock, log):
-    bucket = s3_server.new_bucket()
-    settings = _settings(bucket).model_copy(update={"model_bucket": bucket})
-    client = s3_server.client()
-    for model in settings.weights_models:
-        _upload(client, bucket, model.weights.prefix, b"{}")
-    cluster = FakeCluster()
-    cluster.add_node("node-a", "p5.48xlarge")
-    agent, weights = _weights_agent(tmp_path, s3_server, clock, log, settings, cluster)
+    agent, weights, cluster, settings, client, bucket = _weights_world(tmp_path, s3_server, clock, log, b"{}")
     agent.start()
     agent.weights_tick()
     removed = settings.models[1]
@@ -212,3 +274,56 @@ def test_a_removed_model_loses_its_labels_pointer_and_node_data(tmp_path, s3_ser
     kept = settings.models[0].name
     assert any(m == kept for m, _ in weights.layout.cached_keys())
     assert labels[f"weights.warmstart.io/{kept}"] == "ready"
+
+
+def test_an_agent_started_on_a_full_disk_writes_every_marker_it_can_and_keeps_going(
+        tmp_path, s3_server, bucket, clock, log, small_disk):
+    from agent.layout import NodeCacheLayout
+
+    settings = _settings(bucket)
+    cluster = FakeCluster()
+    cluster.add_node("node-a", "p5.48xlarge")
+    layout = NodeCacheLayout(small_disk / "compile-cache")
+    (layout.state / "done").mkdir(parents=True)
+    filler = small_disk / "filler"
+    with open(filler, "wb") as handle:  # the node's NVMe is full
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+        except OSError:
+            pass
+    agent = _agent(settings, CacheStore(s3_server.client(), bucket), cluster, layout, "node-a", clock, log)
+    outcomes = agent.start()  # must not raise
+    assert set(outcomes) == {m.name for m in settings.compile_models}
+    assert log.counters["marker-failed"] == len(settings.compile_models)
+    filler.unlink()  # space comes back (eviction, a pod's data removed)
+    agent.tick()
+    for m in settings.compile_models:
+        assert layout.done_marker(m.name, m.compile.fingerprint).exists()
+
+
+def test_folders_of_older_configurations_go_once_no_pod_mounts_them(tmp_path, s3_server, bucket, clock, log):
+    agent, _, cluster, model = _agent_with_compiled_cache(tmp_path, s3_server, bucket, clock, log)
+    old = agent.layout.config_dir(model.name, "0123456789abcdef")
+    fill_compile_cache(old / "cache")
+    agent.layout.mark_done(model.name, "0123456789abcdef", {"status": "restored"})
+    cluster.pods.append(vllm_pod(name="old", node="node-a", model=model.name, ready=True,
+                                 host_path=f"/mnt/k8s-disks/0/compile-cache/{model.name}/0123456789abcdef"))
+    assert agent.cleanup() == []  # a pod of the older configuration still runs on it
+    cluster.pods.clear()
+    assert agent.cleanup() == [f"{model.name}/0123456789abcdef"]
+    assert not old.exists() and not agent.layout.done_marker(model.name, "0123456789abcdef").exists()
+    assert agent.layout.model_dir(model.name, model.compile.fingerprint).exists()  # the current one stays
+
+
+def test_the_event_log_keeps_bounded_memory():
+    import io
+
+    from agent.log import EventLog
+
+    stream = io.StringIO()
+    log = EventLog(lambda: 0.0, stream=stream, keep=10)
+    for index in range(1000):
+        log.event("tick", index=index)
+    assert len(log.events) == 10 and log.events[-1]["index"] == 999
+    assert log.counters["tick"] == 1000 and stream.getvalue().count("\n") == 1000

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -133,9 +135,9 @@ def test_new_pods_stream_from_s3_while_the_new_copy_downloads(tmp_path, s3_serve
     seen = {}
 
     class Watching(WeightsSource):
-        def download_all(self, items, destination, prefix, on_bytes=None):
+        def download_all(self, items, destination, prefix, on_bytes=None, pause=None):
             seen["pointer during download"] = cache.layout.read_pointer(MODEL)
-            return super().download_all(items, destination, prefix, on_bytes)
+            return super().download_all(items, destination, prefix, on_bytes, pause)
 
     cache = make_cache(tmp_path / "weights", client, bucket, clock, log)
     cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
@@ -152,7 +154,7 @@ def test_server_stopped_mid_download_leaves_nothing(tmp_path, clock, log):
         upload_model(server, bucket)
 
         class Dying(WeightsSource):
-            def download_all(self, items, destination, prefix, on_bytes=None):
+            def download_all(self, items, destination, prefix, on_bytes=None, pause=None):
                 return super().download_all(items, destination, prefix, on_bytes=lambda n: server.kill())
 
         cache = make_cache(tmp_path / "weights", server.client(), bucket, clock, log)
@@ -171,7 +173,7 @@ def test_object_changed_during_the_download_is_refused(tmp_path, s3_server, mode
     changed = []
 
     class Racing(WeightsSource):
-        def download_all(self, items, destination, prefix, on_bytes=None):
+        def download_all(self, items, destination, prefix, on_bytes=None, pause=None):
             def change_once(count):
                 if not changed:
                     changed.append(True)
@@ -282,3 +284,121 @@ def test_every_download_path_verifies_and_reproduces_the_bytes(tmp_path, s3_serv
     destination.mkdir()
     source.download_all(source.list(PREFIX), destination, PREFIX)
     assert read_tree(destination) == files
+
+
+# ---- robustness: crash windows, long downloads, pauses, nodes without instance store ----
+
+
+def test_a_crash_between_retiring_and_removing_the_pointer_leaves_the_copy_recorded(
+        tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
+    bucket, _ = model_bucket
+    cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log)
+    key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
+    pointer = cache.layout.pointer(MODEL)
+    real_unlink = Path.unlink
+
+    def crash(path, *args, **kwargs):
+        if path == pointer:
+            raise SystemExit("node lost power")
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", crash)
+    with pytest.raises(SystemExit):
+        cache._retire_current(MODEL)
+    monkeypatch.setattr(Path, "unlink", real_unlink)
+    # Never neither: the retired record is on disk, the pointer still names the copy, nothing is evictable.
+    assert cache.retired_at(MODEL, key) is not None and cache.layout.read_pointer(MODEL)["key"] == key
+    assert cache.evict(never_in_use) == []
+    assert cache.sync(MODEL, S3_URI, PREFIX, never_in_use).status == "ready"
+    assert cache.retired_at(MODEL, key) is None  # current again
+
+
+def test_other_models_stay_confirmed_while_one_model_downloads_for_long(tmp_path, s3_server, model_bucket, clock, log):
+    bucket, _ = model_bucket
+    client = s3_server.client()
+    client.put_object(Bucket=bucket, Key="small/w.bin", Body=b"w" * 1000)
+    cache = make_cache(tmp_path / "weights", client, bucket, clock, log)
+    assert cache.sync("small", f"s3://{bucket}/small/", "small/", never_in_use).status == "downloaded"
+    release, started = threading.Event(), threading.Event()
+
+    class Slow(WeightsSource):
+        def download_all(self, items, destination, prefix, on_bytes=None, pause=None):
+            started.set()
+            release.wait(30)
+            return super().download_all(items, destination, prefix, on_bytes, pause)
+
+    cache.source = Slow(client, bucket, part_bytes=4 * 2**20, threads=4)
+    long = threading.Thread(target=cache.sync, args=(MODEL, S3_URI, PREFIX, never_in_use))
+    long.start()
+    assert started.wait(30)
+    clock.advance(600)  # ten minutes into the big download
+    assert cache.confirm("small", f"s3://{bucket}/small/", "small/").status == "ready"
+    assert cache.layout.read_pointer("small")["checked_at"] == clock()
+    assert cache.confirm(MODEL, S3_URI, PREFIX).status == "busy"  # the one being filled is left alone
+    release.set()
+    long.join(30)
+    assert cache.layout.read_pointer(MODEL) is not None
+
+
+def _copy_then_s3_update(tmp_path, s3_server, model_bucket, clock, log):
+    """A complete copy on the node, then a new version of the model in S3. Returns the cache and the old key."""
+    bucket, _ = model_bucket
+    client = s3_server.client()
+    cache = make_cache(tmp_path / "weights", client, bucket, clock, log)
+    old = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
+    client.put_object(Bucket=bucket, Key=PREFIX + "config.json", Body=b'{"new": true}')
+    return cache, old
+
+
+def test_confirm_retires_a_copy_when_s3_moved_on(tmp_path, s3_server, model_bucket, clock, log):
+    cache, old = _copy_then_s3_update(tmp_path, s3_server, model_bucket, clock, log)
+    assert cache.confirm(MODEL, S3_URI, PREFIX).status == "stale"
+    assert cache.layout.read_pointer(MODEL) is None and cache.retired_at(MODEL, old) is not None
+
+
+def test_a_paused_download_waits_and_then_completes(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
+    import agent.s3_store
+
+    monkeypatch.setattr(agent.s3_store, "PAUSE_POLL_SECONDS", 0.05)
+    bucket, files = model_bucket
+    cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log)
+    paused = {"until": time.monotonic() + 1.0, "asked": 0}
+
+    def pause():
+        paused["asked"] += 1
+        return time.monotonic() < paused["until"]
+
+    started = time.monotonic()
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use, pause=pause)
+    assert outcome.status == "downloaded" and time.monotonic() - started >= 1.0 and paused["asked"] > 10
+    assert read_tree(cache.layout.key_dir(MODEL, outcome.key)) == files
+
+
+def test_a_node_without_instance_store_is_not_filled(tmp_path, s3_server, model_bucket, clock, log):
+    bucket, _ = model_bucket
+    reason = "/mnt/k8s-disks/0/warmstart/weights is on /dev/nvme0n1p1 (xfs): no instance store"
+    cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log, storage_problem=lambda: reason)
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert (outcome.status, outcome.reason) == ("refused", reason)
+    assert cache.layout.cached_keys() == [] and cache.layout.read_pointer(MODEL) is None
+
+
+def test_eviction_skips_a_model_that_is_being_filled_or_confirmed(tmp_path, s3_server, model_bucket, clock, log):
+    cache, old = _copy_then_s3_update(tmp_path, s3_server, model_bucket, clock, log)
+    cache.sync(MODEL, S3_URI, PREFIX, never_in_use)  # the old copy is no longer current
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold():
+        with cache._locks[MODEL]:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(30)
+    assert cache.evict(never_in_use) == []  # another thread owns the model right now
+    assert cache.layout.is_complete(MODEL, old)
+    release.set()
+    holder.join(30)
+    assert cache.evict(never_in_use) == [(MODEL, old)]

@@ -21,6 +21,9 @@ def test_daemon_set_runs_on_gpu_nodes_with_the_node_cache_mounted(shipped):
     volumes = {v["name"]: v for v in pod["volumes"]}
     mount = {"auto": "/mnt/.ephemeral", "karpenter": "/mnt/k8s-disks/0"}[shipped.config.compute.mode]
     assert volumes["compile-cache"]["hostPath"] == {"path": f"{mount}/compile-cache", "type": "DirectoryOrCreate"}
+    # The vLLM pods' entry records (what each pod serves and found), read to judge use and hits.
+    assert volumes["pod-records"]["hostPath"] == {"path": f"{mount}/warmstart/pods", "type": "DirectoryOrCreate"}
+    assert pod["securityContext"] == {"seLinuxOptions": {"level": "s0:c418,c711"}}  # the vLLM pods' level
     (container,) = pod["containers"]
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,
@@ -38,6 +41,8 @@ def test_settings_describe_every_cached_model_and_roll_the_agents_on_change(ship
     (config_map,) = of_kind(objects, "ConfigMap")
     settings = AgentSettings.model_validate_json(config_map["data"]["agent.json"])
     assert settings.bucket == shipped.config.buckets.compile_cache
+    mount = {"auto": "/mnt/.ephemeral", "karpenter": "/mnt/k8s-disks/0"}[shipped.config.compute.mode]
+    assert (settings.nvme_mount, settings.weights_host_path) == (mount, f"{mount}/warmstart/weights")
     assert {m.name for m in settings.models} == {m.name for m in shipped.config.models}
     pool = set(shipped.config.compute.gpu_pool.instance_types)
     assert set(settings.gpus) == pool

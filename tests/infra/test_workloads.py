@@ -36,7 +36,7 @@ def _container(deployment: dict) -> dict:
 
 
 def _env(container: dict) -> dict:
-    return {e["name"]: e["value"] for e in container["env"]}
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
 def _fingerprint(synthesized, model_name: str) -> str:
@@ -56,7 +56,9 @@ def test_pod_spec_auto_mode(dev):
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
     assert container["image"] == "vllm/vllm-openai:v0.21.0"
-    assert container["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert container["command"] == [
+        "python3", "/warmstart-entry/vllm_entry.py", "python3", "-m", "vllm.entrypoints.openai.api_server"
+    ]
     assert container["args"] == [
         "--model=s3://warmstart-dev-models-123456789012/qwen3-4b/",
         "--load-format=runai_streamer",
@@ -82,9 +84,14 @@ def test_pod_spec_auto_mode(dev):
         "path": "/mnt/.ephemeral/compile-cache/.warmstart",
         "type": "DirectoryOrCreate",
     }
+    assert volumes["pod-records"]["hostPath"] == {"path": "/mnt/.ephemeral/warmstart/pods", "type": "DirectoryOrCreate"}
+    assert volumes["vllm-assets"]["emptyDir"] == {"sizeLimit": "2Gi"}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"dshm": "/dev/shm", "compile-cache": "/compile-cache"}
+    assert mounts == {"dshm": "/dev/shm", "compile-cache": "/compile-cache", "vllm-assets": "/warmstart-assets",
+                      "entry": "/warmstart-entry", "pod-records": "/warmstart-pods"}
+    # One MCS level for the whole pod (init containers included) and the agent: Bottlerocket runs SELinux.
+    assert pod["securityContext"] == {"seLinuxOptions": {"level": "s0:c418,c711"}}
     assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
     assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
     assert pod["serviceAccountName"] == "vllm"
@@ -111,11 +118,16 @@ def test_streamer_and_compile_cache_environment(shipped):
         assert env["RUNAI_STREAMER_CHUNK_BYTESIZE"] == "4294967296"
         assert env["RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS"] == "3000"
         assert env["RUNAI_STREAMER_S3_LOW_SPEED_LIMIT"] == "1048576"
-        assert env["XDG_CACHE_HOME"] == "/compile-cache"
-        assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/inductor"
-        assert env["TRITON_CACHE_DIR"] == "/compile-cache/triton"
-        assert env["VLLM_CACHE_ROOT"] == "/compile-cache/vllm"
+        assert env["XDG_CACHE_HOME"] == "/compile-cache/cache"
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/cache/inductor"
+        assert env["TRITON_CACHE_DIR"] == "/compile-cache/cache/triton"
+        assert env["VLLM_CACHE_ROOT"] == "/compile-cache/cache/vllm"
+        assert env["VLLM_ASSETS_CACHE"] == "/warmstart-assets"
         assert env["AWS_REGION"] == shipped.config.region
+        # What the entry step records for the agent: which pod, which configuration.
+        assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+        assert env["WARMSTART_POD_RECORDS"] == "/warmstart-pods"
+        assert len(env["WARMSTART_FINGERPRINT"]) == 16
 
 
 def test_probes_follow_the_reference_deployment(shipped):
@@ -178,15 +190,12 @@ def test_gitops_manifests_equal_what_cdk_deploys(shipped, dist):
 
 
 def test_gitops_manifests_pass_strict_validation(shipped, dist):
-    from warmstart.workload import weights_cached
-
     files = dist[shipped.name]
     assert set(files) == {f"{m.name}.yaml" for m in shipped.config.models}
     for model in shipped.config.models:
         objects = files[f"{model.name}.yaml"]
         kinds = [o["kind"] for o in objects]
-        expected = ["ServiceAccount", "Deployment", "Service", "PodDisruptionBudget"]
-        expected += ["ConfigMap"] if weights_cached(model, shipped.config) else []
+        expected = ["ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap"]
         assert kinds[0] == "Namespace" and sorted(kinds[1:]) == sorted(expected)
         for obj in objects:
             validate_manifest(obj, shipped.config.cluster.kubernetes_version)
@@ -210,7 +219,7 @@ def test_weights_cached_pods_choose_their_source_at_start_and_prefer_warm_nodes(
     assert container["command"] == [
         "python3", "/warmstart-entry/vllm_entry.py", "python3", "-m", "vllm.entrypoints.openai.api_server"
     ]
-    assert "--model=s3://acme-llm-weights-prod/llama-3.3-70b-instruct/" in container["args"]
+    assert "--model=s3://acme-llm-weights-prod/llama-3.3-70b-instruct/" in container["args"]  # always the S3 URI
     env = _env(container)
     assert env["WARMSTART_WEIGHTS_ROOT"] == "/warmstart-weights"
     assert env["WARMSTART_WEIGHTS_MAX_AGE"] == "90"
@@ -227,10 +236,20 @@ def test_weights_cached_pods_choose_their_source_at_start_and_prefer_warm_nodes(
     assert len(deployment["spec"]["template"]["metadata"]["annotations"]["warmstart.io/entry-sha256"]) == 64
 
 
-def test_without_the_weights_cache_pods_run_vllm_directly(dev):
-    container = _container(_deployments(dev)["qwen3-4b"])
-    assert container["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+def test_without_the_weights_cache_pods_have_no_weights_mount(dev):
+    deployment = _deployments(dev)["qwen3-4b"]
+    container = _container(deployment)
     assert "WARMSTART_WEIGHTS_ROOT" not in _env(container)
+    assert "weights" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_the_entry_config_map_carries_the_entry_step_and_the_loopback_endpoint(shipped, dist):
+    from k8s.vllm_model import ENTRY_FILES
+
+    for objects in dist[shipped.name].values():
+        (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+        assert config_map["metadata"]["name"] == "warmstart-entry"
+        assert config_map["data"] == {name: path.read_text() for name, path in ENTRY_FILES.items()}
 
 
 def test_one_image_cache_per_distinct_serving_image(shipped):

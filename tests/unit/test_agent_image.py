@@ -20,15 +20,16 @@ def _pins(path: Path) -> dict[str, str]:
     return pins
 
 
-def _third_party_imports(folder: Path) -> set[str]:
+def _third_party_imports(folder: Path, files: list[Path] | None = None) -> set[str]:
     found = set()
-    for path in folder.glob("*.py"):
+    siblings = {p.stem for p in folder.glob("*.py")}
+    for path in files or folder.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in ("agent", "warmstart", "__future__"):
+                if top not in sys.stdlib_module_names and top not in {"agent", "warmstart", "__future__"} | siblings:
                     found.add(top)
     return found
 
@@ -42,6 +43,18 @@ def test_agent_requirements_cover_every_import_at_the_project_versions():
         assert IMPORT_TO_DISTRIBUTION[module].lower() in agent_pins, module
     for name, version in agent_pins.items():
         assert project_pins[name] == version, name
+
+
+def test_the_entry_step_needs_only_the_standard_library():
+    """It runs inside the serving image (vLLM's), from a ConfigMap: none of our packages are there."""
+    from k8s.vllm_model import ENTRY_FILES
+
+    assert _third_party_imports(ROOT / "agent", list(ENTRY_FILES.values())) == set()
+    for path in ENTRY_FILES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(m.split(".")[0] in ("agent", "warmstart") for m in modules), path.name
 
 
 def test_dockerfile_pins_its_base_image_and_runs_the_agent():

@@ -90,7 +90,9 @@ def test_key_layout_is_readable_and_parses_back(factors, gpu):
     key = compile_cache_key(factors, gpu=gpu[0], architecture=gpu[1])
     assert key.prefix.startswith(f"{KEY_ROOT}/{factors.model}/{gpu[0].lower()}-{gpu[1]}/tp{factors.tensor_parallel}-pp1/torch")
     assert parse_key_prefix(key.manifest_key) == key.prefix
-    assert parse_key_prefix(key.archive_key("0" * 64)) == key.prefix
+    archive = key.archive_key("0" * 64, "0123456789abcdef")
+    assert parse_key_prefix(archive) == key.prefix and key.names_archive(archive, "0" * 64)
+    assert not key.names_archive(archive, "1" * 64) and not key.names_archive(key.manifest_key, "0" * 64)
     assert key.manifest_key.endswith("/manifest.json")
 
 

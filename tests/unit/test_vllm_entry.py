@@ -1,21 +1,30 @@
-"""The vLLM container's entry step: node-local weights only when fresh, complete and of this source."""
+"""The vLLM container's entry step: records first, the node copy only when fresh, arguments never changed."""
 
 import json
+import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from agent.vllm_entry import choose_model
+import pytest
+
+from agent import vllm_entry
+from agent.pod_records import PodRecords
+from agent.vllm_entry import choose_weights, prepare, vllm_hash_dirs
 
 S3 = "s3://models/llama/"
 ARGS = ["python3", "-m", "vllm.entrypoints.openai.api_server", f"--model={S3}", "--served-model-name=llama",
         "--load-format=runai_streamer"]
 NOW = 1_800_000_000.0
+ENTRY = Path(__file__).resolve().parents[2] / "agent" / "vllm_entry.py"
 
 
 def node(tmp_path: Path, *, key="abc123", s3_uri=S3, checked_at=NOW - 10, complete=True) -> Path:
     root = tmp_path / "weights"
     (root / "llama" / key).mkdir(parents=True)
+    (root / "llama" / key / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     if complete:
         (root / "llama" / f"{key}.complete").write_text("{}")
     pointer = root / ".warmstart" / "current" / "llama"
@@ -24,44 +33,129 @@ def node(tmp_path: Path, *, key="abc123", s3_uri=S3, checked_at=NOW - 10, comple
     return root
 
 
-def test_without_a_marker_the_pod_streams_from_s3(tmp_path):
-    args, reason = choose_model(ARGS, tmp_path / "empty", 90, NOW)
-    assert args == ARGS and "streaming from s3://models/llama/" in reason
+def test_without_a_pointer_the_pod_streams_from_s3(tmp_path):
+    choice = choose_weights("llama", S3, tmp_path / "empty", 90, NOW)
+    assert choice.source == "s3" and "streaming from s3://models/llama/" in choice.reason
 
 
-def test_with_a_fresh_complete_copy_the_pod_uses_the_local_path(tmp_path):
-    root = node(tmp_path)
-    args, reason = choose_model(ARGS, root, 90, NOW)
-    assert f"--model={root / 'llama' / 'abc123'}" in args
-    assert args[:3] == ARGS[:3] and "--served-model-name=llama" in args and "--load-format=runai_streamer" in args
-    assert "node-local copy" in reason
+def test_with_a_fresh_complete_copy_the_pod_serves_it(tmp_path):
+    choice = choose_weights("llama", S3, node(tmp_path), 90, NOW)
+    assert (choice.source, choice.key) == ("node", "abc123")
 
 
-def test_a_stale_pointer_falls_back_to_s3(tmp_path):
-    args, reason = choose_model(ARGS, node(tmp_path, checked_at=NOW - 600), 90, NOW)
-    assert args == ARGS and "not confirmed" in reason
+@pytest.mark.parametrize(
+    "pointer, reason",
+    [
+        ({"checked_at": NOW - 600}, "not confirmed"),
+        ({"checked_at": NOW + 3600}, "in the future"),  # the node clock stepped back after the check
+        ({"s3_uri": "s3://models/old-llama/"}, "old-llama"),
+        ({"complete": False}, "incomplete"),
+        ({"key": "../../etc"}, "incomplete"),
+        ({"key": ".warmstart"}, "incomplete"),
+    ],
+)
+def test_anything_but_a_fresh_complete_copy_of_this_source_means_s3(tmp_path, pointer, reason):
+    choice = choose_weights("llama", S3, node(tmp_path, **pointer), 90, NOW)
+    assert choice.source == "s3" and reason in choice.reason
 
 
-def test_a_copy_of_another_source_falls_back_to_s3(tmp_path):
-    args, reason = choose_model(ARGS, node(tmp_path, s3_uri="s3://models/old-llama/"), 90, NOW)
-    assert args == ARGS and "old-llama" in reason
+def _env(tmp_path, **extra) -> dict:
+    return {"POD_UID": "uid-1", "POD_NAME": "vllm-1", "POD_NAMESPACE": "llama",
+            "WARMSTART_POD_RECORDS": str(tmp_path / "pods"), "VLLM_CACHE_ROOT": str(tmp_path / "cache" / "vllm"),
+            "WARMSTART_FINGERPRINT": "f" * 16, **extra}
 
 
-def test_an_incomplete_copy_falls_back_to_s3(tmp_path):
-    args, reason = choose_model(ARGS, node(tmp_path, complete=False), 90, NOW)
-    assert args == ARGS and "incomplete" in reason
+def test_the_pod_records_that_it_is_choosing_before_it_reads_the_pointer(tmp_path, monkeypatch):
+    seen = {}
+
+    def watching(*args):
+        seen["record"] = PodRecords(tmp_path / "pods").read()["uid-1"]
+        return choose(*args)
+
+    choose = vllm_entry.choose_weights
+    monkeypatch.setattr(vllm_entry, "choose_weights", watching)
+    env = _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(node(tmp_path)))
+    monkeypatch.setattr(vllm_entry, "start_node_copy_endpoint", lambda *a: "http://127.0.0.1:9")
+    prepare(ARGS, env, NOW)
+    assert seen["record"].phase == "choosing" and seen["record"].may_read("llama", "any-key")
+    final = PodRecords(tmp_path / "pods").read()["uid-1"]
+    assert (final.phase, final.weights_source, final.weights_key) == ("started", "node", "abc123")
+    assert final.may_read("llama", "abc123") and not final.may_read("llama", "other")
 
 
-def test_a_pointer_escaping_the_model_folder_is_refused(tmp_path):
-    args, _ = choose_model(ARGS, node(tmp_path, key="../../etc"), 90, NOW)
-    assert args == ARGS
+def test_the_node_copy_changes_the_endpoint_never_the_arguments(tmp_path, monkeypatch):
+    monkeypatch.setattr(vllm_entry, "start_node_copy_endpoint", lambda *a: "http://127.0.0.1:4567")
+    env, choice, record = prepare(ARGS, _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(node(tmp_path))), NOW)
+    assert choice.source == "node"
+    assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:4567"
+    assert env["RUNAI_STREAMER_S3_UNSIGNED"] == "1" and env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] == "0"
+    streaming, _, _ = prepare(ARGS, _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(tmp_path / "none")), NOW)
+    assert "AWS_ENDPOINT_URL" not in streaming
 
 
-def test_the_script_execs_the_command(tmp_path):
+def test_a_failing_endpoint_falls_back_to_s3(tmp_path, monkeypatch):
+    def broken(*args):
+        raise OSError("address in use")
+
+    monkeypatch.setattr(vllm_entry, "start_node_copy_endpoint", broken)
+    env, choice, record = prepare(ARGS, _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(node(tmp_path))), NOW)
+    assert choice.source == "s3" and "address in use" in choice.reason and "AWS_ENDPOINT_URL" not in env
+    assert record["weights"]["source"] == "s3"
+
+
+def test_a_model_without_a_weights_cache_is_recorded_as_streaming_from_s3(tmp_path):
+    """So the agent holds its downloads back for this pod too."""
+    _, choice, record = prepare(ARGS, _env(tmp_path), NOW)
+    assert choice.source == "s3" and record["weights"]["source"] == "s3"
+
+
+def test_the_record_lists_the_compile_folders_present_at_start(tmp_path):
+    cache = tmp_path / "cache" / "vllm" / "torch_compile_cache"
+    for folder in ("0123456789/rank_0_0", "torch_aot_compile/" + "a" * 64 + "/rank_0_0"):
+        (cache / folder).mkdir(parents=True)
+    _, _, record = prepare(ARGS, _env(tmp_path), NOW)
+    assert record["compile"] == {"fingerprint": "f" * 16, "hash_dirs": [
+        "torch_compile_cache/0123456789", "torch_compile_cache/torch_aot_compile/" + "a" * 64]}
+    assert vllm_hash_dirs(tmp_path / "nowhere") == []
+
+
+def _free_port_closed(endpoint: str) -> bool:
+    host, port = endpoint.removeprefix("http://").split(":")
+    with socket.socket() as probe:
+        return probe.connect_ex((host, int(port))) != 0
+
+
+def test_the_script_serves_the_copy_to_the_command_it_execs_and_stops_with_it(tmp_path):
+    """The real script, as the container runs it: the exec'd program reads through the endpoint."""
+    root = node(tmp_path, checked_at=time.time())
+    program = (
+        "import os, boto3, botocore.config as c; "
+        "s3 = boto3.client('s3', endpoint_url=os.environ['AWS_ENDPOINT_URL'], region_name='us-east-1', "
+        "config=c.Config(signature_version=__import__('botocore').UNSIGNED, s3={'addressing_style': 'path'})); "
+        "print(os.environ['AWS_ENDPOINT_URL']); "
+        "print(s3.get_object(Bucket='models', Key='llama/config.json')['Body'].read().decode())"
+    )
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve().parents[2] / "agent" / "vllm_entry.py"),
-         sys.executable, "-c", "import sys; print(sys.argv[1:])", f"--model={S3}", "--served-model-name=llama"],
-        env={"WARMSTART_WEIGHTS_ROOT": str(tmp_path / "none")}, capture_output=True, text=True, check=True,
+        [sys.executable, str(ENTRY), sys.executable, "-c", program, f"--model={S3}", "--served-model-name=llama"],
+        env={**os.environ, **_env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(root))}, capture_output=True, text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("warmstart: serving s3://models/llama/ from the node-local copy")
+    assert lines[2] == '{"architectures": ["LlamaForCausalLM"]}'
+    deadline = time.monotonic() + 10
+    while not _free_port_closed(lines[1]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _free_port_closed(lines[1])  # the endpoint died with the program
+
+
+def test_the_script_execs_the_command_unchanged_without_a_copy(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ENTRY), sys.executable, "-c", "import sys; print(sys.argv[1:])", f"--model={S3}",
+         "--served-model-name=llama"],
+        env={"PATH": os.environ["PATH"], "WARMSTART_WEIGHTS_ROOT": str(tmp_path / "none")},
+        capture_output=True, text=True, check=True,
     )
     assert "warmstart: no local copy of llama" in done.stdout
     assert f"['--model={S3}', '--served-model-name=llama']" in done.stdout

@@ -97,10 +97,13 @@ def test_environment_carries_streamer_tuning_and_one_compile_cache_root():
     assert env["RUNAI_STREAMER_CHUNK_BYTESIZE"] == "4294967296"
     assert env["RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS"] == "3000"
     assert env["RUNAI_STREAMER_S3_LOW_SPEED_LIMIT"] == "1048576"
-    assert env["XDG_CACHE_HOME"] == "/compile-cache"
-    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/inductor"
-    assert env["TRITON_CACHE_DIR"] == "/compile-cache/triton"
-    assert env["VLLM_CACHE_ROOT"] == "/compile-cache/vllm"
+    # Inside the folder the agent restores into the one kubelet made: /compile-cache/cache.
+    assert env["XDG_CACHE_HOME"] == "/compile-cache/cache"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/compile-cache/cache/inductor"
+    assert env["TRITON_CACHE_DIR"] == "/compile-cache/cache/triton"
+    assert env["VLLM_CACHE_ROOT"] == "/compile-cache/cache/vllm"
+    # One fixed path for the model's config and tokenizer: part of the model path vLLM hashes.
+    assert env["VLLM_ASSETS_CACHE"] == "/warmstart-assets"
 
 
 def test_compile_cache_host_path_follows_the_compute_mode_and_the_configuration():
@@ -165,8 +168,10 @@ def test_compile_relevant_settings_reach_vllm():
 @pytest.mark.parametrize(
     "name, value, message",
     [
-        ("VLLM_HOST_IP", "10.0.0.1", "pod-specific"),
-        ("VLLM_CACHE_ROOT", "/elsewhere", "pod-specific"),
+        ("VLLM_HOST_IP", "10.0.0.1", "differs per pod"),
+        ("VLLM_CACHE_ROOT", "/elsewhere", "differs per pod"),
+        ("VLLM_ASSETS_CACHE", "/elsewhere", "model path vLLM hashes"),
+        ("VLLM_API_KEY", "sk-123", "clear text"),
         ("VLLM_TAG", "$(POD_NAME)", "expands per pod"),
         ("CUDA_VISIBLE_DEVICES", "0", "only VLLM_"),
     ],

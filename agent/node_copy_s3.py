@@ -1,0 +1,262 @@
+"""A read-only S3 endpoint on the pod's loopback that serves the node's verified copy of one model.
+
+Why: vLLM's torch.compile cache folder is a hash that includes the model path it was given and, for an
+`s3://` model, `model_weights` (the URI), which no command-line flag can set (vLLM 0.21.0,
+vllm/config/model.py compute_hash and maybe_pull_model_tokenizer_for_runai; docs/upstream-facts.md). A pod
+that passed a local folder would never hit a cache compiled by a pod that streamed from S3. So every pod
+passes the same `--model=s3://bucket/prefix/`; when the node holds a fresh copy, the entry step points the
+Run:ai streamer's S3 client here (AWS_ENDPOINT_URL, path-style, unsigned requests), and the bytes come
+from NVMe instead of S3. Same arguments, same hash, same cache, whichever way the weights arrive.
+
+Standard library only: it runs inside the serving image, from the pod's ConfigMap. It answers exactly the
+calls the streamer and vLLM's config pull make (ListObjectsV2, HeadObject, GetObject with Range), refuses
+every write, binds 127.0.0.1 only (the pod's own network namespace) and never serves outside its folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_SENDFILE_BLOCK = 8 * 2**20
+
+
+@dataclass(frozen=True)
+class ServedObject:
+    key: str
+    path: Path
+    size: int
+    mtime: float
+    etag: str
+
+
+def _objects(folder: Path, prefix: str) -> dict[str, ServedObject]:
+    """The copy is immutable while served (the agent never changes a complete key folder): list it once."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            relative = path.relative_to(folder).as_posix()
+            stat = path.stat()
+            key = prefix + relative
+            tag = hashlib.md5(f"{key}:{stat.st_size}:{stat.st_mtime_ns}".encode(), usedforsecurity=False).hexdigest()
+            found[key] = ServedObject(key, path, stat.st_size, stat.st_mtime, f'"{tag}"')
+    return found
+
+
+class NodeCopyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    # Every tensor-parallel rank's streamer opens its connections at once (up to 64 each): the default
+    # listen backlog of 5 makes the kernel drop the rest, and the client's retries cost seconds.
+    request_queue_size = 1024
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up mid-response (the streamer cancels on errors) is not worth a traceback in
+        vLLM's log; anything else gets one line."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, (BrokenPipeError, ConnectionResetError)):
+            print(f"warmstart node-copy endpoint: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+
+    def __init__(self, *, bucket: str, prefix: str, folder: Path, port: int = 0) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        self.objects = _objects(folder, prefix)
+        self.keys = sorted(self.objects)
+        super().__init__(("127.0.0.1", port), _Handler)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: NodeCopyServer
+
+    def log_message(self, format, *args) -> None:  # the streamer makes thousands of requests: stay quiet
+        pass
+
+    # ---- routing ----
+
+    def _target(self) -> tuple[str, str, dict[str, str]]:
+        parsed = urllib.parse.urlsplit(self.path)
+        bucket, _, key = urllib.parse.unquote(parsed.path.lstrip("/")).partition("/")
+        query = {k: v[0] for k, v in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items()}
+        return bucket, key, query
+
+    def _route(self, head: bool) -> None:
+        bucket, key, query = self._target()
+        if bucket != self.server.bucket:
+            return self._error(404, "NoSuchBucket", f"this endpoint serves only {self.server.bucket}", head)
+        if not key:
+            if query.get("list-type") == "2":
+                return self._list(query, head)
+            return self._error(400, "InvalidRequest", "only ListObjectsV2 is served on the bucket", head)
+        item = self.server.objects.get(key)
+        if item is None:
+            return self._error(404, "NoSuchKey", key, head)
+        self._object(item, head)
+
+    def do_GET(self) -> None:
+        self._route(head=False)
+
+    def do_HEAD(self) -> None:
+        self._route(head=True)
+
+    def _refuse_write(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self._error(403, "AccessDenied", "this endpoint is read-only", False)
+
+    do_PUT = do_POST = do_DELETE = _refuse_write
+
+    # ---- answers ----
+
+    def _error(self, status: int, code: str, message: str, head: bool) -> None:
+        body = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>{escape(message)}</Message></Error>"
+        ).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _object(self, item: ServedObject, head: bool) -> None:
+        start, end = 0, item.size - 1
+        status = 200
+        wanted = self.headers.get("Range")
+        if wanted:
+            match = _RANGE.match(wanted.strip())
+            if not match or (not match.group(1) and not match.group(2)):
+                return self._error(416, "InvalidRange", wanted, head)
+            first, last = match.group(1), match.group(2)
+            if first:
+                start = int(first)
+                end = min(int(last), item.size - 1) if last else item.size - 1
+            else:  # suffix range: the last N bytes
+                start, end = max(0, item.size - int(last)), item.size - 1
+            if start >= item.size or start > end:
+                return self._error(416, "InvalidRange", wanted, head)
+            status = 206
+        length = end - start + 1 if item.size else 0
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("ETag", item.etag)
+        self.send_header("Last-Modified", formatdate(item.mtime, usegmt=True))
+        self.send_header("Accept-Ranges", "bytes")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{item.size}")
+        self.end_headers()
+        if head or length == 0:
+            return
+        self.wfile.flush()
+        with open(item.path, "rb") as handle:
+            offset, remaining = start, length
+            while remaining:
+                sent = os.sendfile(self.connection.fileno(), handle.fileno(), offset, min(remaining, _SENDFILE_BLOCK))
+                if sent == 0:
+                    raise ConnectionError(f"{item.key}: file ended at {offset}, expected {end + 1}")
+                offset += sent
+                remaining -= sent
+
+    def _list(self, query: dict[str, str], head: bool) -> None:
+        prefix = query.get("prefix", "")
+        delimiter = query.get("delimiter", "")
+        max_keys = max(0, min(int(query.get("max-keys") or 1000), 1000))
+        after, skip_folder = query.get("start-after", ""), False
+        if query.get("continuation-token"):
+            after, skip_folder = _resume(query["continuation-token"])
+        encode = query.get("encoding-type") == "url"
+        contents, common, truncated, last = [], [], False, ("", False)
+        for key in self.server.keys:
+            if not key.startswith(prefix) or key <= after or (skip_folder and key.startswith(after)):
+                continue
+            if delimiter and delimiter in key[len(prefix) :]:
+                folder = prefix + key[len(prefix) :].split(delimiter, 1)[0] + delimiter
+                if common and common[-1] == folder:
+                    continue
+                entry = ("prefix", folder)
+            else:
+                entry = ("key", key)
+            if len(contents) + len(common) == max_keys:
+                truncated = True
+                break
+            if entry[0] == "prefix":
+                common.append(entry[1])
+                last = (entry[1], True)  # resume after everything under this folder
+            else:
+                contents.append(self.server.objects[key])
+                last = (key, False)
+        name = lambda text: urllib.parse.quote(text, safe="/") if encode else escape(text)  # noqa: E731
+        parts = [
+            '<?xml version="1.0" encoding="UTF-8"?>',
+            '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
+            f"<Name>{escape(self.server.bucket)}</Name><Prefix>{name(prefix)}</Prefix>",
+            f"<KeyCount>{len(contents) + len(common)}</KeyCount><MaxKeys>{max_keys}</MaxKeys>",
+            f"<IsTruncated>{'true' if truncated else 'false'}</IsTruncated>",
+        ]
+        if delimiter:
+            parts.append(f"<Delimiter>{name(delimiter)}</Delimiter>")
+        if encode:
+            parts.append("<EncodingType>url</EncodingType>")
+        if truncated:
+            parts.append(f"<NextContinuationToken>{_token(*last)}</NextContinuationToken>")
+        for item in contents:
+            iso = _iso(item.mtime)
+            parts.append(
+                f"<Contents><Key>{name(item.key)}</Key><LastModified>{iso}</LastModified>"
+                f"<ETag>{escape(item.etag)}</ETag><Size>{item.size}</Size>"
+                f"<StorageClass>STANDARD</StorageClass></Contents>"
+            )
+        for folder in common:
+            parts.append(f"<CommonPrefixes><Prefix>{name(folder)}</Prefix></CommonPrefixes>")
+        parts.append("</ListBucketResult>")
+        body = "".join(parts).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(epoch))
+
+
+def _token(after: str, folder: bool) -> str:
+    """Opaque, as S3's are: a key may hold characters XML cannot carry."""
+    return base64.urlsafe_b64encode(json.dumps([after, folder]).encode()).decode()
+
+
+def _resume(token: str) -> tuple[str, bool]:
+    try:
+        after, folder = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return str(after), bool(folder)
+    except (ValueError, TypeError):
+        return "", False
+
+
+def serve_in_background(*, bucket: str, prefix: str, folder: Path) -> NodeCopyServer:
+    """Starts the endpoint on a free loopback port in a daemon thread (tests and benchmarks)."""
+    server = NodeCopyServer(bucket=bucket, prefix=prefix, folder=folder)
+    threading.Thread(target=server.serve_forever, name="node-copy-s3", daemon=True).start()
+    return server

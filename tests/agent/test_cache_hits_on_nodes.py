@@ -1,0 +1,217 @@
+"""Cache hits as a real cluster would have them: pods run from the rendered manifests in kubelet's order
+(tests/standins/kubelet.py), the real entry step and agent, the vLLM stand-in deriving its cache folder as
+vLLM 0.21.0 does (tests/standins/vllm.py), SeaweedFS as S3. Every outcome is a hit or a clean miss, never
+a wrong hit and never a partial folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+from agent.compile_cache import local_hash_dirs
+from tests.agent.cluster_world import MODEL, make_world, with_model, write_model
+from tests.standins.kubelet import run_container
+
+
+def _labels(world, node):
+    return world.cluster.nodes[node.stand_in.name]["metadata"]["labels"]
+
+
+def _events(node, name):
+    return [e for e in node.log.events if e["event"] == name]
+
+
+def _first_node_publishes(world):
+    """Node A: nothing published yet, its pod streams from S3 and compiles, the agent publishes."""
+    a = world.node("node-a")
+    assert a.agent.start()[MODEL].status == "miss"
+    report = world.serve(world.schedule(a))
+    assert not report["hit"] and report["endpoint"] == world.server.endpoint  # streamed from S3
+    assert a.agent.tick()[MODEL].status == "published"
+    (observed,) = _events(a, "compile-miss")
+    assert observed["expected_hit"] is False and "first pod of this configuration" in observed["reason"]
+    return a, report
+
+
+def test_a_pod_on_a_new_node_hits_the_cache_published_by_an_s3_streamed_pod_while_it_loads_the_node_copy(
+    tmp_path, s3_server
+):
+    world = make_world(s3_server, tmp_path)
+    _, first = _first_node_publishes(world)
+    b = world.node("node-b")
+    assert b.agent.weights_tick()[MODEL] == "downloaded"
+    assert b.agent.start()[MODEL].status == "restored"
+    pod = world.schedule(b)
+    report = world.serve(pod)
+    assert "from the node-local copy" in pod.outputs[-1].stdout
+    assert report["endpoint"].startswith("http://127.0.0.1:") and report["endpoint"] != world.server.endpoint
+    assert report["hit"]
+    # The same model path, weights URI and folder as the pod that streamed from S3: vLLM cannot tell them apart.
+    assert (report["model"], report["model_weights"], report["cache_dir"]) == (
+        first["model"],
+        first["model_weights"],
+        first["cache_dir"],
+    )
+    assert report["weights_digest"] == first["weights_digest"]  # every tensor byte-equal
+    b.agent.tick()
+    (hit,) = _events(b, "compile-hit")
+    assert hit["source"] == "restored" and hit["weights_source"] == "node"
+    assert _labels(world, b)[f"compile-use.warmstart.io/{MODEL}"] == "hit"
+
+
+def test_a_weights_update_at_the_same_path_with_unchanged_factors_still_hits(tmp_path, s3_server):
+    world = make_world(s3_server, tmp_path)
+    _, first = _first_node_publishes(world)
+    b = world.node("node-b")
+    b.agent.weights_tick()
+    b.agent.start()
+    old_key = b.weights.layout.read_pointer(MODEL)["key"]
+    write_model(world.client, world.config.buckets.models.name, seed=2)  # new weights, same config.json
+    assert b.agent.weights_tick()[MODEL] == "downloaded"
+    assert b.weights.layout.read_pointer(MODEL)["key"] != old_key
+    report = world.serve(world.schedule(b))
+    assert report["hit"] and report["cache_dir"] == first["cache_dir"]
+    assert report["weights_digest"] != first["weights_digest"]  # it serves the new weights
+
+
+def test_a_tensor_parallel_change_misses_and_never_loads_the_other_cache(tmp_path, s3_server):
+    world = make_world(s3_server, tmp_path)
+    a, first = _first_node_publishes(world)
+    tp4 = with_model(world.config, tensor_parallel_size=4)
+    c = world.node("node-c", tp4)
+    assert c.agent.start()[MODEL].status == "miss"  # another key: nothing published for it
+    pod = world.schedule(c, tp4)
+    # Worst case: the TP 2 cache ends up in the TP 4 folder anyway. vLLM's own hash still tells them apart.
+    fingerprint_2 = world.config.models[0]
+    from warmstart.catalog import default_catalog
+    from warmstart.workload import plan_model
+
+    fp2 = plan_model(world.config.models[0], world.config, default_catalog()).factors.fingerprint()
+    fp4 = plan_model(tp4.models[0], tp4, default_catalog()).factors.fingerprint()
+    assert fp2 != fp4 and fingerprint_2.tensor_parallel_size != 4
+    shutil.copytree(a.layout.model_dir(MODEL, fp2), c.layout.model_dir(MODEL, fp4))
+    report = world.serve(pod)
+    assert not report["hit"] and report["cache_dir"] != first["cache_dir"]
+    assert set(local_hash_dirs(c.layout, MODEL, fp4)) > set(local_hash_dirs(a.layout, MODEL, fp2))
+
+
+def test_a_torch_change_inside_the_image_misses_then_the_published_cache_is_extended(tmp_path, s3_server):
+    world = make_world(s3_server, tmp_path)
+    a, first = _first_node_publishes(world)
+    world.image_env["STANDIN_TORCH_VERSION"] = "2.12.0"  # a new image, torch_version in the config not updated
+    b = world.node("node-b")
+    assert b.agent.start()[MODEL].status == "restored"  # our key did not change...
+    report = world.serve(world.schedule(b))
+    assert not report["hit"]  # ...vLLM's hash did: a miss, never the old kernels
+    assert b.agent.tick()[MODEL].status == "republished"
+    (miss,) = _events(b, "compile-miss")
+    assert miss["expected_hit"] is True and "compiler" in miss["reason"]
+    key = b.agent.models[MODEL].key
+    manifest = json.loads(
+        world.client.get_object(Bucket=world.config.buckets.compile_cache, Key=key.manifest_key)["Body"].read()
+    )
+    # Both backend folders; the AOT folder's hash has no compiler part in vLLM 0.21.0 (torch's own artifact
+    # check refuses a stale one), so it is one folder, rewritten.
+    backend = [d for d in manifest["hash_dirs"] if "torch_aot_compile" not in d]
+    assert len(backend) == 2 and set(manifest["hash_dirs"]) >= set(
+        local_hash_dirs(a.layout, MODEL, a.agent.settings.compile_models[0].compile.fingerprint)
+    )
+    c = world.node("node-c")
+    assert c.agent.start()[MODEL].status == "restored"
+    assert world.serve(world.schedule(c))["hit"]
+
+
+# ---- kubelet-first ordering ----
+
+
+def test_the_empty_folder_kubelet_made_does_not_block_the_restore(tmp_path, s3_server):
+    world = make_world(s3_server, tmp_path)
+    _first_node_publishes(world)
+    b = world.node("node-b")
+    pod = world.schedule(b)  # bound at once on a scale-up: kubelet creates the hostPath before the agent runs
+    (mounted,) = [v for v in pod.spec["volumes"] if v["name"] == "compile-cache"]
+    folder = b.stand_in.host(mounted["hostPath"]["path"])
+    assert folder.is_dir() and list(folder.iterdir()) == []
+    assert b.agent.start()[MODEL].status == "restored"
+    assert world.serve(pod)["hit"]
+
+
+def _pod_held_after_config(world, node, pause_file):
+    """The pod's main container started (the wait bound passed), vLLM past its config step, not compiled."""
+    pod = world.schedule(node)
+    pause_file.write_text("hold")
+    (main,) = pod.spec["containers"]
+    env = {**world.cluster_env, "STANDIN_PAUSE_FILE": str(pause_file)}
+    process = run_container(pod, main, env, background=True)
+    return pod, process
+
+
+def _wait_for(predicate, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_pod_that_started_after_the_bound_keeps_its_folder_untouched(tmp_path, s3_server):
+    world = make_world(s3_server, tmp_path)
+    _first_node_publishes(world)
+    b = world.node("node-b")
+    pod, process = _pod_held_after_config(world, b, tmp_path / "hold")
+    fingerprint = b.agent.settings.compile_models[0].compile.fingerprint
+    content = b.layout.model_dir(MODEL, fingerprint)
+    _wait_for(lambda: (content / "vllm" / "modelinfos").is_dir())  # vLLM already writes into it
+    outcome = b.agent.start()[MODEL]
+    assert outcome.status == "present" and b.layout.origin(MODEL, fingerprint) is None
+    assert sorted(p.name for p in (content / "vllm").iterdir()) == ["modelinfos"]  # nothing of ours added
+    (tmp_path / "hold").unlink()
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    world.cluster.pods.append(pod.as_api_object(ready=True))
+    b.agent.tick()
+    (miss,) = _events(b, "compile-miss")
+    assert miss["expected_hit"] is True and "folder busy" in miss["reason"]
+
+
+def _race(world, tmp_path, name, *, vllm_first_during_download: bool):
+    """The agent restores while the pod's vLLM starts. With `vllm_first_during_download` vLLM creates its
+    cache folder while the archive is downloading (the rename then finds it); otherwise no coordination."""
+    node = world.node(name)
+    fingerprint = node.agent.settings.compile_models[0].compile.fingerprint
+    content = node.layout.model_dir(MODEL, fingerprint)
+    if vllm_first_during_download:
+        store = node.agent.store
+        download = store.download
+
+        def slow_download(*args, **kwargs):
+            _wait_for(content.exists)  # vLLM's config step made the folder meanwhile
+            return download(*args, **kwargs)
+
+        store.download = slow_download
+    pod, process = _pod_held_after_config(world, node, tmp_path / f"hold-{name}")
+    outcome = {}
+    restorer = threading.Thread(target=lambda: outcome.update(node.agent.start()))
+    restorer.start()
+    restorer.join(timeout=120)
+    (tmp_path / f"hold-{name}").unlink()
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert list((node.layout.state / "tmp").iterdir()) == []  # no partial restore left anywhere
+    assert local_hash_dirs(node.layout, MODEL, fingerprint)  # a complete cache either way
+    return outcome[MODEL].status, '"hit": true' in stdout
+
+
+def test_vllm_creating_its_folder_during_the_download_wins_and_the_restore_backs_off(tmp_path, s3_server):
+    world = make_world(s3_server, tmp_path)
+    _first_node_publishes(world)
+    assert _race(world, tmp_path, "racing", vllm_first_during_download=True) == ("busy", False)
+
+
+def test_restore_racing_a_pod_start_ends_in_a_hit_or_a_clean_miss(tmp_path, s3_server):
+    world = make_world(s3_server, tmp_path)
+    _first_node_publishes(world)
+    for attempt in range(3):
+        outcome = _race(world, tmp_path, f"race-{attempt}", vllm_first_during_download=False)
+        assert outcome in {("restored", True), ("busy", False), ("present", False)}, outcome

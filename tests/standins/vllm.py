@@ -1,0 +1,277 @@
+"""A stand-in for vLLM's OpenAI server start, as far as the compile cache and weight loading go.
+
+Mirrors vLLM 0.21.0 (PyPI wheel vllm-0.21.0, commit 9da56fd18); each step names the file it follows:
+- vllm/config/model.py `ModelConfig.__post_init__` -> `maybe_pull_model_tokenizer_for_runai`: for an s3://
+  model, `model_weights` becomes the URI and `model` becomes `<VLLM_ASSETS_CACHE>/model_streamer/
+  <sha256(uri)[:8]>`, into which the config and tokenizer files (*.json, *.model, *.py) are pulled with
+  runai-model-streamer's `pull_files` (the real one, boto3). A local path stays as given (no realpath).
+- vllm/model_executor/models/registry.py: `VLLM_CACHE_ROOT/modelinfos/` is written at config time, before
+  weights load, so the cache folder exists from then on.
+- the Run:ai loader streams the weights from `model_weights` (the real SafetensorsStreamer here).
+- vllm/config/model.py `compute_hash`: every field but an ignore list, so `model`, `model_weights`, dtype,
+  max_model_len, quantization and the model's config.json are hashed; served_model_name, tokenizer and
+  seed are not. LoadConfig hashes nothing (load format, streamer settings).
+- vllm/envs.py `compile_factors`: the environment minus an ignore list (VLLM_CACHE_ROOT, VLLM_ASSETS_CACHE,
+  VLLM_PORT, VLLM_HOST_IP, logging, ...); XDG_CACHE_HOME and XDG_CONFIG_HOME enter through the defaults of
+  VLLM_XLA_CACHE_PATH and VLLM_CONFIG_ROOT. Difference: vLLM hashes only the variables it knows, this
+  stand-in every VLLM_* set (stricter: more misses, never a wrong hit).
+- vllm/compilation/backends.py: folder `VLLM_CACHE_ROOT/torch_compile_cache/<sha256(str([env, config, code,
+  compiler]))[:10]>/rank_<r>_0/backbone/`, an index of artifacts by absolute path, cache_key_factors.json
+  written when absent; a user `compilation_config.cache_dir` replaces the hashed folder.
+- vllm/compilation/decorators.py: AOT artifacts (on by default with torch >= 2.10) at
+  `torch_compile_cache/torch_aot_compile/<sha256(str([env, config, model]))>/rank_<r>_0/model`, saved via a
+  temporary file and os.replace; loading them still reads the backend index above.
+- Triton kernels go to TRITON_CACHE_DIR (vLLM does not redirect it on its default standalone path).
+
+The image's "torch version" and the node's GPU come from STANDIN_TORCH_VERSION and STANDIN_GPU_ARCH (what
+the serving image and the node would fix). It prints vLLM-like log lines and one `STANDIN-REPORT {json}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+VLLM_VERSION = "0.21.0"
+# vllm/envs.py compile_factors ignored_factors (0.21.0), the part that can be set in a pod.
+IGNORED_ENV = {
+    "VLLM_RPC_BASE_PATH",
+    "VLLM_PORT",
+    "VLLM_CACHE_ROOT",
+    "VLLM_DP_MASTER_IP",
+    "VLLM_DP_MASTER_PORT",
+    "VLLM_MODEL_REDIRECT_PATH",
+    "VLLM_HOST_IP",
+    "VLLM_FORCE_AOT_LOAD",
+    "VLLM_USAGE_STATS_SERVER",
+    "VLLM_NO_USAGE_STATS",
+    "VLLM_DO_NOT_TRACK",
+    "VLLM_LOGGING_LEVEL",
+    "VLLM_LOGGING_PREFIX",
+    "VLLM_LOGGING_STREAM",
+    "VLLM_LOGGING_CONFIG_PATH",
+    "VLLM_LOGGING_COLOR",
+    "VLLM_LOG_STATS_INTERVAL",
+    "VLLM_ASSETS_CACHE",
+    "VLLM_ASSETS_CACHE_MODEL_CLEAN",
+    "VLLM_WORKER_MULTIPROC_METHOD",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+}
+# vllm/config/model.py ModelConfig.compute_hash ignored_factors (0.21.0), the flags this stand-in accepts.
+NOT_HASHED_ARGS = {
+    "served-model-name",
+    "tokenizer",
+    "seed",
+    "host",
+    "port",
+    "load-format",
+    "model-loader-extra-config",
+    "enforce-eager",
+}
+CONFIG_PATTERNS = ["*.model", "*.py", "*.json"]
+
+
+def log(message: str) -> None:
+    print(f"INFO {time.strftime('%m-%d %H:%M:%S')} [standin] {message}", flush=True)
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    args = {}
+    for item in argv:
+        if item.startswith("--"):
+            name, _, value = item[2:].partition("=")
+            args[name] = value if _ else "true"
+    return args
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def env_factors(env: dict[str, str]) -> dict[str, str]:
+    home = env.get("HOME", "/root")
+    factors = {k: v for k, v in env.items() if k.startswith("VLLM_") and k not in IGNORED_ENV}
+    cache_root = env.get("XDG_CACHE_HOME") or f"{home}/.cache"
+    config_root = env.get("XDG_CONFIG_HOME") or f"{home}/.config"
+    factors.setdefault("VLLM_XLA_CACHE_PATH", f"{cache_root}/vllm/xla_cache")
+    factors.setdefault("VLLM_CONFIG_ROOT", f"{config_root}/vllm")
+    return dict(sorted(factors.items()))
+
+
+def model_paths(args: dict[str, str], env: dict[str, str]) -> tuple[str, str]:
+    """(model, model_weights) after ModelConfig.__post_init__."""
+    given = args["model"]
+    if given.startswith(("s3://", "gs://", "az://")):
+        assets = (
+            env.get("VLLM_ASSETS_CACHE")
+            or f"{env.get('XDG_CACHE_HOME') or env.get('HOME', '/root') + '/.cache'}/vllm/assets"
+        )
+        return os.path.join(assets, "model_streamer", sha256(given)[:8]), given
+    return given, ""
+
+
+def pull_config(model: str, model_weights: str) -> dict:
+    """Config and tokenizer files into the local model folder, every start (no existence check)."""
+    if model_weights:
+        os.makedirs(model, exist_ok=True)
+        from runai_model_streamer import pull_files
+
+        pull_files(model_weights, model, allow_pattern=CONFIG_PATTERNS)
+    return json.loads(Path(model, "config.json").read_text())
+
+
+def load_weights(model: str, model_weights: str) -> tuple[int, dict[str, str]]:
+    """Every tensor through the Run:ai streamer; returns bytes and a digest per tensor."""
+    from runai_model_streamer import SafetensorsStreamer, list_safetensors
+
+    source = model_weights or model
+    files = list_safetensors(source) if model_weights else sorted(str(p) for p in Path(model).glob("*.safetensors"))
+    total, digests = 0, {}
+    with SafetensorsStreamer() as streamer:
+        streamer.stream_files(files)
+        for name, tensor in streamer.get_tensors():
+            data = tensor.contiguous().view(-1).numpy().tobytes()
+            digests[name] = hashlib.sha256(data).hexdigest()[:16]
+            total += len(data)
+    return total, digests
+
+
+def hashes(args: dict[str, str], env: dict[str, str], model: str, model_weights: str, hf_config: dict) -> dict:
+    model_factors = {
+        "model": model,
+        "model_weights": model_weights,
+        "dtype": args.get("dtype", "auto"),
+        "max_model_len": args.get("max-model-len"),
+        "quantization": args.get("quantization"),
+        "hf_config": hf_config,
+        "revision": args.get("revision"),
+    }
+    compilation = json.loads(args.get("compilation-config") or "{}")
+    compilation.pop("cache_dir", None)  # CompilationConfig.compute_hash ignores it
+    config = [
+        VLLM_VERSION,
+        sha256(json.dumps(model_factors, sort_keys=True)),
+        {"tensor_parallel_size": args.get("tensor-parallel-size", "1")},
+        {"max_num_batched_tokens": args.get("max-num-batched-tokens")},
+        {"kv_cache_dtype": args.get("kv-cache-dtype", "auto")},
+        compilation,
+    ]
+    env_hash = sha256(json.dumps(env_factors(env), sort_keys=True))
+    config_hash = hashlib.md5(str(config).encode()).hexdigest()[:10]
+    code_hash = sha256(f"{VLLM_VERSION}:{hf_config.get('architectures')}:/usr/local/lib/python3.12/site-packages/vllm")
+    compiler_hash = hashlib.md5(
+        f"{env.get('STANDIN_TORCH_VERSION')}:{env.get('STANDIN_GPU_ARCH')}".encode()
+    ).hexdigest()[:10]
+    return {
+        "env": env_hash,
+        "config": config_hash,
+        "code": code_hash,
+        "compiler": compiler_hash,
+        "env_factors": env_factors(env),
+        "user_cache_dir": json.loads(args.get("compilation-config") or "{}").get("cache_dir"),
+    }
+
+
+def compile_or_load(args: dict[str, str], env: dict[str, str], parts: dict) -> dict:
+    root = Path(
+        env.get("VLLM_CACHE_ROOT") or f"{env.get('XDG_CACHE_HOME') or env.get('HOME', '/root') + '/.cache'}/vllm"
+    )
+    hash_key = sha256(str([parts["env"], parts["config"], parts["code"], parts["compiler"]]))[:10]
+    cache_dir = Path(parts["user_cache_dir"]) if parts["user_cache_dir"] else root / "torch_compile_cache" / hash_key
+    aot_dir = (
+        root / "torch_compile_cache" / "torch_aot_compile" / sha256(str([parts["env"], parts["config"], "forward"]))
+    )
+    ranks = int(args.get("tensor-parallel-size", "1"))
+    loaded = True
+    for rank in range(ranks):
+        local = cache_dir / f"rank_{rank}_0" / "backbone"
+        index = local / "vllm_compile_cache.py"
+        log(f"Using cache directory: {local} for vLLM's torch.compile")
+        try:
+            artifacts = json.loads(index.read_text())
+            loaded = (
+                loaded
+                and all(Path(path).is_file() for path in artifacts.values())
+                and (aot_dir / f"rank_{rank}_0" / "model").is_file()
+            )
+        except (OSError, ValueError):
+            loaded = False
+    if loaded:
+        log(f"Directly load AOT compilation from path {aot_dir}")
+        log("Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 0.512 s")
+        return {"hit": True, "cache_dir": str(cache_dir), "aot_dir": str(aot_dir)}
+    started = time.monotonic()
+    triton = Path(env.get("TRITON_CACHE_DIR") or f"{env.get('HOME', '/root')}/.triton/cache")
+    for rank in range(ranks):
+        local = cache_dir / f"rank_{rank}_0" / "backbone"
+        local.mkdir(parents=True, exist_ok=True)
+        artifacts = {}
+        for graph in range(3):
+            artifact = local / f"artifact_shape_None_subgraph_{graph}"
+            artifact.write_bytes(hashlib.sha256(f"{hash_key}:{rank}:{graph}".encode()).digest() * 256)
+            artifacts[f"(1, 8192):{graph}"] = str(artifact)  # absolute, as vLLM's standalone handles are
+        kernel = triton / sha256(f"{hash_key}:{rank}")[:32] / "triton_.cubin"
+        kernel.parent.mkdir(parents=True, exist_ok=True)
+        kernel.write_bytes(b"\x7fELF" + bytes(4000))
+        factors = local / "cache_key_factors.json"
+        if not factors.exists():
+            factors.write_text(
+                json.dumps(
+                    {
+                        "env": parts["env_factors"],
+                        "config_hash": parts["config"],
+                        "code_hash": parts["code"],
+                        "compiler_hash": parts["compiler"],
+                    },
+                    indent=2,
+                    sort_keys=True,
+                )
+            )
+        index = local / "vllm_compile_cache.py"
+        index.write_text(json.dumps(artifacts, sort_keys=True))
+        aot = aot_dir / f"rank_{rank}_0" / "model"
+        aot.parent.mkdir(parents=True, exist_ok=True)
+        temporary = aot.with_name(f"model.{os.getpid()}.tmp")
+        temporary.write_bytes(b"aot" * 1000)
+        os.replace(temporary, aot)
+    seconds = float(env.get("STANDIN_COMPILE_SECONDS", "0"))
+    time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+    log(f"Compiling a graph for compile range (1, 8192) takes {max(seconds, time.monotonic() - started):.2f} s")
+    log(f"saved AOT compiled function to {aot_dir}")
+    return {"hit": False, "cache_dir": str(cache_dir), "aot_dir": str(aot_dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ)
+    model, model_weights = model_paths(args, env)
+    hf_config = pull_config(model, model_weights)
+    root = Path(env.get("VLLM_CACHE_ROOT") or f"{env.get('HOME', '/root')}/.cache/vllm")
+    (root / "modelinfos").mkdir(parents=True, exist_ok=True)  # registry cache, at config time
+    (root / "modelinfos" / f"{hf_config.get('architectures', ['X'])[0]}.json").write_text("{}")
+    if env.get("STANDIN_PAUSE_FILE"):  # lets a test hold the pod between config and weights, like a slow load
+        while Path(env["STANDIN_PAUSE_FILE"]).exists():
+            time.sleep(0.05)
+    weights_bytes, digests = load_weights(model, model_weights)
+    log(f"Model loading took 1.00 GiB memory and 1.000000 seconds ({weights_bytes} bytes)")
+    parts = hashes(args, env, model, model_weights, hf_config)
+    result = compile_or_load(args, env, parts)
+    report = {
+        **result,
+        "model": model,
+        "model_weights": model_weights,
+        "weights_bytes": weights_bytes,
+        "weights_digest": sha256(json.dumps(digests, sort_keys=True)),
+        "endpoint": env.get("AWS_ENDPOINT_URL"),
+        "hash_parts": {k: parts[k] for k in ("env", "config", "code", "compiler")},
+    }
+    print("STANDIN-REPORT " + json.dumps(report, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
