@@ -41,12 +41,13 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
-# Prints each benchmark's table and writes bench/results/<benchmark>.json (about 15 minutes on 2 cores).
+# Prints each benchmark's table and writes bench/results/<benchmark>.json (about 20 minutes on 2 cores).
 bench: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/compile_cache_restore.py
 	$(BIN)/python bench/torch_compile_cpu.py
 	$(BIN)/python bench/weights_prefetch.py
 	$(BIN)/python bench/prune.py
+	$(BIN)/python bench/cold_node_streaming.py
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

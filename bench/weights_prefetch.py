@@ -68,6 +68,17 @@ def make_model(folder: Path) -> int:
     return total
 
 
+def upload_folder(server: SeaweedS3, source: Path, prefix: str) -> str:
+    """A new bucket holding every file of `source` under `prefix`, with full-object checksums (as users upload)."""
+    bucket = server.new_bucket()
+    client = server.client(retries=3)
+    upload = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=4)
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        client.upload_file(str(path), bucket, f"{prefix}{path.relative_to(source)}",
+                           ExtraArgs={"ChecksumAlgorithm": "CRC64NVME"}, Config=upload)
+    return bucket
+
+
 def dd_copy(source: Path, target: Path) -> dict:
     """The same bytes written with dd conv=fsync, file by file: what the disk itself can take."""
     shutil.rmtree(target, ignore_errors=True)
@@ -103,12 +114,7 @@ def main() -> None:
         source = work / "source"
         source.mkdir()
         total = make_model(source)
-        bucket = server.new_bucket()
-        client = server.client(retries=3)
-        upload = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=4)
-        for path in sorted(p for p in source.rglob("*") if p.is_file()):
-            client.upload_file(str(path), bucket, f"model/{path.relative_to(source)}",
-                               ExtraArgs={"ChecksumAlgorithm": "CRC64NVME"}, Config=upload)
+        bucket = upload_folder(server, source, "model/")
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1"}
         for attempt in range(REPEATS):
             settle()
