@@ -375,8 +375,8 @@ class NodeAgent:
             self.records.forget_gone(before, live)
             observed = self.layout.observed_dir()
             if observed.exists():
-                for judged in observed.iterdir():
-                    if judged.name.split(".", 1)[0] not in live:
+                for judged in observed.iterdir():  # named <pod uid>.<boot>; temporary files start with "."
+                    if not judged.name.startswith(".") and judged.name.split(".", 1)[0] not in live:
                         judged.unlink(missing_ok=True)
         return removed
 

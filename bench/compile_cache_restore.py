@@ -37,7 +37,8 @@ def make_cache(folder: Path, total_mb: int, seed: int) -> None:
     index = 0
     while remaining > 0:
         size = min(remaining, rng.choice([4_000, 60_000, 900_000, 8_000_000]))
-        path = folder / f"inductor/{index % 37:02x}/kernel_{index}.bin"
+        # Where vLLM 0.21.0 keeps Inductor's artifacts: inside its hash folder under VLLM_CACHE_ROOT.
+        path = folder / f"vllm/torch_compile_cache/0123456789/rank_0_0/inductor_cache/{index % 37:02x}/kernel_{index}.bin"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(rng.randbytes(size))
         remaining -= size

@@ -39,10 +39,17 @@ NODE_ROOT = Path("/tmp/warmstart-bench-node/compile-cache")
 
 
 def worker(folder: Path, max_model_len: int) -> dict:
+    """One "pod": the cache folders as vLLM 0.21.0 lays them out (Inductor inside its hash folder under
+    VLLM_CACHE_ROOT, Triton where the pod points it), the toy model standing in for vLLM's compiled graph."""
+    import hashlib
+
+    import torch
+
+    vllm_hash = hashlib.sha256(f"{torch.__version__}:{max_model_len}".encode()).hexdigest()[:10]
     env = {
         **os.environ,
         "XDG_CACHE_HOME": str(folder),
-        "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
+        "TORCHINDUCTOR_CACHE_DIR": str(folder / "vllm" / "torch_compile_cache" / vllm_hash / "rank_0_0" / "inductor_cache"),
         "TRITON_CACHE_DIR": str(folder / "triton"),
     }
     started = time.perf_counter()
