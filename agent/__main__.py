@@ -63,15 +63,21 @@ def main() -> None:
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # /tmp outlives a container restart (an emptyDir): a beat from before must not pass the startup probe.
+    heartbeat = Path(os.environ.get("WARMSTART_HEARTBEAT", "/tmp/warmstart-agent-alive"))
+    heartbeat.unlink(missing_ok=True)
     agent.start()
 
-    def every(seconds: float, action) -> threading.Thread:
+
+    def every(seconds: float, action, *, beat: bool = False) -> threading.Thread:
         def loop() -> None:
             while not stop.is_set():
                 try:
                     action()
                 except Exception as error:  # keep the loop alive; the next round retries
                     log.event("loop-error", action=action.__name__, reason=f"{type(error).__name__}: {error}")
+                if beat:  # the liveness probe restarts an agent whose main loop stopped turning
+                    heartbeat.touch()
                 stop.wait(seconds)
 
         thread = threading.Thread(target=loop, name=action.__name__, daemon=True)
@@ -80,7 +86,7 @@ def main() -> None:
 
     # Weights downloads take minutes: their own thread, so compile-cache publishing never waits for them, and
     # a second one keeps the other models' pointers confirmed meanwhile.
-    threads = [every(settings.poll_seconds, agent.tick), every(CLEANUP_SECONDS, agent.cleanup)]
+    threads = [every(settings.poll_seconds, agent.tick, beat=True), every(CLEANUP_SECONDS, agent.cleanup)]
     if weights is not None:
         threads.append(every(settings.weights_poll_seconds, agent.weights_tick))
         threads.append(every(settings.weights_poll_seconds, agent.weights_confirm_tick))

@@ -3,10 +3,10 @@ pod's vLLM used a cache.
 
 Invariants: a configuration's cache folder appears complete or not at all (temp folder on the same
 filesystem, checksum verified, atomic no-replace rename into the folder kubelet made), and one that vLLM
-created first is never touched; a key's manifest is written after its archive, only if absent or unchanged
-since read (If-None-Match / If-Match), and checked to name an archive that exists: a manifest that names a
-missing archive is a miss the agent repairs, never a restore failure forever; a restored cache always
-matches the key, and vLLM's own hash still decides whether it is used.
+created first is never touched; archives and manifests are written once and never replaced or deleted by a
+node (the compile-cache bucket's policy enforces it), a manifest after its archive and checked to name one
+that exists; a manifest whose archive is gone is skipped (a miss, never a failure forever) until the pruner
+removes it; a restored cache always matches the key, and vLLM's own hash still decides whether it is used.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def local_hash_dirs(layout: NodeCacheLayout, model: str, fingerprint: str) -> li
     return vllm_hash_dirs(layout.model_dir(model, fingerprint) / VLLM_FOLDER)
 
 
-def _check_manifest(manifest: dict, key: CompileCacheKey) -> str | None:
+def _check_manifest(manifest: dict, key: CompileCacheKey, name: str) -> str | None:
     """Why a manifest cannot be trusted for this key, or None."""
     if manifest.get("version") != MANIFEST_VERSION:
         return f"manifest version {manifest.get('version')!r} is not {MANIFEST_VERSION}"
@@ -78,16 +78,35 @@ def _check_manifest(manifest: dict, key: CompileCacheKey) -> str | None:
         return "manifest lacks a valid checksum or size"
     if not isinstance(manifest.get("archive"), str) or not key.names_archive(manifest["archive"], sha):
         return "manifest points outside its key"
-    if not isinstance(manifest.get("hash_dirs"), list):
+    hash_dirs = manifest.get("hash_dirs")
+    if not isinstance(hash_dirs, list) or not all(isinstance(d, str) for d in hash_dirs):
         return "manifest lists no vLLM hash folders"
+    if key.manifest_key(hash_dirs) != name:
+        return "manifest is stored under another name than its hash folders give"
     return None
 
 
-def _repair(store: CacheStore, key: CompileCacheKey, etag: str, log: EventLog, model: str) -> bool:
-    """Removes a manifest whose archive is gone, only if it is still the version read (If-Match)."""
-    removed = store.delete(key.manifest_key, if_match=etag)
-    log.event("manifest-repaired" if removed else "manifest-repair-skipped", model=model, key=key.prefix)
-    return removed
+@dataclass(frozen=True)
+class Published:
+    name: str
+    manifest: dict
+
+    @property
+    def hash_dirs(self) -> set[str]:
+        return set(self.manifest["hash_dirs"])
+
+
+def published(store: CacheStore, key: CompileCacheKey, log: EventLog, model: str) -> list[Published]:
+    """Every trustworthy manifest of the key, the most complete first (most hash folders, then newest)."""
+    found = []
+    for name in store.list_keys(key.manifest_prefix):
+        manifest = store.get_json(name)
+        problem = None if manifest is None else _check_manifest(manifest, key, name)
+        if problem:
+            log.event("manifest-refused", model=model, key=key.prefix, manifest=name, reason=problem)
+        elif manifest is not None:
+            found.append(Published(name, manifest))
+    return sorted(found, key=lambda p: (-len(p.hash_dirs), -float(p.manifest.get("published_at") or 0)))
 
 
 def restore(
@@ -108,43 +127,40 @@ def restore(
     if target.exists():
         return done("present", "the node already has this configuration's cache (restored or compiled here)")
     try:
-        manifest, etag = store.get_json_tagged(key.manifest_key)
+        candidates = published(store, key, log, model)
     except Exception as error:  # S3 unreachable, access denied: the pod compiles as usual
-        return done("failed", f"manifest unreadable: {error}")
-    if manifest is None:
+        return done("failed", f"manifests unreadable: {error}")
+    if not candidates:
         return done("miss", "no cache published for this key yet")
-    problem = _check_manifest(manifest, key)
-    if problem:
-        return done("failed", problem)
     temp = None
     try:
-        temp = layout.new_temp_dir()
-        archive = temp / "archive.tar.zst"
-        try:
-            store.download(manifest["archive"], archive, manifest["size"])
-        except MissingObject:
-            _repair(store, key, etag, log, model)
-            return done(
-                "miss", "the manifest named an archive that is gone; removed it so the next Ready pod publishes again"
-            )
-        actual = sha256_of(archive)
-        if actual != manifest["sha256"]:
-            return done("failed", f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
-        staged = temp / "cache"
-        unpack(archive, staged)
-        archive.unlink()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not rename_no_replace(staged, target):
-            return done(
-                "busy",
-                "vLLM created the cache folder while the archive was downloading (the pod started "
-                "before the restore finished): left to it",
-            )
-        layout.record_origin(
-            model,
-            fingerprint,
-            {"origin": "restored", "key": key.prefix, "time": clock(), "hash_dirs": manifest["hash_dirs"]},
-        )
+        for candidate in candidates:
+            manifest = candidate.manifest
+            if temp is not None:
+                remove_tree(temp)
+            temp = layout.new_temp_dir()
+            archive = temp / "archive.tar.zst"
+            try:
+                store.download(manifest["archive"], archive, manifest["size"])
+            except MissingObject:  # written once, removed only by the pruner: the next manifest may do
+                log.event("archive-missing", model=model, key=key.prefix, manifest=candidate.name)
+                continue
+            actual = sha256_of(archive)
+            if actual != manifest["sha256"]:
+                return done("failed", f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
+            staged = temp / "cache"
+            unpack(archive, staged)
+            archive.unlink()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not rename_no_replace(staged, target):
+                return done("busy", "vLLM created the cache folder while the archive was downloading (the pod "
+                                    "started before the restore finished): left to it")
+            layout.record_origin(model, fingerprint, {"origin": "restored", "key": key.prefix, "time": clock(),
+                                                      "manifest": candidate.name, "hash_dirs": manifest["hash_dirs"]})
+            break
+        else:
+            return done("miss", "every published manifest names an archive that is gone (the pruner removes them; "
+                                "the next Ready pod publishes again)")
     except UnsafeArchive as error:
         return done("failed", f"unsafe archive: {error}")
     except Exception as error:  # server gone mid-download, disk full, corrupt stream
@@ -167,36 +183,29 @@ def publish(
     clock: Callable[[], float],
     log: EventLog,
 ) -> Outcome:
-    """Publishes this node's cache when S3 has none for the key, or has one this node's cache contains and
-    extends (a vLLM hash folder that is not in it yet); a broken manifest is replaced."""
+    """Publishes this node's cache unless a published one already holds every vLLM hash folder it has.
+
+    Everything is written once (If-None-Match; the bucket policy refuses anything else): the archive under a
+    name no one else uses, then a manifest named by the set of hash folders it holds. A node whose vLLM made
+    a folder the published cache lacks adds a manifest for its larger set; restores take the largest. Nothing
+    is ever replaced or deleted by a node: a lost race or a broken manifest is the pruner's to collect."""
     done = _reporter("publish", model, key, clock, log)
     source = layout.model_dir(model, fingerprint)
     local = local_hash_dirs(layout, model, fingerprint)
     if not local:
         return done("empty", "vLLM has not written a compile cache on this node yet")
     try:
-        manifest, etag = store.get_json_tagged(key.manifest_key)
-        replace = None
-        if manifest is not None:
-            if _check_manifest(manifest, key) is None and store.exists(manifest["archive"]):
-                published = set(manifest["hash_dirs"])
-                origin = {
-                    "origin": "already-published",
-                    "key": key.prefix,
-                    "hash_dirs": sorted(published),
-                    "seen": local,
-                }
-                if set(local) <= published:
-                    layout.record_origin(model, fingerprint, origin)
-                    return done("exists", "the published cache already holds every vLLM hash folder of this node")
-                if not published <= set(local):
-                    layout.record_origin(model, fingerprint, origin)
-                    return done(
-                        "exists",
-                        "this node lacks part of the published cache, so it cannot extend it "
-                        "(hash folders are never merged across nodes)",
-                    )
-            replace = etag  # extend it, or replace a manifest that is broken
+        candidates = published(store, key, log, model)
+        covering = next((p for p in candidates if set(local) <= p.hash_dirs and store.exists(p.manifest["archive"])),
+                        None)
+        if covering is not None:
+            layout.record_origin(model, fingerprint, {"origin": "already-published", "key": key.prefix,
+                                                      "hash_dirs": sorted(covering.hash_dirs), "seen": local})
+            return done("exists", "a published cache already holds every vLLM hash folder of this node")
+        name = key.manifest_key(local)
+        if any(p.name == name for p in candidates):
+            return done("failed", "the manifest for this node's hash folders names an archive that is gone; "
+                                  "manifests are never replaced, the pruner removes it")
     except Exception as error:
         return done("failed", f"manifest check failed: {error}")
     temp = None
@@ -206,7 +215,7 @@ def publish(
         if packed.files == 0:
             return done("empty", "the cache folder holds no files")
         uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
-        store.upload_file(packed.path, uploaded)
+        store.upload_file_if_absent(packed.path, uploaded)
         document = {
             "version": MANIFEST_VERSION,
             "digest": key.digest,
@@ -219,29 +228,23 @@ def publish(
             "published_by": node,
             "published_at": clock(),
         }
-        written = (
-            store.put_json_if_match(key.manifest_key, document, replace)
-            if replace
-            else store.put_json_if_absent(key.manifest_key, document)
-        )
-        if not written:
-            store.delete(uploaded)  # ours lost: leave no orphan behind
-            return done("lost-race", "another node published this key first")
+        if not store.put_json_if_absent(name, document):
+            # Another node published the same hash folders first; our archive is the pruner's to collect.
+            layout.record_origin(model, fingerprint, {"origin": "already-published", "key": key.prefix,
+                                                      "hash_dirs": local, "seen": local})
+            return done("lost-race", "another node published these hash folders first")
         if not store.exists(uploaded):  # removed between upload and manifest (a pruner run): put it back
-            store.upload_file(packed.path, uploaded)
+            store.upload_file_if_absent(packed.path, uploaded)
             log.event("archive-restored-after-manifest", model=model, key=key.prefix)
-        layout.record_origin(
-            model,
-            fingerprint,
-            {"origin": "published", "key": key.prefix, "time": clock(), "hash_dirs": local, "seen": local},
-        )
+        layout.record_origin(model, fingerprint, {"origin": "published", "key": key.prefix, "time": clock(),
+                                                  "manifest": name, "hash_dirs": local, "seen": local})
     except Exception as error:
         return done("failed", f"{type(error).__name__}: {error}")
     finally:
         if temp is not None:
             remove_tree(temp)
     touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
-    return done("republished" if replace else "published", size=packed.size)
+    return done("republished" if candidates else "published", size=packed.size)
 
 
 def needs_publish(layout: NodeCacheLayout, model: str, fingerprint: str) -> bool:

@@ -18,13 +18,13 @@ from typing import Callable
 
 from agent.fs import sync_filesystem
 from awscrt import checksums
-from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
 DENIED = {"403", "AccessDenied", "Forbidden"}
 PAUSE_POLL_SECONDS = 1.0
-PRECONDITION_FAILED = {"412", "PreconditionFailed", "ConditionalRequestConflict"}
+# 412: another writer created the key first; 409 ConditionalRequestConflict: one is creating it right now.
+PRECONDITION_FAILED = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}
 
 
 def pwrite_all(descriptor: int, data, offset: int) -> None:
@@ -104,35 +104,67 @@ class CacheStore:
 
     def put_json_if_absent(self, key: str, document: dict) -> bool:
         """Conditional create (If-None-Match: *): False when another writer got there first."""
-        return self._put_conditional(key, document, IfNoneMatch="*")
-
-    def put_json_if_match(self, key: str, document: dict, etag: str) -> bool:
-        """Replace only the version read before (If-Match): False when another writer changed or removed it."""
-        return self._put_conditional(key, document, IfMatch=etag)
-
-    def _put_conditional(self, key: str, document: dict, **condition) -> bool:
         try:
-            self.put_json(key, document, **condition)
+            self.put_json(key, document, IfNoneMatch="*")
         except ClientError as error:
-            if _code(error) in PRECONDITION_FAILED | MISSING:
+            if _code(error) in PRECONDITION_FAILED:
                 return False
             raise
         return True
 
-    def upload_file(self, path: Path, key: str) -> None:
-        config = TransferConfig(multipart_threshold=self.part_bytes, multipart_chunksize=self.part_bytes,
-                                max_concurrency=self.threads)
-        self._s3.upload_file(str(path), self.bucket, key, Config=config)
+    def list_keys(self, prefix: str) -> list[str]:
+        keys = []
+        for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            keys += [item["Key"] for item in page.get("Contents", [])]
+        return keys
 
-    def delete(self, key: str, *, if_match: str | None = None) -> bool:
-        """False when `if_match` is given and the object changed (or went) since it was read."""
+    def upload_file_if_absent(self, path: Path, key: str) -> bool:
+        """Create-only upload (If-None-Match: *, which the bucket policy requires for archives): one PUT up to a
+        part, else a parallel multipart upload whose completion carries the condition (the parts cannot: S3
+        exempts them through s3:ObjectCreationOperation). boto3's upload_file cannot send the condition.
+        False when the key exists."""
+        size = path.stat().st_size
+        if size <= self.part_bytes:
+            with open(path, "rb") as body:
+                try:
+                    self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
+                except ClientError as error:
+                    if _code(error) in PRECONDITION_FAILED:
+                        return False
+                    raise
+            return True
+        upload_id = self._s3.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         try:
-            self._s3.delete_object(Bucket=self.bucket, Key=key, **({"IfMatch": if_match} if if_match else {}))
+            def part(number: int) -> dict:
+                offset = (number - 1) * self.part_bytes
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    data = handle.read(self.part_bytes)
+                answer = self._s3.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                              Body=data)
+                return {"PartNumber": number, "ETag": answer["ETag"]}
+
+            count = (size + self.part_bytes - 1) // self.part_bytes
+            with ThreadPoolExecutor(max_workers=min(self.threads, count)) as pool:
+                parts = list(pool.map(part, range(1, count + 1)))
+            self._s3.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id,
+                                               MultipartUpload={"Parts": parts}, IfNoneMatch="*")
         except ClientError as error:
-            if if_match and (_code(error) in PRECONDITION_FAILED or self._missing(error, key)):
+            self._abort(key, upload_id)
+            if _code(error) in PRECONDITION_FAILED:
                 return False
             raise
+        except Exception:
+            self._abort(key, upload_id)
+            raise
         return True
+
+    def _abort(self, key: str, upload_id: str) -> None:
+        """Best effort: the bucket's lifecycle rule removes whatever upload this leaves."""
+        try:
+            self._s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except ClientError:
+            pass
 
     def download(self, key: str, destination: Path, size: int, on_part: Callable[[int], None] | None = None) -> None:
         """Parallel ranged GETs written in place (pwrite); raises on any short or failed part.

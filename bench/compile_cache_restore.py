@@ -70,7 +70,8 @@ def main() -> None:
                 store=store, layout=source, key=key, model=f.model, fingerprint=f.fingerprint(), node="bench",
                 clock=time.time, log=log))
             assert outcome.status == "published", outcome
-            manifest = store.get_json(key.manifest_key)
+            (manifest_name,) = store.list_keys(key.manifest_prefix)  # one publisher: one manifest
+            manifest = store.get_json(manifest_name)
             ours, plain = [], []
             for attempt in range(REPEATS):
                 node = NodeCacheLayout(work / f"node-{size_mb}-{attempt}")

@@ -57,7 +57,7 @@ def key(group: str, index: int) -> str:
 
 
 def objects_of(prefix: str) -> list[str]:
-    return [f"{prefix}archive-{'e' * 64}.tar.zst", f"{prefix}last-use.json", f"{prefix}manifest.json"]
+    return [f"{prefix}archive-{'e' * 64}.tar.zst", f"{prefix}last-use.json", f"{prefix}manifest-0123456789abcdef.json"]
 
 
 def main() -> None:

@@ -10,6 +10,6 @@ from warmstart.config import BucketsConfig
 class DataStack(Stack):
     """Stateful storage, in a stack of its own so that cluster changes never touch it."""
 
-    def __init__(self, scope: Construct, id: str, *, buckets: BucketsConfig, **kwargs) -> None:
+    def __init__(self, scope: Construct, id: str, *, buckets: BucketsConfig, pruner_role_arn: str, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
-        self.buckets = ArtifactBuckets(self, "Buckets", buckets=buckets)
+        self.buckets = ArtifactBuckets(self, "Buckets", buckets=buckets, pruner_role_arn=pruner_role_arn)

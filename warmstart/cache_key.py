@@ -16,6 +16,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 KEY_ROOT = "compile-cache"
+MANIFEST_STEM = "manifest-"
+ARCHIVE_STEM = "archive-"
+# The pruner's one-run-at-a-time lock: outside KEY_ROOT, so never listed as a key nor create-only.
+PRUNER_LOCK_KEY = "pruner-lock.json"
 DIGEST_LENGTH = 20  # hex characters of sha256: 80 bits, collisions are not a practical concern
 
 # VLLM_* variables the config refuses in `vllm_env`, with why (vLLM 0.21.0, vllm/envs.py compile_factors and
@@ -69,8 +73,15 @@ class CompileCacheKey:
     factors: dict[str, Any]
 
     @property
-    def manifest_key(self) -> str:
-        return f"{self.prefix}manifest.json"
+    def manifest_prefix(self) -> str:
+        return f"{self.prefix}{MANIFEST_STEM}"
+
+    def manifest_key(self, hash_dirs: list[str]) -> str:
+        """Manifests are written once and never replaced (the bucket policy allows creating them only): one
+        per set of vLLM hash folders, so a node whose vLLM made a folder the published cache lacks adds a
+        manifest instead of overwriting one."""
+        digest = hashlib.sha256(json.dumps(sorted(hash_dirs)).encode()).hexdigest()[:16]
+        return f"{self.manifest_prefix}{digest}.json"
 
     @property
     def last_use_key(self) -> str:
@@ -79,11 +90,11 @@ class CompileCacheKey:
     def archive_key(self, sha256: str, nonce: str) -> str:
         """Named by content and by upload: concurrent publishers never overwrite each other's bytes, and a
         republish of identical bytes gets a name no pruner listed before (it only deletes names it listed)."""
-        return f"{self.prefix}archive-{sha256}-{nonce}.tar.zst"
+        return f"{self.prefix}{ARCHIVE_STEM}{sha256}-{nonce}.tar.zst"
 
     def names_archive(self, archive: str, sha256: str) -> bool:
         """Whether `archive` is an upload of these bytes under this key."""
-        pattern = re.escape(f"{self.prefix}archive-{sha256}-") + r"[0-9a-f]{8,32}\.tar\.zst"
+        pattern = re.escape(f"{self.prefix}{ARCHIVE_STEM}{sha256}-") + r"[0-9a-f]{8,32}\.tar\.zst"
         return re.fullmatch(pattern, archive) is not None
 
 

@@ -12,6 +12,7 @@ from typing import Iterable, Iterator
 from botocore.exceptions import ClientError
 
 from lambdas.compile_cache_pruner.selection import Listed
+from warmstart.cache_key import PRUNER_LOCK_KEY
 
 DELETE_BATCH = 1000  # DeleteObjects' maximum
 RETRIES = 5
@@ -138,6 +139,43 @@ class PrunerAws:
                 if attempt == RETRIES - 1:
                     raise
             self._sleep(min(2**attempt * 0.2, 5))
+
+    def take_lock(self, run_id: str, now: datetime, until: datetime) -> bool:
+        """One run at a time, without reserved concurrency (which accounts with a low concurrency quota refuse):
+        the lock object is created only if absent (If-None-Match); a lock past its expiry (a run that died) is
+        removed only if unchanged (If-Match) and taken again."""
+        body = json.dumps({"run": run_id, "until": until.isoformat()}).encode()
+        for _ in range(2):
+            try:
+                self._s3.put_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY, Body=body, IfNoneMatch="*")
+                return True
+            except ClientError as error:
+                if _code(error) not in CHANGED | {"ConditionalRequestConflict", "409"}:
+                    raise
+            try:
+                held = self._s3.get_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY)
+            except ClientError as error:
+                if _code(error) in GONE:
+                    continue  # released meanwhile: try again
+                raise
+            expires = datetime.fromisoformat(json.loads(held["Body"].read()).get("until", "1970-01-01T00:00:00+00:00"))
+            if expires > now:
+                return False
+            try:
+                self._s3.delete_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY, IfMatch=held["ETag"])
+            except ClientError as error:
+                if _code(error) not in CHANGED | GONE:
+                    raise
+        return False
+
+    def release_lock(self, run_id: str) -> None:
+        try:
+            held = self._s3.get_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY)
+            if json.loads(held["Body"].read()).get("run") == run_id:
+                self._s3.delete_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY, IfMatch=held["ETag"])
+        except ClientError as error:
+            if _code(error) not in CHANGED | GONE:
+                raise
 
     def stale_uploads(self, prefix: str, older_than: datetime) -> Iterator[tuple[str, str]]:
         for page in self._s3.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix):

@@ -54,5 +54,6 @@ def emit(record: dict) -> None:
 def handler(event, context) -> dict:
     config = Config(retries={"mode": "standard", "max_attempts": 8})
     aws = PrunerAws(boto3.client("s3", config=config), boto3.client("ssm", config=config), os.environ["BUCKET"])
-    summary = run(aws, settings_from_environment(), lambda: datetime.now(timezone.utc), emit)
+    summary = run(aws, settings_from_environment(), lambda: datetime.now(timezone.utc), emit,
+                  run_id=getattr(context, "aws_request_id", ""))
     return {"deleted_objects": summary.deleted_objects, "bytes_freed": summary.bytes_freed}

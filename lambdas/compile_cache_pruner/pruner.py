@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterable
@@ -13,6 +14,8 @@ from warmstart.cache_key import KEY_ROOT
 # Objects held back before a flush: the manifests of a flush fill one DeleteObjects batch, and memory stays
 # bounded however large the bucket.
 MAX_PENDING_OBJECTS = 10 * DELETE_BATCH
+# The lock outlives the longest possible run (Lambda stops a run at 15 minutes).
+LOCK_LIFETIME = timedelta(minutes=20)
 
 
 class ActiveSetUnavailable(RuntimeError):
@@ -57,7 +60,20 @@ def execute(aws: PrunerAws, decisions: Iterable[Decision], summary: Summary, *, 
         flush()
 
 
-def run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: Callable[[dict], None]) -> Summary:
+def run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: Callable[[dict], None],
+        run_id: str = "") -> Summary:
+    run_id = run_id or uuid.uuid4().hex
+    started = now()
+    if not aws.take_lock(run_id, started, started + LOCK_LIFETIME):
+        emit({"event": "pruner-busy", "reason": "another run holds the lock; this one deletes nothing"})
+        return Summary()
+    try:
+        return _run(aws, settings, now, emit)
+    finally:
+        aws.release_lock(run_id)
+
+
+def _run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: Callable[[dict], None]) -> Summary:
     active: frozenset[str] = frozenset()
     for name in settings.active_set_parameters:
         try:

@@ -4,9 +4,11 @@ passed in.
 A key (compile-cache/<model>/<gpu>/tp<N>-pp<M>/torch<v>/<digest>/) is deleted, all its objects, only when
 it is in no active set AND its newest object (the agent rewrites last-use.json on every use; a publish in
 flight writes a fresh archive) is older than the retention. In every key that stays, active or not:
-archives the manifest does not name (a publisher that crashed, a loser that could not clean up) go once
-older than the orphan age, and a manifest whose archive is gone is removed (the next Ready pod publishes
-again), so no manifest ever points at nothing. Objects outside any well-formed key are kept and reported.
+archives no manifest names (a publisher that crashed, the loser of a race: nodes never delete) go once
+older than the orphan age, and a manifest whose archive is gone is removed (nodes never replace a manifest;
+the next Ready pod publishes again), so no manifest ever points at nothing for long. A key may hold several
+manifests, one per set of vLLM hash folders (`manifest-<digest>.json`, written once). Objects outside any
+well-formed key are kept and reported.
 
 Each decision lists the manifest to delete apart from the other objects: the caller deletes manifests
 first and the rest only once they are gone, so a run cut short never leaves a manifest without its archive.
@@ -20,10 +22,7 @@ from datetime import datetime, timedelta
 from itertools import groupby
 from typing import Callable, Iterable, Iterator
 
-from warmstart.cache_key import parse_key_prefix
-
-MANIFEST = "manifest.json"
-ARCHIVE_MARK = "/archive-"
+from warmstart.cache_key import ARCHIVE_STEM, MANIFEST_STEM, parse_key_prefix
 
 
 @dataclass(frozen=True)
@@ -34,12 +33,16 @@ class Listed:
     etag: str = ""  # as listed: deletes are conditional on it, so an object rewritten since is kept
 
     @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
     def is_manifest(self) -> bool:
-        return self.key.endswith("/" + MANIFEST)
+        return self.name.startswith(MANIFEST_STEM) and self.name.endswith(".json")
 
     @property
     def is_archive(self) -> bool:
-        return ARCHIVE_MARK in self.key
+        return self.name.startswith(ARCHIVE_STEM)
 
 
 # Reads a listed manifest (only if unchanged since listing) and returns the archive key it names, or None
@@ -95,25 +98,29 @@ def decide(
         manifests = [o for o in objects if o.is_manifest]
         return Decision(prefix, "stale", manifests, [o for o in objects if not o.is_manifest])
     kept = "active" if is_active else "recent"
-    manifest = next((o for o in objects if o.is_manifest), None)
+    manifests = [o for o in objects if o.is_manifest]
     archives = [o for o in objects if o.is_archive]
+    listed = {a.key for a in archives}
     old = lambda o: now - o.last_modified > orphan_age  # noqa: E731
-    named: str | None = None
-    if manifest is not None:
-        if not archives:
-            # Publishers upload the archive before the manifest, so an old manifest without one is broken.
-            return Decision(prefix, "broken manifest", [manifest]) if old(manifest) else Decision(prefix, kept)
-        # One archive beside a manifest is the one it names (only a crash between two publishers' steps
-        # could leave it otherwise, and the agent repairs that case on its next restore); read only when
-        # there is a choice to make.
-        named = archives[0].key if len(archives) == 1 else read_manifest(manifest)
-        if named is None:
-            return Decision(prefix, kept)  # cannot tell which archive is in use: touch nothing
-        if named not in {a.key for a in archives} and old(manifest):
-            orphans = [a for a in archives if old(a)]
-            return Decision(prefix, "broken manifest", [manifest], orphans)
-    orphans = [a for a in archives if a.key != named and old(a)]
-    return Decision(prefix, "orphaned archives", [], orphans) if orphans else Decision(prefix, kept)
+    names: dict[str, str | None] = {}
+    if len(manifests) == 1 and len(archives) == 1:
+        # One archive beside one manifest is the one it names (only a crash between two publishers' steps could
+        # leave it otherwise, and restores skip such a manifest); read only when there is a choice to make.
+        names = {manifests[0].key: archives[0].key}
+    elif archives:
+        for manifest in manifests:
+            names[manifest.key] = read_manifest(manifest)
+            if names[manifest.key] is None:
+                return Decision(prefix, kept)  # cannot tell which archives are in use: touch nothing
+    # Publishers upload the archive before the manifest, so an old manifest whose archive is gone is broken.
+    broken = [m for m in manifests if names.get(m.key) not in listed and old(m)]
+    named = {names[m.key] for m in manifests if m not in broken and names.get(m.key) in listed}
+    orphans = [a for a in archives if a.key not in named and old(a)]
+    if broken:
+        return Decision(prefix, "broken manifest", broken, orphans)
+    if orphans:
+        return Decision(prefix, "orphaned archives", [], orphans)
+    return Decision(prefix, kept)
 
 
 def group_by_key(listing: Iterable[Listed], summary: Summary) -> Iterator[tuple[str, list[Listed]]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from warmstart.cache_key import ARCHIVE_STEM, KEY_ROOT, MANIFEST_STEM
 from warmstart.config import BucketsConfig
 
 
@@ -20,8 +22,24 @@ def _secure_bucket_props() -> dict:
     )
 
 
+def first_writer_wins(bucket: s3.Bucket, *, pruner_role_arn: str) -> None:
+    """Every node loads and runs what the manifests and archives hold, so no node may overwrite or delete
+    them: they are created only with If-None-Match (the parts of a multipart upload are exempt through
+    s3:ObjectCreationOperation; its completion carries the condition), and only the pruner deletes them.
+    last-use.json stays writable. S3 user guide, "Enforce conditional writes on Amazon S3 buckets"."""
+    shared = [bucket.arn_for_objects(f"{KEY_ROOT}/*/{MANIFEST_STEM}*"), bucket.arn_for_objects(f"{KEY_ROOT}/*/{ARCHIVE_STEM}*")]
+    for sid, action, conditions in (
+        ("CreateCacheObjectsOnlyIfAbsent", "s3:PutObject",
+         {"Null": {"s3:if-none-match": "true"}, "Bool": {"s3:ObjectCreationOperation": "true"}}),
+        ("OnlyThePrunerDeletesCacheObjects", "s3:DeleteObject", {"ArnNotEquals": {"aws:PrincipalArn": pruner_role_arn}}),
+    ):
+        bucket.add_to_resource_policy(iam.PolicyStatement(
+            sid=sid, effect=iam.Effect.DENY, principals=[iam.AnyPrincipal()], actions=[action], resources=shared,
+            conditions=conditions,
+        ))
+
 class ArtifactBuckets(Construct):
-    def __init__(self, scope: Construct, id: str, *, buckets: BucketsConfig) -> None:
+    def __init__(self, scope: Construct, id: str, *, buckets: BucketsConfig, pruner_role_arn: str) -> None:
         super().__init__(scope, id)
         abort_multipart = s3.LifecycleRule(
             id="abort-incomplete-multipart-uploads",
@@ -45,6 +63,7 @@ class ArtifactBuckets(Construct):
             server_access_logs_prefix="compile-cache/",
             lifecycle_rules=[abort_multipart],
         )
+        first_writer_wins(self.compile_cache, pruner_role_arn=pruner_role_arn)
         self.model_bucket_name = buckets.models.name
         if buckets.models.create:
             # Versioned: an overwritten weight file keeps its old version until the new cache is live.

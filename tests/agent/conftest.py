@@ -57,14 +57,17 @@ class Clock:
         self.now += seconds
 
 
-def fill_compile_cache(folder: Path, *, seed: int = 1, large_bytes: int = 0) -> dict[str, bytes]:
-    """A tree shaped like vLLM's: Inductor sources, Triton binaries, vLLM's per-rank graph folder."""
+def fill_compile_cache(folder: Path, *, seed: int = 1, large_bytes: int = 0, vllm_hash: int | None = None) -> dict[str, bytes]:
+    """A tree shaped like vLLM's: Inductor sources, Triton binaries, vLLM's per-rank graph folder. Its vLLM
+    hash folder is named by `vllm_hash` (by `seed` when not given): two nodes of one configuration compile
+    the same folder name with their own bytes."""
+    vllm_hash = seed if vllm_hash is None else vllm_hash
     rng = __import__("random").Random(seed)
     files = {
         "inductor/fx/ab/cabcdef.py": f"# generated kernel {seed}\n".encode() * 40,
         "inductor/triton/0/xy/kernel.cubin": rng.randbytes(70_000),
         "triton/AbCd/triton_.json": b'{"num_warps": 4}',
-        f"vllm/torch_compile_cache/{seed:08x}/rank_0_0/backbone/computation_graph.py": b"graph = 1\n" * 100,
+        f"vllm/torch_compile_cache/{vllm_hash:08x}/rank_0_0/backbone/computation_graph.py": b"graph = 1\n" * 100,
         "vllm/torch_compile_cache/empty-marker": b"",
     }
     if large_bytes:
@@ -97,6 +100,11 @@ def log(clock) -> EventLog:
 @pytest.fixture
 def store(s3_server, bucket) -> CacheStore:
     return CacheStore(s3_server.client(), bucket, part_bytes=5 * 2**20, threads=4)
+
+
+def pruner_deletes(store: CacheStore, key: str) -> None:
+    """What only the pruner may do (the bucket policy denies nodes any delete): remove one object."""
+    store._s3.delete_object(Bucket=store.bucket, Key=key)
 
 
 def node_layout(tmp_path: Path, name: str) -> NodeCacheLayout:

@@ -18,6 +18,7 @@ from tests.agent.conftest import (
     fill_compile_cache,
     node_layout,
     publish_as,
+    pruner_deletes,
     read_tree,
     restore_as,
 )
@@ -28,6 +29,15 @@ MODEL = FACTORS.model
 
 
 _publish, _restore = publish_as, restore_as
+
+
+def _manifests(store: CacheStore, key=H100_KEY) -> list[dict]:
+    return [store.get_json(name) for name in store.list_keys(key.manifest_prefix)]
+
+
+def _manifest(store: CacheStore, key=H100_KEY) -> dict:
+    (manifest,) = _manifests(store, key)
+    return manifest
 
 
 def _objects(store: CacheStore) -> list[str]:
@@ -51,22 +61,23 @@ def test_publish_on_one_node_restore_on_another_is_byte_equal(tmp_path, store, c
     assert read_tree(node_b.model_dir(MODEL, FINGERPRINT)) == written
     assert node_b.origin(MODEL, FINGERPRINT)["origin"] == "restored"
     assert node_a.origin(MODEL, FINGERPRINT)["origin"] == "published"
-    manifest = store.get_json(H100_KEY.manifest_key)
+    manifest = _manifest(store)
     assert manifest["version"] == MANIFEST_VERSION and manifest["factors"] == H100_KEY.factors
     assert H100_KEY.names_archive(manifest["archive"], manifest["sha256"])
     assert manifest["hash_dirs"] == ["torch_compile_cache/00000001"]
     assert store.get_json(H100_KEY.last_use_key)["node"] == "node-b"
-    assert _objects(store) == sorted([H100_KEY.manifest_key, H100_KEY.last_use_key, manifest["archive"]])
+    manifest_name = H100_KEY.manifest_key(manifest["hash_dirs"])
+    assert _objects(store) == sorted([manifest_name, H100_KEY.last_use_key, manifest["archive"]])
     assert list((node_b.state / "tmp").iterdir()) == []
 
 
 def test_second_publish_of_a_key_is_a_no_op(tmp_path, store, clock, log):
     node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
-    fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=2)
+    fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=2, vllm_hash=1)
     assert _publish(store, node_a, clock, log).status == "published"
     assert _publish(store, node_b, clock, log, node="node-b").status == "exists"
-    assert store.get_json(H100_KEY.manifest_key)["published_by"] == "node-a"
+    assert _manifest(store)["published_by"] == "node-a"
 
 
 def test_restore_leaves_an_existing_local_cache_alone(tmp_path, store, clock, log):
@@ -98,9 +109,10 @@ def test_manifest_copied_under_another_key_is_refused(tmp_path, store, clock, lo
     node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
     _publish(store, node_a, clock, log, key=H100_KEY)
-    store.put_json(L40S_KEY.manifest_key, store.get_json(H100_KEY.manifest_key))
+    copied = _manifest(store)
+    store.put_json(L40S_KEY.manifest_key(copied["hash_dirs"]), copied)
     outcome = _restore(store, node_b, clock, log, key=L40S_KEY)
-    assert outcome.status == "failed" and "another configuration" in outcome.reason
+    assert outcome.status == "miss" and log.counters["manifest-refused"] == 1  # never used, and said why
     _assert_nothing_partial(node_b)
 
 
@@ -108,7 +120,7 @@ def _published_archive(store, tmp_path, clock, log) -> tuple[str, bytes]:
     node_a = node_layout(tmp_path, "a")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), large_bytes=200_000)
     _publish(store, node_a, clock, log)
-    archive = store.get_json(H100_KEY.manifest_key)["archive"]
+    archive = _manifest(store)["archive"]
     return archive, store._s3.get_object(Bucket=store.bucket, Key=archive)["Body"].read()
 
 
@@ -136,7 +148,7 @@ def test_unreachable_server_fails_cleanly(tmp_path, clock, log):
     dead = CacheStore(SeaweedS3(tmp_path / "never-started").client(), "no-bucket")
     layout = node_layout(tmp_path, "b")
     outcome = _restore(dead, layout, clock, log)
-    assert outcome.status == "failed" and "manifest unreadable" in outcome.reason
+    assert outcome.status == "failed" and "manifests unreadable" in outcome.reason
     _assert_nothing_partial(layout)
 
 
@@ -177,14 +189,15 @@ def test_two_publishers_racing_leave_one_consistent_cache(tmp_path, store, clock
     node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
     trees = {
         "node-a": fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1),
-        "node-b": fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=2),
+        "node-b": fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=2, vllm_hash=1),
     }
     both_uploaded = threading.Barrier(2, timeout=30)
 
     class LockstepStore(CacheStore):
-        def upload_file(self, path, key):
-            super().upload_file(path, key)
+        def upload_file_if_absent(self, path, key):
+            uploaded = super().upload_file_if_absent(path, key)
             both_uploaded.wait()  # both archives are up before either writes its manifest
+            return uploaded
 
     racing = LockstepStore(store._s3, store.bucket, part_bytes=store.part_bytes, threads=store.threads)
     results = {}
@@ -199,10 +212,11 @@ def test_two_publishers_racing_leave_one_consistent_cache(tmp_path, store, clock
     for thread in threads:
         thread.join()
     assert sorted(r.status for r in results.values()) == ["lost-race", "published"]
-    winner = store.get_json(H100_KEY.manifest_key)["published_by"]
+    winner = _manifest(store)["published_by"]
     assert results[winner].status == "published"
     archives = [k for k in _objects(store) if "/archive-" in k]
-    assert archives == [store.get_json(H100_KEY.manifest_key)["archive"]]  # the loser removed its own
+    # Nodes never delete: the loser's archive stays for the pruner to collect as unnamed.
+    assert len(archives) == 2 and _manifest(store)["archive"] in archives
     assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
     assert read_tree(node_c.model_dir(MODEL, FINGERPRINT)) == trees[winner]
 
@@ -226,27 +240,20 @@ def test_read_only_credentials_cannot_publish(tmp_path, s3_server, bucket, clock
 # ---- manifests that name a missing archive: never left behind, repaired when found ----
 
 
-def test_a_manifest_whose_archive_is_gone_is_a_miss_the_restore_repairs(tmp_path, store, clock, log):
+def test_a_manifest_whose_archive_is_gone_is_a_miss_until_the_pruner_removes_it(tmp_path, store, clock, log):
     node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
     _publish(store, node_a, clock, log)
-    store.delete(store.get_json(H100_KEY.manifest_key)["archive"])  # what an old pruner bug left behind
+    manifest = _manifest(store)
+    pruner_deletes(store, manifest["archive"])  # what an old pruner bug left behind
     outcome = _restore(store, node_b, clock, log)
-    assert outcome.status == "miss" and "gone" in outcome.reason
-    assert store.get_json(H100_KEY.manifest_key) is None  # removed, so the next Ready pod publishes again
+    assert outcome.status == "miss" and "gone" in outcome.reason  # a miss, never a failure forever
     _assert_nothing_partial(node_b)
     fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=1)
+    blocked = _publish(store, node_b, clock, log, node="node-b")
+    assert blocked.status == "failed" and "never replaced" in blocked.reason  # nodes never overwrite manifests
+    pruner_deletes(store, H100_KEY.manifest_key(manifest["hash_dirs"]))  # the pruner's repair
     assert _publish(store, node_b, clock, log, node="node-b").status == "published"
-    assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
-
-
-def test_a_publisher_replaces_a_manifest_whose_archive_is_gone_instead_of_answering_exists(tmp_path, store, clock, log):
-    node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
-    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
-    _publish(store, node_a, clock, log)
-    store.delete(store.get_json(H100_KEY.manifest_key)["archive"])
-    fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT))
-    assert _publish(store, node_b, clock, log, node="node-b").status == "republished"
     assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
 
 
@@ -256,7 +263,7 @@ def test_an_archive_removed_between_upload_and_manifest_is_put_back(tmp_path, st
 
     class PrunedMeanwhile(CacheStore):
         def put_json_if_absent(self, key, document):
-            self.delete(document["archive"])  # a pruner run between the two writes
+            pruner_deletes(self, document["archive"])  # a pruner run between the two writes
             return super().put_json_if_absent(key, document)
 
     racing = PrunedMeanwhile(store._s3, store.bucket, part_bytes=store.part_bytes, threads=store.threads)
@@ -265,16 +272,15 @@ def test_an_archive_removed_between_upload_and_manifest_is_put_back(tmp_path, st
     assert _restore(store, node_b, clock, log).status == "restored"
 
 
-def test_a_node_with_more_hash_folders_extends_the_published_cache(tmp_path, store, clock, log):
+def test_a_node_with_more_hash_folders_adds_a_manifest_and_restores_take_the_largest(tmp_path, store, clock, log):
     node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
     _publish(store, node_a, clock, log)
     assert _restore(store, node_b, clock, log).status == "restored"
     fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=2)  # vLLM computed another hash here
     assert _publish(store, node_b, clock, log, node="node-b").status == "republished"
-    assert store.get_json(H100_KEY.manifest_key)["hash_dirs"] == [
-        "torch_compile_cache/00000001", "torch_compile_cache/00000002"]
-    assert _publish(store, node_a, clock, log).status == "exists"  # node A lacks the new folder: no merge
+    assert sorted(len(m["hash_dirs"]) for m in _manifests(store)) == [1, 2]  # added, nothing replaced
+    assert _publish(store, node_a, clock, log).status == "exists"  # covered by the larger one
     assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
     assert local_hash_dirs(node_c, MODEL, FINGERPRINT) == [
         "torch_compile_cache/00000001", "torch_compile_cache/00000002"]
@@ -322,23 +328,24 @@ class WithoutListBucket:
         return denied_instead_of_missing
 
 
-def test_a_missing_key_answered_403_is_still_a_miss_and_still_repaired(tmp_path, store, clock, log):
+def test_a_missing_key_answered_403_is_still_a_miss(tmp_path, store, clock, log):
     denied = CacheStore(WithoutListBucket(store._s3), store.bucket, part_bytes=store.part_bytes, threads=store.threads)
     node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
     assert _restore(denied, node_b, clock, log).status == "miss"  # no manifest yet: a miss, not a failure
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
     assert _publish(denied, node_a, clock, log).status == "published"
-    store.delete(store.get_json(H100_KEY.manifest_key)["archive"])
+    pruner_deletes(store, _manifest(store)["archive"])
     outcome = _restore(denied, node_c, clock, log, node="node-c")
-    assert outcome.status == "miss" and "gone" in outcome.reason and store.get_json(H100_KEY.manifest_key) is None
+    assert outcome.status == "miss" and "gone" in outcome.reason
 
 
 def test_a_real_denial_is_not_taken_for_a_missing_key(s3_server, bucket):
     from botocore.exceptions import ClientError
 
     store = CacheStore(s3_server.client(), bucket)
-    store.put_json(H100_KEY.manifest_key, {"version": 2})
-    reader = CacheStore(s3_server.client(reader=True), bucket)  # may read and list, not delete
+    name = H100_KEY.manifest_key(["x"])
+    store.put_json(name, {"version": 2})
+    reader = CacheStore(s3_server.client(reader=True), bucket)  # may read and list, not write
     with pytest.raises(ClientError, match="AccessDenied"):
-        reader.delete(H100_KEY.manifest_key, if_match='"anything"')
-    assert store.get_json(H100_KEY.manifest_key) == {"version": 2}
+        reader.put_json_if_absent(H100_KEY.manifest_key(["y"]), {"version": 2})  # denied, not "someone was first"
+    assert store.get_json(name) == {"version": 2}

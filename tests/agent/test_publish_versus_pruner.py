@@ -12,7 +12,15 @@ import pytest
 from agent.s3_store import CacheStore
 from lambdas.compile_cache_pruner.aws import PrunerAws
 from lambdas.compile_cache_pruner.pruner import Settings, run
-from tests.agent.conftest import FACTORS, H100_KEY, fill_compile_cache, node_layout, publish_as, restore_as
+from tests.agent.conftest import (
+    FACTORS,
+    H100_KEY,
+    fill_compile_cache,
+    node_layout,
+    publish_as,
+    pruner_deletes,
+    restore_as,
+)
 from tests.lambdas.helpers import PARAMETER, StandInSsm, all_keys, assert_no_manifest_without_archive
 
 FINGERPRINT = FACTORS.fingerprint()
@@ -59,7 +67,8 @@ def test_an_archive_no_manifest_names_is_collected_and_the_named_one_stays(tmp_p
     node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
     publish_as(store, node_a, clock, log)
-    named = store.get_json(H100_KEY.manifest_key)["archive"]
+    (name,) = store.list_keys(H100_KEY.manifest_prefix)
+    named = store.get_json(name)["archive"]
     crashed_loser = H100_KEY.archive_key("c" * 64, "00000000deadbeef")  # a publisher that died after uploading
     store._s3.put_object(Bucket=store.bucket, Key=crashed_loser, Body=b"not referenced")
     time.sleep(2.5)
@@ -83,7 +92,8 @@ def test_a_manifest_whose_archive_is_gone_is_removed_by_the_pruner(tmp_path, sto
     node_a = node_layout(tmp_path, "a")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
     publish_as(store, node_a, clock, log)
-    store.delete(store.get_json(H100_KEY.manifest_key)["archive"])  # what the old pruner left behind
+    (name,) = store.list_keys(H100_KEY.manifest_prefix)
+    pruner_deletes(store, store.get_json(name)["archive"])  # what the old pruner left behind
     time.sleep(2.5)
     store.put_json(H100_KEY.last_use_key, {"node": "node-a", "time": 1})
     summary = run(_pruner(store, [H100_KEY.prefix]), _settings(), lambda: datetime.now(timezone.utc), lambda r: None)

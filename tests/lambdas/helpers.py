@@ -37,8 +37,8 @@ def assert_no_manifest_without_archive(client, bucket):
     """Every manifest has an archive beside it, and the one it names where it names one."""
     names = all_keys(client, bucket)
     for name in names:
-        if name.endswith("/manifest.json"):
+        if name.rsplit("/", 1)[-1].startswith("manifest-"):
             named = json.loads(client.get_object(Bucket=bucket, Key=name)["Body"].read() or b"{}").get("archive")
-            prefix = name.removesuffix("manifest.json")
+            prefix = name.rsplit("/", 1)[0] + "/"
             archives = [k for k in names if k.startswith(prefix + "archive-")]
             assert archives and (named is None or named in archives), name

@@ -17,6 +17,7 @@ from lambdas.compile_cache_pruner.aws import PrunerAws
 from lambdas.compile_cache_pruner.pruner import ActiveSetUnavailable, Settings, run
 from tests.lambdas.helpers import PARAMETER, StandInSsm, all_keys, assert_no_manifest_without_archive, fast_client
 from tests.s3_server import SeaweedS3
+from warmstart.cache_key import PRUNER_LOCK_KEY
 
 
 def key(group: str, index: int) -> str:
@@ -34,7 +35,7 @@ def settings(retention: timedelta, orphan_age: timedelta, **overrides) -> Settin
 
 
 def full_key(prefix: str) -> list[str]:
-    return [f"{prefix}archive-{'b' * 64}-0001.tar.zst", f"{prefix}last-use.json", f"{prefix}manifest.json"]
+    return [f"{prefix}archive-{'b' * 64}-0001.tar.zst", f"{prefix}last-use.json", f"{prefix}manifest-0123456789abcdef.json"]
 
 
 def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothing(s3_server):
@@ -149,12 +150,12 @@ def test_server_lost_mid_run_never_leaves_a_manifest_without_its_archive(tmp_pat
             run(DyingAfterOneBatch(fast_client(server), ssm, bucket), settings(timedelta(days=14), timedelta(days=1)),
                 lambda: later, lambda r: None)
         server.start()
-        remaining = all_keys(client, bucket)
+        remaining = all_keys(client, bucket) - {PRUNER_LOCK_KEY}  # the dead run's lock stays until it expires
         assert {o for p in active for o in full_key(p)} <= remaining
         assert len(remaining) == 2 * 2100 - 700  # the first batch held the 700 stale manifests, and only them
         assert_no_manifest_without_archive(client, bucket)
         summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)),
-                      lambda: later, lambda r: None)
+                      lambda: later + timedelta(minutes=21), lambda r: None)
         assert summary.deleted_objects == 1400
         assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
     finally:
@@ -189,7 +190,7 @@ def test_a_partly_failed_batch_never_deletes_an_archive_before_its_manifest(s3_s
     active, stale = _small_world(client, bucket)
     unlucky = set(stale[::3])
     failing = FailingEntries(
-        client, lambda k: k.endswith("manifest.json") and k.removesuffix("manifest.json") in unlucky)
+        client, lambda k: k.endswith("manifest-0123456789abcdef.json") and k.removesuffix("manifest-0123456789abcdef.json") in unlucky)
     ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
     later = datetime.now(timezone.utc) + timedelta(days=30)
     with pytest.raises(RuntimeError, match="could not be deleted"):
@@ -197,7 +198,7 @@ def test_a_partly_failed_batch_never_deletes_an_archive_before_its_manifest(s3_s
             lambda: later, lambda r: None)
     assert_no_manifest_without_archive(client, bucket)
     assert {o for p in unlucky for o in full_key(p)} <= all_keys(client, bucket)  # untouched, whole
-    assert all(all(k.endswith("manifest.json") for k in batch) for batch in failing.batches)  # phase 2 never ran
+    assert all(all(k.endswith("manifest-0123456789abcdef.json") for k in batch) for batch in failing.batches)  # phase 2 never ran
     summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)), lambda: later,
                   lambda r: None)
     assert summary.deleted_keys == len(stale)
@@ -224,7 +225,7 @@ def test_a_use_recorded_after_the_listing_keeps_that_record(s3_server):
 
     class TouchBeforeDelete(FailingEntries):
         def delete_objects(self, **kwargs):
-            if not any(k.endswith("manifest.json") for k in (o["Key"] for o in kwargs["Delete"]["Objects"])):
+            if not any(k.endswith("manifest-0123456789abcdef.json") for k in (o["Key"] for o in kwargs["Delete"]["Objects"])):
                 self._client.put_object(Bucket=bucket, Key=touched, Body=b'{"node": "n", "time": 1}')
             return super().delete_objects(**kwargs)
 
@@ -233,3 +234,20 @@ def test_a_use_recorded_after_the_listing_keeps_that_record(s3_server):
     summary = run(PrunerAws(TouchBeforeDelete(client, lambda k: False), ssm, bucket),
                   settings(timedelta(days=14), timedelta(days=1)), lambda: later, lambda r: None)
     assert touched in all_keys(client, bucket) and summary.changed_since_listing == 1
+
+
+def test_runs_never_overlap_and_a_dead_runs_lock_expires(s3_server):
+    client, bucket = fast_client(s3_server), s3_server.new_bucket()
+    active, stale = _small_world(client, bucket, keys_per_group=5)
+    ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
+    later = datetime.now(timezone.utc) + timedelta(days=30)
+    aws = PrunerAws(client, ssm, bucket)
+    assert aws.take_lock("other-run", later, later + timedelta(minutes=20))  # a run in progress
+    emitted = []
+    busy = run(aws, settings(timedelta(days=14), timedelta(days=1)), lambda: later, emitted.append, run_id="mine")
+    assert busy.deleted_objects == 0 and emitted == [{"event": "pruner-busy", "reason": emitted[0]["reason"]}]
+    assert {o for p in stale for o in full_key(p)} <= all_keys(client, bucket)
+    # That run died without releasing: once its lock expires, the next run takes over and releases after.
+    summary = run(aws, settings(timedelta(days=14), timedelta(days=1)), lambda: later + timedelta(minutes=21),
+                  lambda r: None, run_id="mine")
+    assert summary.deleted_keys == len(stale) and PRUNER_LOCK_KEY not in all_keys(client, bucket)

@@ -89,11 +89,12 @@ def test_another_gpu_gives_another_key_but_the_same_node_folder(factors):
 def test_key_layout_is_readable_and_parses_back(factors, gpu):
     key = compile_cache_key(factors, gpu=gpu[0], architecture=gpu[1])
     assert key.prefix.startswith(f"{KEY_ROOT}/{factors.model}/{gpu[0].lower()}-{gpu[1]}/tp{factors.tensor_parallel}-pp1/torch")
-    assert parse_key_prefix(key.manifest_key) == key.prefix
+    assert parse_key_prefix(key.manifest_key(["torch_compile_cache/0123456789"])) == key.prefix
+    assert key.manifest_key(["b", "a"]) == key.manifest_key(["a", "b"]) != key.manifest_key(["a"])
     archive = key.archive_key("0" * 64, "0123456789abcdef")
     assert parse_key_prefix(archive) == key.prefix and key.names_archive(archive, "0" * 64)
-    assert not key.names_archive(archive, "1" * 64) and not key.names_archive(key.manifest_key, "0" * 64)
-    assert key.manifest_key.endswith("/manifest.json")
+    assert not key.names_archive(archive, "1" * 64) and not key.names_archive(key.manifest_key(["a"]), "0" * 64)
+    assert key.manifest_key(["a"]).startswith(key.manifest_prefix) and key.manifest_key(["a"]).endswith(".json")
 
 
 def test_malformed_object_keys_belong_to_no_key():

@@ -20,7 +20,7 @@ def objects(prefix: str, age_days: float, *, manifest=True, last_use_age: float 
     found = [Listed(f"{prefix}{name}", 15_000_000, NOW - timedelta(days=archive_age or age_days), f'"{name}"')
              for name in archives]
     if manifest:
-        found.append(Listed(f"{prefix}manifest.json", 500, when, '"m"'))
+        found.append(Listed(f"{prefix}manifest-0123456789abcdef.json", 500, when, '"m"'))
     if last_use_age is not None:
         found.append(Listed(f"{prefix}last-use.json", 60, NOW - timedelta(days=last_use_age), '"l"'))
     return sorted(found, key=lambda o: o.key)
@@ -76,7 +76,7 @@ def test_selection(case, listing, active, expect_deleted, counter):
 
 def test_a_stale_key_lists_its_manifest_apart_so_it_goes_first():
     (decision,) = run(objects(KEY_A, 30, last_use_age=20))[0]
-    assert [o.key for o in decision.manifests] == [KEY_A + "manifest.json"]
+    assert [o.key for o in decision.manifests] == [KEY_A + "manifest-0123456789abcdef.json"]
     assert sorted(o.key for o in decision.rest) == [KEY_A + ARCHIVE, KEY_A + "last-use.json"]
 
 
@@ -92,14 +92,14 @@ def test_unnamed_archives_under_a_manifest_go_and_the_named_one_stays():
     for active in (set(), {KEY_A}):
         decisions, summary = run(listing, active, read_manifest=read)
         assert deleted_keys(decisions) == [KEY_A + second] and summary.orphans_deleted == 1
-    assert reads == [KEY_A + "manifest.json"] * 2
+    assert reads == [KEY_A + "manifest-0123456789abcdef.json"] * 2
 
 
 def test_a_manifest_naming_an_archive_that_is_not_there_is_removed_with_the_unnamed_ones():
     listing = objects(KEY_A, 3, archives=(ARCHIVE, f"archive-{'b' * 64}-0002.tar.zst"))
     (decision,), summary = run(listing, read_manifest=lambda m: KEY_A + f"archive-{'c' * 64}-0003.tar.zst")
     assert decision.reason == "broken manifest"
-    assert [o.key for o in decision.manifests] == [KEY_A + "manifest.json"] and len(decision.rest) == 2
+    assert [o.key for o in decision.manifests] == [KEY_A + "manifest-0123456789abcdef.json"] and len(decision.rest) == 2
 
 
 def test_an_unreadable_or_changed_manifest_leaves_the_key_alone():
@@ -111,12 +111,12 @@ def test_an_unreadable_or_changed_manifest_leaves_the_key_alone():
 def test_malformed_keys_are_kept_and_reported():
     listing = [
         Listed("compile-cache/readme.txt", 10, NOW - 90 * DAY),
-        Listed("compile-cache/qwen/h100/tp2/torch2/notahash/manifest.json", 10, NOW - 90 * DAY),
+        Listed("compile-cache/qwen/h100/tp2/torch2/notahash/manifest-0123456789abcdef.json", 10, NOW - 90 * DAY),
         *objects(KEY_A, 30, last_use_age=30),
     ]
     decisions, summary = run(sorted(listing, key=lambda o: o.key))
     assert len(deleted_keys(decisions)) == 3 and all(d.startswith(KEY_A) for d in deleted_keys(decisions))
-    assert summary.malformed == ["compile-cache/qwen/h100/tp2/torch2/notahash/manifest.json", "compile-cache/readme.txt"]
+    assert summary.malformed == ["compile-cache/qwen/h100/tp2/torch2/notahash/manifest-0123456789abcdef.json", "compile-cache/readme.txt"]
 
 
 def test_cap_deletes_whole_keys_only_and_defers_the_rest():
@@ -134,7 +134,7 @@ def test_every_object_is_counted_once():
 def test_objects_changed_since_listing_are_counted_as_kept():
     (decision,), _ = run(objects(KEY_A, 30, last_use_age=20))
     summary = Summary()
-    count_done(decision, {KEY_A + "manifest.json", KEY_A + ARCHIVE}, summary)
+    count_done(decision, {KEY_A + "manifest-0123456789abcdef.json", KEY_A + ARCHIVE}, summary)
     assert summary.deleted_objects == 2 and summary.changed_since_listing == 1 and summary.deleted_keys == 0
 
 
@@ -155,3 +155,25 @@ def test_active_set_must_be_exactly_right(raw, message):
 def test_active_set_parses():
     raw = '{"version": 1, "environment": "dev", "keys": ["%s"]}' % KEY_A
     assert parse_active_set(raw, "p") == frozenset({KEY_A})
+
+
+def test_several_manifests_keep_every_archive_they_name_and_a_broken_one_goes():
+    """One manifest per set of vLLM hash folders (nodes add, never replace): each names its own archive."""
+    first, second, unnamed = (f"archive-{c * 64}-0001.tar.zst" for c in "abc")
+    listing = sorted([
+        Listed(f"{KEY_A}manifest-1111111111111111.json", 500, NOW - 3 * DAY, '"m1"'),
+        Listed(f"{KEY_A}manifest-2222222222222222.json", 500, NOW - 3 * DAY, '"m2"'),
+        Listed(f"{KEY_A}manifest-3333333333333333.json", 500, NOW - 3 * DAY, '"m3"'),
+        Listed(KEY_A + first, 1000, NOW - 3 * DAY, '"a"'),
+        Listed(KEY_A + second, 1000, NOW - 3 * DAY, '"b"'),
+        Listed(KEY_A + unnamed, 1000, NOW - 3 * DAY, '"c"'),
+    ], key=lambda o: o.key)
+    names = {"1111111111111111": first, "2222222222222222": second, "3333333333333333": f"archive-{'d' * 64}-1.tar.zst"}
+
+    def read(manifest):
+        return KEY_A + names[manifest.key.rsplit("-", 1)[-1].removesuffix(".json")]
+
+    (decision,), summary = run(listing, {KEY_A}, read_manifest=read)
+    assert decision.reason == "broken manifest"
+    assert [o.key for o in decision.manifests] == [f"{KEY_A}manifest-3333333333333333.json"]
+    assert [o.key for o in decision.rest] == [KEY_A + unnamed]
