@@ -30,12 +30,18 @@ def gpu_node_pool_spec(pool: GpuPool, node_class_ref: dict[str, str]) -> dict[st
                     {"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(pool.capacity_types)},
                 ],
                 "taints": [dict(GPU_TAINT)],
+                # Expiry is forceful (no replacement is started first; budgets do not hold it back, PDBs do):
+                # replicas run on separate nodes so one expiring node takes one replica. The grace period
+                # bounds how long PDBs may hold a node back (Karpenter v1.14 docs, concepts/disruption).
                 "expireAfter": pool.expire_after,
+                "terminationGracePeriod": pool.termination_grace_period,
             },
         },
         # Only empty nodes go: consolidating busy GPU nodes would evict serving pods and throw away
-        # warm node-local caches.
-        "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": pool.consolidate_after},
+        # warm node-local caches. Voluntary replacements (drift to a new AMI, emptiness) one node at a time;
+        # drift starts the replacement node first.
+        "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": pool.consolidate_after,
+                       "budgets": [{"nodes": "1"}]},
         "limits": {"nvidia.com/gpu": pool.gpu_limit},
     }
 
@@ -66,6 +72,9 @@ class AutoModeGpuNodes(cdk8s.Chart):
                     "iops": compute.ephemeral_storage_iops,
                     "throughput": compute.ephemeral_storage_throughput_mibps,
                 },
+                # Pods no NetworkPolicy selects stay open; the vLLM pods' policies admit their clients only.
+                "networkPolicy": "DefaultAllow",
+                "networkPolicyEventLogs": "Disabled",
                 "tags": dict(tags),
             },
         )
@@ -116,9 +125,23 @@ class KarpenterGpuNodes(cdk8s.Chart):
                     "httpTokens": "required",
                 },
                 "tags": dict(tags),
+                **_reservations(compute.gpu_pool),
             },
         )
         self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class)
+
+
+def _reservations(pool: GpuPool) -> dict[str, Any]:
+    """Karpenter launches `reserved` capacity only from the reservations these terms select."""
+    if not pool.capacity_reservations:
+        return {}
+    terms = []
+    for term in pool.capacity_reservations:
+        if term.id:
+            terms.append({"id": term.id})
+        else:
+            terms.append({"tags": dict(term.tags), **({"ownerID": term.owner_id} if term.owner_id else {})})
+    return {"capacityReservationSelectorTerms": terms}
 
 
 def _placement(node_role_name: str, subnet_ids: list[str], security_group_ids: list[str]) -> dict[str, Any]:

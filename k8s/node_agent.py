@@ -14,27 +14,59 @@ from cdk8s_plus_33 import k8s
 from constructs import Construct
 
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from k8s.hardening import (
+    NEEDS_API_TOKEN,
+    NO_READINESS,
+    RUNS_AS_ROOT,
+    departure,
+    locked_down,
+    pod_security,
+    scanner_annotations,
+)
 from warmstart.agent_settings import (
     AGENT_CACHE_MOUNT,
     AGENT_NAMESPACE,
     AGENT_PODS_MOUNT,
     AGENT_SERVICE_ACCOUNT,
     AGENT_WEIGHTS_MOUNT,
+    LABEL_DOMAINS,
     AgentSettings,
 )
-from warmstart.workload import SHARED_SELINUX_LEVEL
 
 SETTINGS_FILE = "agent.json"
+# Touched by the agent's main loop (agent/__main__.py); liveness fails when it is older than this.
+HEARTBEAT_FILE = "/tmp/warmstart-agent-alive"
+HEARTBEAT_MAX_AGE_SECONDS = 900
+AGENT_ANNOTATIONS = scanner_annotations(
+    [
+        departure(RUNS_AS_ROOT, "it creates and renames folders on root-owned node host paths (the caches the pods "
+                                "mount); no capabilities, no privilege escalation, read-only root, seccomp "
+                                "RuntimeDefault"),
+        departure(NEEDS_API_TOKEN, "it reads the pods of its node and labels its node through the Kubernetes API "
+                                   "(an admission policy limits it to its own node's warmstart labels)"),
+        departure(NO_READINESS, "no Service routes to it; its liveness probe restarts a stuck main loop"),
+    ],
+    host_paths="the node's compile cache, weights copies and the vLLM pods' entry records, which it fills and "
+               "cleans",
+)
 SETTINGS_MOUNT = "/etc/warmstart"
 AGENT_USER = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
 LABELS = {"app.kubernetes.io/name": "warmstart-agent", "app.kubernetes.io/part-of": "warmstart"}
 
-# CEL: labels outside warmstart.io unchanged, and nothing else of the node changed.
+# CEL (Kubernetes 1.30+, no optional types): labels outside the agent's own domains unchanged, exact prefixes
+# (not "contains": evil.warmstart.io.example/x would pass that), and nothing else of the node changed.
+_OURS = "variables.ours.exists(p, k.startsWith(p))"
 _OTHER_LABELS_UNCHANGED = (
-    "variables.oldLabels.all(k, k.contains('warmstart.io/') || "
+    f"variables.oldLabels.all(k, {_OURS} || "
     "(k in variables.newLabels && variables.newLabels[k] == variables.oldLabels[k])) && "
-    "variables.newLabels.all(k, k.contains('warmstart.io/') || k in variables.oldLabels)"
+    f"variables.newLabels.all(k, {_OURS} || k in variables.oldLabels)"
 )
+
+
+def _unchanged(field: str, empty: str) -> str:
+    """metadata.<field> equal before and after, an absent field counting as empty."""
+    return (f"(has(object.metadata.{field}) ? object.metadata.{field} : {empty}) == "
+            f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})")
 
 
 class NodeAgentChart(cdk8s.Chart):
@@ -82,6 +114,7 @@ class NodeAgentChart(cdk8s.Chart):
                     k8s.MatchCondition(name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'")
                 ],
                 variables=[
+                    k8s.Variable(name="ours", expression=repr([f"{domain}/" for domain in LABEL_DOMAINS])),
                     k8s.Variable(
                         name="newLabels",
                         expression="has(object.metadata.labels) ? object.metadata.labels : {}",
@@ -92,8 +125,10 @@ class NodeAgentChart(cdk8s.Chart):
                     ),
                 ],
                 validations=[
+                    # The node-name claim of bound service-account tokens (on by default since Kubernetes 1.30).
                     k8s.Validation(
                         expression=(
+                            "has(request.userInfo.extra) && "
                             "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
                             "request.userInfo.extra['authentication.kubernetes.io/node-name'][0] == object.metadata.name"
                         ),
@@ -101,11 +136,16 @@ class NodeAgentChart(cdk8s.Chart):
                     ),
                     k8s.Validation(
                         expression=_OTHER_LABELS_UNCHANGED,
-                        message="the warmstart agent may change only warmstart.io labels",
+                        message="the warmstart agent may change only its own warmstart.io labels",
+                    ),
+                    k8s.Validation(
+                        expression=" && ".join([_unchanged("annotations", "{}"), _unchanged("finalizers", "[]"),
+                                                _unchanged("ownerReferences", "[]")]),
+                        message="the warmstart agent may not change a node's annotations, finalizers or owners",
                     ),
                     k8s.Validation(
                         expression="object.spec == oldObject.spec",
-                        message="the warmstart agent may not change a node's spec",
+                        message="the warmstart agent may not change a node's spec (taints included)",
                     ),
                 ],
             ),
@@ -121,7 +161,8 @@ class NodeAgentChart(cdk8s.Chart):
         self.daemon_set = k8s.KubeDaemonSet(
             self,
             "DaemonSet",
-            metadata=meta("warmstart-agent"),
+            metadata=k8s.ObjectMeta(name="warmstart-agent", namespace=AGENT_NAMESPACE, labels=LABELS,
+                                    annotations=AGENT_ANNOTATIONS),
             spec=k8s.DaemonSetSpec(
                 selector=k8s.LabelSelector(match_labels=LABELS),
                 update_strategy=k8s.DaemonSetUpdateStrategy(
@@ -165,7 +206,7 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
     return k8s.PodSpec(
         service_account_name=AGENT_SERVICE_ACCOUNT,
         # The same MCS level as the vLLM pods: files restored by one are readable by the other under SELinux.
-        security_context=k8s.PodSecurityContext(se_linux_options=k8s.SeLinuxOptions(level=SHARED_SELINUX_LEVEL)),
+        security_context=pod_security(),
         node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
         tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
         termination_grace_period_seconds=30,
@@ -176,20 +217,36 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
                 env=[
                     k8s.EnvVar(name="NODE_NAME", value_from=k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName"))),
                     k8s.EnvVar(name="WARMSTART_AGENT_SETTINGS", value=f"{SETTINGS_MOUNT}/{SETTINGS_FILE}"),
+                    k8s.EnvVar(name="WARMSTART_HEARTBEAT", value=HEARTBEAT_FILE),
                 ],
+                # Measured peak about 120 MB resident during a download (make bench, weights_prefetch); the rest
+                # is room for the page cache of files it writes, which cgroup v2 charges to the pod.
                 resources=k8s.ResourceRequirements(
-                    requests={"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("256Mi")},
+                    requests={"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("1Gi")},
                     limits={"memory": k8s.Quantity.from_string("1Gi")},
                 ),
                 # Root only to own the folders it creates on the host paths; no capability, no escalation.
-                security_context=k8s.SecurityContext(
-                    run_as_user=0,
-                    allow_privilege_escalation=False,
-                    read_only_root_filesystem=True,
-                    capabilities=k8s.Capabilities(drop=["ALL"]),
-                ),
+                security_context=locked_down(read_only_root=True, run_as_user=0),
+                # Start restores every model's compile cache before the first beat: up to 30 minutes. Then a main
+                # loop whose last turn ended over HEARTBEAT_MAX_AGE_SECONDS ago is stuck (one restore or publish
+                # of a compile cache takes seconds to a few minutes); weights downloads run beside it.
+                startup_probe=_heartbeat_probe(period_seconds=30, failure_threshold=60),
+                liveness_probe=_heartbeat_probe(period_seconds=60, failure_threshold=3),
                 volume_mounts=mounts,
             )
         ],
         volumes=volumes,
+    )
+
+
+def _heartbeat_probe(*, period_seconds: int, failure_threshold: int) -> k8s.Probe:
+    return k8s.Probe(
+        exec=k8s.ExecAction(command=[
+            "python", "-c",
+            f"import os, sys, time; sys.exit(time.time() - os.path.getmtime('{HEARTBEAT_FILE}') > "
+            f"{HEARTBEAT_MAX_AGE_SECONDS})",
+        ]),
+        period_seconds=period_seconds,
+        failure_threshold=failure_threshold,
+        timeout_seconds=10,  # a Python start on a node whose CPUs compile
     )

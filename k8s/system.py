@@ -17,3 +17,12 @@ class SystemNamespace(cdk8s.Chart):
         self.namespace_object = k8s.KubeNamespace(
             self, "Namespace", metadata=k8s.ObjectMeta(name=AGENT_NAMESPACE, labels=SYSTEM_LABELS)
         )
+        # Nothing connects to the agent or the image caches: no ingress at all (their egress stays open: S3,
+        # the Kubernetes API, the registries).
+        self.no_ingress = k8s.KubeNetworkPolicy(
+            self,
+            "NoIngress",
+            metadata=k8s.ObjectMeta(name="no-ingress", namespace=AGENT_NAMESPACE, labels=SYSTEM_LABELS),
+            spec=k8s.NetworkPolicySpec(pod_selector=k8s.LabelSelector(), policy_types=["Ingress"]),
+        )
+        self.no_ingress.add_dependency(self.namespace_object)

@@ -14,13 +14,15 @@ from cdk8s_plus_33 import k8s
 from constructs import Construct
 
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from k8s.hardening import NOBODY, RUNS_AS_ROOT, WRITABLE_ROOT, departure, locked_down, pod_security, scanner_annotations
 from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
 from warmstart.workload import (
     AGENT_STATE_FOLDER,
     COMPILE_CACHE_MOUNT,
     DONE_MARKERS,
+    PROBE_INITIAL_DELAY_SECONDS,
+    PROBE_PERIOD_SECONDS,
     POD_RECORDS_MOUNT,
-    SHARED_SELINUX_LEVEL,
     VLLM_ASSETS_MOUNT,
     VLLM_PORT,
     ModelPlan,
@@ -82,15 +84,17 @@ class VllmModel(cdk8s.Chart):
         self.deployment = k8s.KubeDeployment(
             self,
             "Deployment",
-            metadata=k8s.ObjectMeta(name="vllm", namespace=name, labels=labels),
+            metadata=k8s.ObjectMeta(name="vllm", namespace=name, labels=labels, annotations=DEPLOYMENT_ANNOTATIONS),
             spec=k8s.DeploymentSpec(
                 replicas=plan.model.replicas,
                 selector=k8s.LabelSelector(match_labels=labels),
-                # A new pod must be Ready before an old one goes: no serving gap during a roll.
+                # The new pod first (no serving gap) when the pool's GPU limit leaves a node for it; otherwise
+                # one pod at a time, as the plan says.
                 strategy=k8s.DeploymentStrategy(
                     type="RollingUpdate",
                     rolling_update=k8s.RollingUpdateDeployment(
-                        max_surge=k8s.IntOrString.from_number(1), max_unavailable=k8s.IntOrString.from_number(0)
+                        max_surge=k8s.IntOrString.from_number(1 if plan.surge else 0),
+                        max_unavailable=k8s.IntOrString.from_number(0 if plan.surge else 1),
                     ),
                 ),
                 template=k8s.PodTemplateSpec(
@@ -120,10 +124,52 @@ class VllmModel(cdk8s.Chart):
                 max_unavailable=k8s.IntOrString.from_number(1), selector=k8s.LabelSelector(match_labels=labels)
             ),
         )
-        for obj in (self.service_account, self.deployment, self.service, self.disruption_budget):
+        # Only the listed client namespaces (and the model's own) reach the serving port; the AWS network
+        # policy agent always admits the node's own IP, so kubelet's probes still arrive (aws-network-policy-agent
+        # PR #65, "Ignore policy restrictions against Node IP").
+        self.network_policy = k8s.KubeNetworkPolicy(
+            self,
+            "NetworkPolicy",
+            metadata=k8s.ObjectMeta(name="vllm-clients", namespace=name, labels=labels),
+            spec=k8s.NetworkPolicySpec(
+                pod_selector=k8s.LabelSelector(match_labels=labels),
+                policy_types=["Ingress"],
+                ingress=[
+                    k8s.NetworkPolicyIngressRule(
+                        from_=[
+                            k8s.NetworkPolicyPeer(
+                                namespace_selector=k8s.LabelSelector(
+                                    match_expressions=[
+                                        k8s.LabelSelectorRequirement(
+                                            key="kubernetes.io/metadata.name",
+                                            operator="In",
+                                            values=sorted({name, *plan.client_namespaces}),
+                                        )
+                                    ]
+                                )
+                            )
+                        ],
+                        ports=[k8s.NetworkPolicyPort(port=k8s.IntOrString.from_number(VLLM_PORT), protocol="TCP")],
+                    )
+                ],
+            ),
+        )
+        for obj in (self.service_account, self.deployment, self.service, self.disruption_budget, self.network_policy):
             obj.add_dependency(self.namespace_object)
         if self.entry_script is not None:
             self.deployment.add_dependency(self.entry_script)
+
+
+DEPLOYMENT_ANNOTATIONS = scanner_annotations(
+    [
+        departure(RUNS_AS_ROOT, "the vLLM serving image runs as root (it has no other user); no capabilities, no "
+                                "privilege escalation, seccomp RuntimeDefault"),
+        departure(WRITABLE_ROOT, "vLLM, Triton, FlashInfer and torch write caches and IPC sockets under $HOME and the "
+                                 "temporary folder; not verified to run on a read-only root"),
+    ],
+    host_paths="node NVMe folders of warmstart: the torch.compile cache, the weights copy (read-only), the pods' "
+               "entry records; they are what makes a start on this node fast",
+)
 
 
 def _template_annotations(plan: ModelPlan) -> dict[str, str] | None:
@@ -136,10 +182,6 @@ def _template_annotations(plan: ModelPlan) -> dict[str, str] | None:
 
 def _field(path: str) -> k8s.EnvVarSource:
     return k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path=path))
-
-
-def _shared_selinux() -> k8s.PodSecurityContext:
-    return k8s.PodSecurityContext(se_linux_options=k8s.SeLinuxOptions(level=SHARED_SELINUX_LEVEL))
 
 
 def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
@@ -215,33 +257,59 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
                 "memory": k8s.Quantity.from_string(f"{plan.memory_gib}Gi"),
                 "nvidia.com/gpu": gpus,
             },
-            limits={"nvidia.com/gpu": gpus},
+            # Memory limit = request: the node never overcommits the memory the streamer's buffers count on.
+            limits={"memory": k8s.Quantity.from_string(f"{plan.memory_gib}Gi"), "nvidia.com/gpu": gpus},
         ),
         volume_mounts=mounts,
-        # Loading and compiling take minutes: the startup probe allows 30 s + 60 x 10 s before liveness matters.
+        security_context=locked_down(read_only_root=False, run_as_user=None),
+        # Loading and compiling take minutes: the startup budget comes from the model (`warmstart plan`);
+        # liveness counts only after it.
         startup_probe=k8s.Probe(
             http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
-            initial_delay_seconds=30,
-            period_seconds=10,
-            failure_threshold=60,
+            initial_delay_seconds=PROBE_INITIAL_DELAY_SECONDS,
+            period_seconds=PROBE_PERIOD_SECONDS,
+            failure_threshold=plan.startup_failure_threshold,
         ),
         readiness_probe=k8s.Probe(
             http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
             period_seconds=5,
             timeout_seconds=3,
         ),
+        liveness_probe=k8s.Probe(
+            http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
+            period_seconds=10,
+            timeout_seconds=5,
+            failure_threshold=6,
+        ),
     )
     return k8s.PodSpec(
         service_account_name=SERVICE_ACCOUNT,
-        security_context=_shared_selinux(),
+        # Credentials come from Pod Identity's own projected token; the pod never calls the Kubernetes API.
+        automount_service_account_token=False,
+        security_context=pod_security(),
         init_containers=init_containers or None,
         containers=[container],
         volumes=volumes,
         node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
         affinity=_node_affinity(plan),
+        topology_spread_constraints=_spread(plan),
         tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
         termination_grace_period_seconds=60,
     )
+
+
+def _spread(plan: ModelPlan) -> list[k8s.TopologySpreadConstraint] | None:
+    """Replicas on separate nodes (a node's expiry or drift takes one replica, never all), and over zones
+    where the pool has room."""
+    if plan.model.replicas < 2:
+        return None
+    selector = k8s.LabelSelector(match_labels=model_labels(plan.model.name))
+    return [
+        k8s.TopologySpreadConstraint(max_skew=1, topology_key="kubernetes.io/hostname",
+                                     when_unsatisfiable="DoNotSchedule", label_selector=selector),
+        k8s.TopologySpreadConstraint(max_skew=1, topology_key="topology.kubernetes.io/zone",
+                                     when_unsatisfiable="ScheduleAnyway", label_selector=selector),
+    ]
 
 
 def wait_for_restore(plan: ModelPlan) -> k8s.Container:
@@ -257,9 +325,11 @@ def wait_for_restore(plan: ModelPlan) -> k8s.Container:
         ],
         volume_mounts=[k8s.VolumeMount(name="warmstart-state", mount_path=AGENT_STATE_MOUNT, read_only=True)],
         resources=k8s.ResourceRequirements(
-            requests={"cpu": k8s.Quantity.from_string("10m"), "memory": k8s.Quantity.from_string("16Mi")},
-            limits={"memory": k8s.Quantity.from_string("64Mi")},
+            requests={"cpu": k8s.Quantity.from_string("10m"), "memory": k8s.Quantity.from_string("32Mi")},
+            limits={"memory": k8s.Quantity.from_string("32Mi")},
         ),
+        # It only reads a marker: no root, no writable root.
+        security_context=locked_down(read_only_root=True, run_as_user=NOBODY),
     )
 
 

@@ -5,7 +5,8 @@ from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from stacks.components.auto_mode import AutoModeNodeRole
+from stacks.components.auto_mode import AutoModeCustomTags, AutoModeNodeRole
+from stacks.components.network_policy import NetworkPolicySupport
 from stacks.components.buckets import ArtifactBuckets
 from stacks.components.image_cache import ImageCache
 from stacks.components.node_agent import NodeAgent
@@ -51,8 +52,14 @@ class ClusterStack(Stack):
             capacity=eks.DefaultCapacityType.AUTOMODE if auto_mode else eks.DefaultCapacityType.NODEGROUP,
             compute=self.auto_node_role.compute_config() if auto_mode else None,
         )
+        self.network_policy_support = NetworkPolicySupport(
+            self, "NetworkPolicySupport", cluster=self.cluster, auto_mode=auto_mode
+        )
         if auto_mode:
             node_role, gpu_pool_after = self.auto_node_role.role, []
+            if config.tags:  # the NodeClass carries them: Auto Mode needs leave to apply them before any launch
+                self.custom_tags = AutoModeCustomTags(self, "AutoModeCustomTags", cluster_role=self.cluster.role)
+                gpu_pool_after = [self.custom_tags.policy]
         else:
             self.pod_identity_agent = PodIdentityAgent(self, "PodIdentityAgent", cluster=self.cluster)
             self.system_nodes = SystemNodes(

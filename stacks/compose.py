@@ -11,6 +11,7 @@ from stacks.cluster_stack import ClusterStack
 from stacks.data_stack import DataStack
 from stacks.nag_acknowledgments import acknowledge_findings
 from stacks.network_stack import NetworkStack
+from stacks.components.pruner import pruner_role_name
 from stacks.pruner_stack import PrunerStack
 from warmstart.config import EnvironmentConfig
 
@@ -30,12 +31,14 @@ def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStack
     env = Environment(account=config.account, region=config.region)
     prefix = f"warmstart-{config.name}"
     network = NetworkStack(app, f"{prefix}-network", env=env, network=config.network)
-    data = DataStack(app, f"{prefix}-data", env=env, buckets=config.buckets)
+    # The pruner's role has a fixed name, so the data stack's bucket policy can name it without a reference.
+    pruner_role_arn = f"arn:aws:iam::{config.account}:role/{pruner_role_name(config.name)}"
+    data = DataStack(app, f"{prefix}-data", env=env, buckets=config.buckets, pruner_role_arn=pruner_role_arn)
     cluster = ClusterStack(
         app, f"{prefix}-cluster", env=env, config=config, network=network.network, buckets=data.buckets
     )
     pruner = PrunerStack(app, f"{prefix}-pruner", env=env, config=config)
-    pruner.add_dependency(data)  # prunes the bucket the data stack owns
+    pruner.add_stack_dependency(data)  # prunes the bucket the data stack owns
     stacks = EnvironmentStacks(network=network, data=data, cluster=cluster, pruner=pruner)
     for stack in stacks.all():
         for key, value in config.tags.items():

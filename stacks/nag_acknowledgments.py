@@ -62,6 +62,17 @@ def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig)
         ),
     )
     if isinstance(config.compute, AutoModeCompute):
+        if config.tags:
+            _acknowledge(
+                cluster_stack.custom_tags.policy,
+                "The documented grant for custom tags on Auto Mode resources (EKS user guide, Auto Mode cluster "
+                "IAM role): instances, launch templates, volumes, snapshots and interfaces have no ARN before "
+                "they exist; every creation must carry this cluster's eks:eks-cluster-name tag, and re-tagging "
+                "is limited to resources that already carry it.",
+                _wildcard("*"),
+                *(_wildcard(f"arn:aws:ec2:*:*:{kind}/*") for kind in
+                  ("volume", "snapshot", "instance", "network-interface", "launch-template")),
+            )
         _acknowledge(
             cluster_stack.auto_node_role.role,
             "The two AWS-managed policies EKS documents for the Auto Mode node role: minimal node permissions "

@@ -3,6 +3,7 @@ from __future__ import annotations
 from aws_cdk import Stack
 from constructs import Construct
 
+from stacks.components.alerts import AlertTopic
 from stacks.components.pruner import CompileCachePruner
 from warmstart.active_set import active_set_document, active_set_parameter_name
 from warmstart.catalog import default_catalog
@@ -23,3 +24,5 @@ class PrunerStack(Stack):
             active_set_document=active_set_document(config, default_catalog()),
             policy=config.pruning,
         )
+        self.alerts = AlertTopic(self, "Alerts", environment=config.name, alerts=config.alerts)
+        self.alerts.notify(self.pruner.alarms)

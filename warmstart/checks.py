@@ -51,6 +51,11 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
         *_model_bucket_key(config),
         *_compile_host_path(config),
         *_pruning(config),
+        *_environment_name(config),
+        *_capacity_reservations(config),
+        *_node_lifetime(config),
+        *_single_replicas(config),
+        *_alerts(config),
     ]
     if any(p.field.startswith("compute.gpu_pool.instance_types") for p in problems):
         return problems  # every rule below needs catalog facts for the pool
@@ -61,6 +66,85 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
     if not problems:  # it derives every model's keys, which needs every model valid
         problems += _active_set_size(config, catalog)
     return problems
+
+
+# IAM role names are at most 64 characters; the pruner's role is named after the environment so the compile
+# bucket's policy can name it (warmstart-<env>-compile-cache-pruner).
+MAX_ENVIRONMENT_NAME = 36
+# Auto Mode refuses a NodePool whose expireAfter plus terminationGracePeriod exceeds 21 days (the
+# message Auto Mode returns: "the sum of expireAfter and terminationGracePeriod ... may not exceed 21 days").
+AUTO_MODE_MAX_LIFETIME_HOURS = 21 * 24
+
+
+def duration_hours(text: str) -> float:
+    """'336h', '1h30m', '90s' -> hours."""
+    units = {"h": 1.0, "m": 1 / 60, "s": 1 / 3600}
+    return sum(float(number) * units[unit] for number, unit in re.findall(r"([0-9]+)([hms])", text))
+
+
+def _environment_name(config: EnvironmentConfig) -> list[Problem]:
+    if len(config.name) > MAX_ENVIRONMENT_NAME:
+        return [Problem("name", f"{len(config.name)} characters: roles named after the environment would exceed "
+                        "IAM's 64", f"use at most {MAX_ENVIRONMENT_NAME} characters")]
+    return []
+
+
+def _capacity_reservations(config: EnvironmentConfig) -> list[Problem]:
+    pool = config.compute.gpu_pool
+    reserved = "reserved" in pool.capacity_types
+    if isinstance(config.compute, AutoModeCompute):
+        if reserved or pool.capacity_reservations:
+            return [Problem("compute.gpu_pool.capacity_types", "capacity reservations are wired for the Karpenter "
+                            "mode only (its EC2NodeClass selects them)",
+                            "remove 'reserved' and capacity_reservations, or use compute.mode: karpenter")]
+        return []
+    if reserved and not pool.capacity_reservations:
+        return [Problem("compute.gpu_pool.capacity_types", "'reserved' is listed but no reservation is selected: "
+                        "Karpenter only launches reserved capacity from reservations its EC2NodeClass selects, "
+                        "so it would never use any",
+                        "add compute.gpu_pool.capacity_reservations (an id: cr-... or tags: {...}), or remove "
+                        "'reserved'")]
+    if pool.capacity_reservations and not reserved:
+        return [Problem("compute.gpu_pool.capacity_reservations", "reservations are selected but 'reserved' is not "
+                        "an allowed capacity type, so the pool never launches into them",
+                        "add 'reserved' to compute.gpu_pool.capacity_types, or remove capacity_reservations")]
+    return []
+
+
+def _node_lifetime(config: EnvironmentConfig) -> list[Problem]:
+    pool = config.compute.gpu_pool
+    if not isinstance(config.compute, AutoModeCompute):
+        return []
+    if pool.expire_after == "Never":
+        return [Problem("compute.gpu_pool.expire_after", "Auto Mode nodes live at most 21 days; 'Never' is refused",
+                        "use at most 480h (with the default 24h termination_grace_period), e.g. 336h")]
+    total = duration_hours(pool.expire_after) + duration_hours(pool.termination_grace_period)
+    if total > AUTO_MODE_MAX_LIFETIME_HOURS:
+        most = AUTO_MODE_MAX_LIFETIME_HOURS - duration_hours(pool.termination_grace_period)
+        return [Problem("compute.gpu_pool.expire_after",
+                        f"{pool.expire_after} plus termination_grace_period {pool.termination_grace_period} is "
+                        f"{total:g}h; Auto Mode refuses node lifetimes above 21 days ({AUTO_MODE_MAX_LIFETIME_HOURS}h)",
+                        f"use at most {most:g}h, e.g. 336h (Auto Mode's default)")]
+    return []
+
+
+def _single_replicas(config: EnvironmentConfig) -> list[Problem]:
+    return [
+        Problem(f"models[{i}].replicas", "one replica goes offline whenever its node is replaced: nodes expire "
+                f"({config.compute.gpu_pool.expire_after}, forcefully, without starting a replacement first), "
+                "drift to a new AMI, or leave room for no surge during a rollout",
+                "use replicas: 2 or more (they run on separate nodes), or accept the downtime with "
+                "allow_single_replica_downtime: true")
+        for i, model in enumerate(config.models)
+        if model.replicas == 1 and not model.allow_single_replica_downtime
+    ]
+
+
+def _alerts(config: EnvironmentConfig) -> list[Problem]:
+    if config.alerts.topic_arn and config.alerts.emails:
+        return [Problem("alerts.emails", "emails are for the topic warmstart creates; an existing topic is given too",
+                        "subscribe the emails to your topic, or remove alerts.topic_arn")]
+    return []
 
 
 def _availability_zones(config: EnvironmentConfig) -> list[Problem]:

@@ -17,12 +17,14 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     field_validator,
+    model_validator,
 )
 
 GIB = 2**30
 MIB = 2**20
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DURATION = r"^([0-9]+(s|m|h))+$"
 S3_BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 # Kubernetes versions the pinned kubectl layer (v35) can drive: kubectl supports one minor version of skew.
 SUPPORTED_KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")
@@ -80,14 +82,40 @@ class ClusterConfig(Strict):
         return value
 
 
+class CapacityReservationTerm(Strict):
+    """One `capacityReservationSelectorTerms` entry of the EC2NodeClass (Karpenter v1.14.1 CRD): a reservation
+    ID alone, or tags (optionally of reservations shared by another account)."""
+
+    id: str | None = Field(default=None, pattern=r"^cr-[0-9a-z]+$")
+    tags: dict[str, str] | None = Field(default=None, min_length=1, max_length=20)
+    owner_id: str | None = Field(default=None, pattern=r"^[0-9]{12}$")
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> "CapacityReservationTerm":
+        if (self.id is None) == (self.tags is None):
+            raise ValueError("give either id (cr-...) or tags")
+        if self.id is not None and self.owner_id is not None:
+            raise ValueError("owner_id goes with tags, not with id")
+        if self.tags and any(not k or not v for k, v in self.tags.items()):
+            raise ValueError("tag keys and values must not be empty")
+        return self
+
+
 class GpuPool(Strict):
     instance_types: list[str] = Field(min_length=1)
     capacity_types: list[Literal["on-demand", "spot", "reserved"]] = Field(default=["on-demand"], min_length=1)
+    # On-Demand Capacity Reservations the pool may use; Karpenter launches `reserved` capacity only from
+    # reservations these select (Karpenter v1.14 docs, "Utilizing ODCRs").
+    capacity_reservations: list[CapacityReservationTerm] = Field(default_factory=list, max_length=30)
     # Upper bound on GPUs the pool may run at once (a cost guard-rail Karpenter enforces).
     gpu_limit: PositiveInt = 64
     # How long an empty GPU node stays (scale-down delay: a warm node keeps its caches).
-    consolidate_after: str = Field(default="10m", pattern=r"^([0-9]+(s|m|h))+$")
-    expire_after: str = Field(default="720h", pattern=r"^(([0-9]+(s|m|h))+|Never)$")
+    consolidate_after: str = Field(default="10m", pattern=DURATION)
+    # Node lifetime. Expiry is forceful (no replacement is started first), so models keep >= 2 replicas on
+    # separate nodes; 336h is Auto Mode's default, and Auto Mode caps lifetime plus grace at 21 days.
+    expire_after: str = Field(default="336h", pattern=r"^(([0-9]+(s|m|h))+|Never)$")
+    # How long a node being removed waits for its pods (PDBs) before they are deleted: bounds a node's life.
+    termination_grace_period: str = Field(default="24h", pattern=DURATION)
 
     @field_validator("instance_types")
     @classmethod
@@ -153,6 +181,14 @@ class ModelSpec(Strict):
     max_model_len: PositiveInt = 8192
     image: str = Field(min_length=1)
     replicas: PositiveInt = 1
+    # With one replica, replacing its node (expiry, an AMI change, a rollout without room to surge) takes the
+    # model offline until the new pod is Ready; refused unless accepted here (a dev environment).
+    allow_single_replica_downtime: bool = False
+    # Longest the pod may take to serve after it starts (startup probe); default: derived from the model's
+    # size, tensor parallelism and torch.compile, with headroom (see `warmstart plan`).
+    startup_budget_seconds: int | None = Field(default=None, ge=60, le=7200)
+    # Namespaces whose pods may call this model's serving port; default: serving.client_namespaces.
+    client_namespaces: list[Annotated[str, Field(pattern=DNS_LABEL)]] | None = None
     # Disables torch.compile and CUDA graphs (fast start, lower throughput); refused with the compile cache on.
     enforce_eager: bool = False
     # Restricts the model to some of the pool's instance types; default: all of them.
@@ -225,6 +261,19 @@ class CacheSwitches(Strict):
     pause_image: str = "registry.k8s.io/pause:3.10"
 
 
+class ServingAccess(Strict):
+    """Who may call the models (a NetworkPolicy per model admits only these namespaces, and the model's own)."""
+
+    client_namespaces: list[Annotated[str, Field(pattern=DNS_LABEL)]] = Field(default_factory=list)
+
+
+class Alerts(Strict):
+    """Where alarms go: a new SNS topic per environment with these email subscriptions, or an existing topic."""
+
+    emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]] = Field(default_factory=list)
+    topic_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+
+
 class PruningPolicy(Strict):
     """The scheduled pruner of the compile-cache bucket."""
 
@@ -250,4 +299,6 @@ class EnvironmentConfig(Strict):
     streamer: StreamerTuning = StreamerTuning()
     caches: CacheSwitches = CacheSwitches()
     pruning: PruningPolicy = PruningPolicy()
+    serving: ServingAccess = ServingAccess()
+    alerts: Alerts = Alerts()
     tags: dict[str, str] = Field(default_factory=dict)

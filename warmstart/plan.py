@@ -8,7 +8,7 @@ from warmstart.cache_key import compile_cache_key
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig
 from warmstart.sizing import candidate_instances
-from warmstart.workload import ModelPlan, nvme_need_gb, plan_model
+from warmstart.workload import VLLM_PORT, ModelPlan, nvme_need_gb, plan_model
 
 
 def key_rows(plan: ModelPlan, config: EnvironmentConfig, catalog: Catalog) -> list[tuple[str, str]]:
@@ -42,7 +42,13 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
         ("streamer concurrency", concurrency),
         ("chunk", f"{plan.chunk_bytes / GIB:g} GiB"),
         ("streamer buffers", f"{plan.streamer_buffer_bytes / GIB:.1f} GiB (limit {plan.memory_limit_bytes / GIB:.1f} GiB/process)"),
-        ("requests", f"cpu {plan.cpu:g}, memory {plan.memory_gib} GiB, nvidia.com/gpu {plan.gpus}"),
+        ("requests", f"cpu {plan.cpu:g}, memory {plan.memory_gib} GiB (also its limit), nvidia.com/gpu {plan.gpus}"),
+        ("replicas", f"{model.replicas}" + (", each on its own node (spread over zones where possible)"
+                                            if model.replicas > 1 else ", offline while its node is replaced")),
+        ("rollout", plan.rollout),
+        ("startup budget", f"{plan.startup_budget_seconds} s (startup probe: {plan.startup_failure_threshold} x 10 s "
+         f"after 30 s)" + (" (set)" if model.startup_budget_seconds else "")),
+        ("clients", "namespaces " + ", ".join([model.name, *plan.client_namespaces]) + f", port {VLLM_PORT} only"),
         ("compile cache", plan.compile_host_path or "off"),
         ("NVMe", f"{plan.nvme_mount}; {nvme}"),
         ("weights cache", f"on: {plan.weights_host_path}/{model.name}/<listing key>/, served to the pod's streamer "

@@ -68,6 +68,36 @@ def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tupl
     return max(1.0, math.floor(cpu)), max(1, math.floor(memory))
 
 
+# Startup budget (the startup probe): weights streamed at a pessimistic rate per streaming process (HyperPod
+# reports 145 GB from S3 in over 20 minutes, about 0.12 GB/s), torch.compile with CUDA graph capture and engine
+# start (the brief: 53-80 s of compile alone on a new node), with headroom; the probe starts after 30 s.
+STARTUP_STREAM_GB_PER_S = 0.1
+STARTUP_COMPILE_AND_INIT_SECONDS = 180
+STARTUP_EAGER_INIT_SECONDS = 60
+STARTUP_HEADROOM = 1.5
+STARTUP_MINIMUM_SECONDS = 300
+PROBE_INITIAL_DELAY_SECONDS = 30
+PROBE_PERIOD_SECONDS = 10
+
+
+def startup_budget_seconds(model: ModelSpec, tensor_parallel: int) -> int:
+    if model.startup_budget_seconds is not None:
+        return model.startup_budget_seconds
+    load = model.size_gb / (STARTUP_STREAM_GB_PER_S * streaming_processes(tensor_parallel))
+    start = STARTUP_EAGER_INIT_SECONDS if model.enforce_eager else STARTUP_COMPILE_AND_INIT_SECONDS
+    return max(STARTUP_MINIMUM_SECONDS, math.ceil((load + start) * STARTUP_HEADROOM))
+
+
+def node_gpus(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> int:
+    """GPUs of the largest node a replica may take (replicas of a model run on separate nodes)."""
+    return max(i.gpu_count for i in candidate_instances(model, config, catalog))
+
+
+def steady_pool_gpus(config: EnvironmentConfig, catalog: Catalog) -> int:
+    """Node GPUs the models hold in the pool when every replica runs (one node per replica, at most)."""
+    return sum(m.replicas * node_gpus(m, config, catalog) for m in config.models)
+
+
 # Share of the instance-store NVMe warmstart plans to fill (the rest: filesystem overhead, kubelet, logs).
 NVME_USABLE = 0.9
 WEIGHTS_FOLDER = "warmstart/weights"
@@ -165,7 +195,17 @@ class ModelPlan:
     pod_records_host_path: str
     # How old the agent's last confirmation against S3 may be for a pod to trust the local copy.
     weights_max_age_seconds: int
+    startup_budget_seconds: int
+    # A rollout starts the new pod first only when the pool's GPU limit leaves a node for it; otherwise it
+    # replaces pods one at a time (a single replica is then offline during the rollout).
+    surge: bool
+    rollout: str
+    client_namespaces: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def startup_failure_threshold(self) -> int:
+        return max(1, math.ceil((self.startup_budget_seconds - PROBE_INITIAL_DELAY_SECONDS) / PROBE_PERIOD_SECONDS))
 
     @property
     def loader_extra_config(self) -> dict:
@@ -202,6 +242,16 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         warnings.append("enforce_eager: no torch.compile or CUDA graphs (lower throughput)")
     if not config.caches.compile:
         warnings.append("compile cache off: every pod compiles from scratch")
+    steady, extra = steady_pool_gpus(config, catalog), node_gpus(model, config, catalog)
+    surge = steady + extra <= config.compute.gpu_pool.gpu_limit
+    if surge:
+        rollout = (f"new pod first (one more node of {extra} GPU(s): {steady + extra} of the pool's "
+                   f"{config.compute.gpu_pool.gpu_limit} GPUs)")
+    else:
+        rollout = (f"one pod at a time: the pool's {config.compute.gpu_pool.gpu_limit} GPUs leave no room for another "
+                   f"{extra}-GPU node beside the {steady} the models hold")
+        warnings.append("no room to surge: " + ("the model is offline during every rollout" if model.replicas == 1
+                                                else "rollouts run one replica short"))
     return ModelPlan(
         model=model,
         region=config.region,
@@ -234,6 +284,11 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         weights_host_path=weights_root(config),
         pod_records_host_path=pod_records_root(config),
         weights_max_age_seconds=2 * config.caches.weights_poll_seconds + 30,
+        startup_budget_seconds=startup_budget_seconds(model, tensor_parallel),
+        surge=surge,
+        rollout=rollout,
+        client_namespaces=sorted(set(model.client_namespaces if model.client_namespaces is not None
+                                     else config.serving.client_namespaces)),
         warnings=warnings,
     )
 

@@ -1,4 +1,5 @@
-"""EKS Auto Mode: the node role every Auto Mode node uses, ours included."""
+"""EKS Auto Mode: the node role every Auto Mode node uses, ours included, and what the cluster role needs for
+the GPU NodeClass's custom tags."""
 
 from __future__ import annotations
 
@@ -30,3 +31,60 @@ class AutoModeNodeRole(Construct):
     def compute_config(self) -> eks.ComputeConfig:
         return eks.ComputeConfig(node_pools=BUILT_IN_NODE_POOLS, node_role=self.role)
 
+
+class AutoModeCustomTags(Construct):
+    """Lets Auto Mode put the NodeClass's own `tags` on what it creates for it.
+
+    The Auto Mode managed policies on the cluster role allow only EKS's tag keys on the instances, launch
+    templates, volumes and network interfaces they create (AmazonEKSComputePolicy: `aws:TagKeys` limited to
+    eks:* and kubernetes.io/cluster/*), so a NodeClass with user tags never launches a node. These statements
+    follow the EKS user guide ("Custom AWS tags for EKS Auto resources", Auto Mode cluster IAM role): the same
+    creations, still only for this cluster (the eks:eks-cluster-name tag must match the role session's), with
+    any further tags, and re-tagging this cluster's existing resources when the tags change; load balancers and
+    Shield are left out (warmstart creates none).
+    """
+
+    def __init__(self, scope: Construct, id: str, *, cluster_role: iam.IRole) -> None:
+        super().__init__(scope, id)
+        this_cluster = {"aws:RequestTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"}
+        self.policy = iam.Policy(
+            self,
+            "Policy",
+            roles=[cluster_role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="Compute",
+                    actions=["ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate"],
+                    resources=["*"],
+                    conditions={
+                        "StringEquals": this_cluster,
+                        "StringLike": {"aws:RequestTag/eks:kubernetes-node-class-name": "*",
+                                       "aws:RequestTag/eks:kubernetes-node-pool-name": "*"},
+                    },
+                ),
+                iam.PolicyStatement(
+                    sid="Storage",
+                    actions=["ec2:CreateVolume", "ec2:CreateSnapshot"],
+                    resources=["arn:aws:ec2:*:*:volume/*", "arn:aws:ec2:*:*:snapshot/*"],
+                    conditions={"StringEquals": this_cluster},
+                ),
+                iam.PolicyStatement(
+                    sid="Networking",
+                    actions=["ec2:CreateNetworkInterface"],
+                    resources=["*"],
+                    conditions={"StringEquals": this_cluster,
+                                "StringLike": {"aws:RequestTag/eks:kubernetes-cni-node-name": "*"}},
+                ),
+                # A changed `tags` setting updates the tags of what already runs; without this those updates
+                # fail with an authorization error (same guide). Only on this cluster's own resources.
+                iam.PolicyStatement(
+                    sid="RetagThisClustersResources",
+                    actions=["ec2:CreateTags", "ec2:DeleteTags"],
+                    resources=[f"arn:aws:ec2:*:*:{kind}/*" for kind in
+                               ("instance", "volume", "snapshot", "network-interface", "launch-template")],
+                    conditions={"StringEquals": {
+                        "aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
+                    }},
+                ),
+            ],
+        )

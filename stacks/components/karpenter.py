@@ -21,6 +21,7 @@ from warmstart.config import SystemNodeGroup
 KARPENTER_NAMESPACE = "kube-system"
 KARPENTER_SERVICE_ACCOUNT = "karpenter"
 KARPENTER_CHART_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter"
+KARPENTER_CRD_CHART_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter-crd"
 
 INTERRUPTION_EVENTS = {
     "ScheduledChange": ("aws.health", "AWS Health Event"),
@@ -114,15 +115,23 @@ class KarpenterController(Construct):
                 queue_arn=self.interruption_queue.queue_arn,
             ).items()
         ]
+        # The CRDs from their own chart: Helm installs a chart's crds/ once and never upgrades them, so a version
+        # bump of the controller chart alone would run the new controller on old CRDs (Karpenter v1.14 upgrade
+        # guide: "we recommend using the independent karpenter-crd chart to manage CRDs").
+        pinned = {"version": version, "namespace": KARPENTER_NAMESPACE, "create_namespace": False, "wait": True}
+        self.crds = cluster.add_helm_chart(
+            "KarpenterCrd", chart="karpenter-crd", repository=KARPENTER_CRD_CHART_REPOSITORY, release="karpenter-crd",
+            **pinned,
+        )
         self.chart = cluster.add_helm_chart(
             "Karpenter",
             chart="karpenter",
             repository=KARPENTER_CHART_REPOSITORY,
-            version=version,
             release="karpenter",
-            namespace=KARPENTER_NAMESPACE,
-            create_namespace=False,
-            wait=True,
+            # Declared, though the kubectl handler of aws-cdk-lib 2.275 does not pass it on to `helm upgrade`
+            # (aws/aws-cdk#31831); harmless: Helm installs a chart's crds/ only where they are absent, and the
+            # karpenter-crd release has installed them already.
+            skip_crds=True,
             values={
                 "settings": {"clusterName": cluster_name, "interruptionQueue": self.interruption_queue.queue_name},
                 "serviceAccount": {"name": KARPENTER_SERVICE_ACCOUNT},
@@ -131,9 +140,10 @@ class KarpenterController(Construct):
                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
                 },
             },
+            **pinned,
         )
-        # Credentials must exist before the controller starts.
-        self.chart.node.add_dependency(self.identity.association)
+        # CRDs and credentials must exist before the controller starts.
+        self.chart.node.add_dependency(self.crds, self.identity.association)
         for policy in self.policies:
             self.chart.node.add_dependency(policy)
 

@@ -21,12 +21,13 @@ IMAGE_CONTEXT = only("agent", "warmstart")
 
 
 def agent_statements(bucket_name: str) -> list[iam.PolicyStatement]:
-    """Read, write and (its own lost-race archive) delete under compile-cache/ only; list for 404s."""
+    """Read and create under compile-cache/ only, never delete (the bucket policy leaves that to the pruner);
+    abort its own failed multipart uploads; list for 404s."""
     bucket_arn = f"arn:aws:s3:::{bucket_name}"
     return [
         iam.PolicyStatement(
             sid="CompileCacheObjects",
-            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
             resources=[f"{bucket_arn}/{KEY_ROOT}/*"],
         ),
         # Without ListBucket S3 answers 403 instead of 404 for a key that is not published yet.

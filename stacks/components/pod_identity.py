@@ -23,11 +23,19 @@ class PodIdentity(Construct):
         description: str,
     ) -> None:
         super().__init__(scope, id)
-        # Pod Identity calls sts:AssumeRole and sts:TagSession (the session tags carry the pod's identity).
+        # Pod Identity calls sts:AssumeRole and sts:TagSession, tagging the session with the pod's cluster,
+        # namespace and service account (EKS user guide, "Create an IAM role with a trust policy for EKS Pod
+        # Identity"): the role trusts exactly that service account of that cluster, whatever association says.
         self.role = iam.Role(
             self,
             "Role",
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags().with_conditions({
+                "StringEquals": {
+                    "aws:RequestTag/eks-cluster-arn": cluster.cluster_arn,
+                    "aws:RequestTag/kubernetes-namespace": namespace,
+                    "aws:RequestTag/kubernetes-service-account": service_account,
+                }
+            }),
             description=description,
         )
         self.association = eks.CfnPodIdentityAssociation(

@@ -20,11 +20,17 @@ from constructs import Construct
 from stacks.components.log_retention import retention_days
 from stacks.components.source import REPOSITORY_ROOT, only
 from warmstart.active_set import STANDARD_LIMIT
-from warmstart.cache_key import KEY_ROOT
+from warmstart.cache_key import KEY_ROOT, PRUNER_LOCK_KEY
 from warmstart.config import PruningPolicy
 
 FUNCTION_SOURCE = only("lambdas", "warmstart")
 METRIC_NAMESPACE = "Warmstart/CompileCachePruner"
+
+
+def pruner_role_name(environment: str) -> str:
+    """Fixed, so the compile-cache bucket's policy can name the one principal allowed to delete manifests and
+    archives (the environment name is at most 36 characters: at most 59 here)."""
+    return f"warmstart-{environment}-cache-pruner"
 
 
 class CompileCachePruner(Construct):
@@ -62,6 +68,7 @@ class CompileCachePruner(Construct):
         self.role = iam.Role(
             self,
             "Role",
+            role_name=pruner_role_name(environment),
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description=f"compile-cache pruner of {environment}: list and delete under {KEY_ROOT}/ only",
         )
@@ -74,7 +81,8 @@ class CompileCachePruner(Construct):
             role=self.role,
             memory_size=512,
             timeout=Duration.minutes(15),
-            reserved_concurrent_executions=1,  # runs never overlap
+            # Runs never overlap: a lock object in the bucket (conditional create), not reserved concurrency,
+            # which accounts with a low concurrency quota refuse (Lambda guide, "Configuring reserved concurrency").
             log_group=self.log_group,
             dead_letter_queue=self.dead_letters,
             retry_attempts=0,  # a failed run is reported, and the next scheduled run starts afresh
@@ -142,9 +150,16 @@ def pruner_statements(*, bucket_name: str, parameter_arns: list[str], log_group_
     return [
         iam.PolicyStatement(
             sid="ListCompileCache",
-            actions=["s3:ListBucket", "s3:ListBucketMultipartUploads"],
+            actions=["s3:ListBucket"],
             resources=[bucket_arn],
             conditions={"StringLike": {"s3:prefix": [f"{KEY_ROOT}/*"]}},
+        ),
+        # Its own statement: s3:prefix is not a condition key of ListBucketMultipartUploads (Service
+        # Authorization Reference, Amazon S3), and a condition on a key an action lacks is false: always denied.
+        iam.PolicyStatement(
+            sid="ListMultipartUploads",
+            actions=["s3:ListBucketMultipartUploads"],
+            resources=[bucket_arn],
         ),
         # GetObject: manifests name their archive, and a delete conditional on the listed ETag (so an
         # object rewritten since the listing is kept) needs it beside DeleteObject (S3 guide, "How to perform
@@ -153,6 +168,11 @@ def pruner_statements(*, bucket_name: str, parameter_arns: list[str], log_group_
             sid="DeleteCompileCache",
             actions=["s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
             resources=[f"{bucket_arn}/{KEY_ROOT}/*"],
+        ),
+        iam.PolicyStatement(
+            sid="OneRunAtATime",
+            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            resources=[f"{bucket_arn}/{PRUNER_LOCK_KEY}"],
         ),
         iam.PolicyStatement(
             sid="ReadActiveSets",

@@ -222,3 +222,134 @@ def test_admin_roles_get_cluster_admin_access_entries(prod):
         (policy,) = entry["AccessPolicies"]
         assert policy["AccessScope"] == {"Type": "cluster"}
         assert "AmazonEKSClusterAdminPolicy" in json.dumps(policy["PolicyArn"])
+
+
+# Issue 10: what AWS, EKS and Karpenter do with these on a first deploy.
+
+
+def _resources(synthesized, kind: str) -> dict[str, dict]:
+    return {k: r for k, r in synthesized.template_json("cluster")["Resources"].items() if r["Type"] == kind}
+
+
+def test_auto_mode_cluster_role_may_put_the_node_class_tags_on_what_it_launches(dev):
+    """Defect 1: the Auto Mode managed policies allow only EKS's own tag keys; the NodeClass carries the
+    environment's tags, so the cluster role needs the custom-tags statements of the EKS user guide."""
+    (node_class,) = of_kind(deployed_manifests(dev.template_json("cluster")), "NodeClass")
+    assert node_class["spec"]["tags"] == dev.config.tags != {}
+    policies = {k: r for k, r in _resources(dev, "AWS::IAM::Policy").items() if k.startswith("AutoModeCustomTags")}
+    ((policy_id, policy),) = policies.items()
+    (cluster_role,) = [k for k, r in _resources(dev, "AWS::IAM::Role").items()
+                       if "eks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
+                       and "ControlPlane" in k]
+    assert policy["Properties"]["Roles"] == [{"Ref": cluster_role}]
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert set(statements) == {"Compute", "Storage", "Networking", "RetagThisClustersResources"}
+    retag = statements.pop("RetagThisClustersResources")  # a changed `tags` setting updates running resources
+    assert retag["Action"] == ["ec2:CreateTags", "ec2:DeleteTags"]
+    assert retag["Condition"] == {"StringEquals": {
+        "aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
+    }}
+    assert statements["Compute"]["Action"] == ["ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:RunInstances"]
+    assert statements["Storage"]["Action"] == ["ec2:CreateSnapshot", "ec2:CreateVolume"]
+    assert statements["Networking"]["Action"] == "ec2:CreateNetworkInterface"
+    for statement in statements.values():  # still only for this cluster's own resources
+        assert statement["Condition"]["StringEquals"] == {
+            "aws:RequestTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
+        }
+    # The pool launches only once the permission is there.
+    (gpu_nodes,) = [r for k, r in dev.template_json("cluster")["Resources"].items() if k.startswith("ControlPlaneClusterGpuNodes")]
+    assert policy_id in gpu_nodes["DependsOn"]
+
+
+def test_auto_mode_without_tags_adds_no_tagging_permission(dev):
+    from aws_cdk import App
+    from aws_cdk.assertions import Template
+
+    from stacks.compose import compose_environment
+    from tests.synth import cdk_context
+
+    stacks = compose_environment(App(context=cdk_context()), dev.config.model_copy(update={"tags": {}}))
+    resources = Template.from_stack(stacks.cluster).to_json()["Resources"]
+    assert not [k for k in resources if k.startswith("AutoModeCustomTags")]
+    (node_class,) = of_kind(deployed_manifests({"Resources": resources}), "NodeClass")
+    assert node_class["spec"]["tags"] == {}
+
+
+def test_network_policies_are_enforced_in_either_mode(shipped):
+    manifests = deployed_manifests(shipped.template_json("cluster"))
+    addons = {r["Properties"]["AddonName"]: r["Properties"] for r in _resources(shipped, "AWS::EKS::Addon").values()}
+    if shipped.config.compute.mode == "auto":
+        # EKS user guide, "Use Network Policies with EKS Auto Mode": the ConfigMap, and the NodeClass setting.
+        (config_map,) = [m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"] == "amazon-vpc-cni"]
+        assert config_map["metadata"]["namespace"] == "kube-system"
+        (applied,) = [r for r in _resources(shipped, "Custom::AWSCDK-EKS-KubernetesResource").values()
+                      if "amazon-vpc-cni" in json.dumps(r["Properties"]["Manifest"])]
+        assert applied["Properties"]["Overwrite"] is True  # applied over one that may exist, not created
+        assert config_map["data"] == {"enable-network-policy-controller": "true"}
+        (node_class,) = of_kind(manifests, "NodeClass")
+        assert node_class["spec"]["networkPolicy"] == "DefaultAllow"
+        assert "vpc-cni" not in addons  # Auto Mode runs its own networking
+    else:
+        # EKS user guide, "Restrict Pod network traffic with Kubernetes network policies": the VPC CNI add-on.
+        assert json.loads(addons["vpc-cni"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+        assert addons["vpc-cni"]["ResolveConflicts"] == "OVERWRITE"
+        assert not [m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"] == "amazon-vpc-cni"]
+
+
+def test_karpenter_crds_come_from_their_own_chart_before_the_controller(prod):
+    """Defect 9: Helm never upgrades a chart's crds/; the karpenter-crd chart does, at the same version."""
+    charts = {r["Properties"]["Release"]: (k, r) for k, r in _resources(prod, "Custom::AWSCDK-EKS-HelmChart").items()}
+    crd_id, crds = charts["karpenter-crd"]
+    _, controller = charts["karpenter"]
+    assert crds["Properties"]["Repository"] == "oci://public.ecr.aws/karpenter/karpenter-crd"
+    assert crds["Properties"]["Version"] == controller["Properties"]["Version"] == prod.config.compute.karpenter_version
+    assert crds["Properties"]["Namespace"] == "kube-system"
+    assert controller["Properties"]["SkipCrds"] is True
+    assert crd_id in controller["DependsOn"]
+
+
+def test_pod_identity_roles_trust_only_their_cluster_namespace_and_service_account(shipped):
+    """Defect 8: the session tags Pod Identity sets (EKS user guide, "Pod Identity ... session tags")."""
+    (cluster_id,) = _resources(shipped, "AWS::EKS::Cluster")
+    roles = {k: r["Properties"] for k, r in _resources(shipped, "AWS::IAM::Role").items()
+             if "pods.eks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])}
+    associations = [r["Properties"] for r in _resources(shipped, "AWS::EKS::PodIdentityAssociation").values()]
+    assert len(roles) == len(associations)
+    for association in associations:
+        role = roles[association["RoleArn"]["Fn::GetAtt"][0]]
+        (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        assert statement["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+        assert statement["Condition"] == {"StringEquals": {
+            "aws:RequestTag/eks-cluster-arn": {"Fn::GetAtt": [cluster_id, "Arn"]},
+            "aws:RequestTag/kubernetes-namespace": association["Namespace"],
+            "aws:RequestTag/kubernetes-service-account": association["ServiceAccount"],
+        }}
+
+
+def test_reserved_capacity_launches_into_the_selected_reservations(prod):
+    """Defect 3: Karpenter uses only reservations its EC2NodeClass selects."""
+    (node_class,) = of_kind(deployed_manifests(prod.template_json("cluster")), "EC2NodeClass")
+    assert "reserved" in prod.config.compute.gpu_pool.capacity_types
+    assert node_class["spec"]["capacityReservationSelectorTerms"] == [{"tags": {"warmstart.io/pool": "prod-gpu"}}]
+
+
+def test_node_replacement_takes_one_node_at_a_time_within_a_bounded_grace(shipped):
+    """Defect 4: expiry is forceful (no replacement first, budgets do not hold it back; PDBs do, for at most
+    the termination grace period), so replicas run on separate nodes and voluntary disruption goes one node
+    at a time (Karpenter v1.14 docs, concepts/disruption)."""
+    (node_pool,) = of_kind(deployed_manifests(shipped.template_json("cluster")), "NodePool")
+    spec, pool = node_pool["spec"], shipped.config.compute.gpu_pool
+    assert spec["template"]["spec"]["expireAfter"] == pool.expire_after == "336h"
+    assert spec["template"]["spec"]["terminationGracePeriod"] == pool.termination_grace_period == "24h"
+    assert spec["disruption"]["budgets"] == [{"nodes": "1"}]
+    for deployment in of_kind(deployed_manifests(shipped.template_json("cluster")), "Deployment"):
+        replicas = deployment["spec"]["replicas"]
+        spread = deployment["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
+        if replicas > 1:
+            by_key = {c["topologyKey"]: c["whenUnsatisfiable"] for c in spread}
+            assert by_key == {"kubernetes.io/hostname": "DoNotSchedule", "topology.kubernetes.io/zone": "ScheduleAnyway"}
+            assert all(c["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"] for c in spread)
+        else:
+            (model,) = [m for m in shipped.config.models if m.name == deployment["metadata"]["namespace"]]
+            assert model.allow_single_replica_downtime  # accepted explicitly, or refused at synth

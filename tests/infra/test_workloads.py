@@ -71,7 +71,7 @@ def test_pod_spec_auto_mode(dev):
         "--port=8000",
     ]
     assert container["resources"] == {
-        "limits": {"nvidia.com/gpu": 1},
+        "limits": {"memory": "24Gi", "nvidia.com/gpu": 1},
         "requests": {"cpu": "3", "memory": "24Gi", "nvidia.com/gpu": 1},
     }
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -91,7 +91,12 @@ def test_pod_spec_auto_mode(dev):
     assert mounts == {"dshm": "/dev/shm", "compile-cache": "/compile-cache", "vllm-assets": "/warmstart-assets",
                       "entry": "/warmstart-entry", "pod-records": "/warmstart-pods"}
     # One MCS level for the whole pod (init containers included) and the agent: Bottlerocket runs SELinux.
-    assert pod["securityContext"] == {"seLinuxOptions": {"level": "s0:c418,c711"}}
+    assert pod["securityContext"] == {"seLinuxOptions": {"level": "s0:c418,c711"},
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["automountServiceAccountToken"] is False
+    # dev's pool leaves room for one more node: the new pod starts before the old one goes.
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert "topologySpreadConstraints" not in pod  # one replica (accepted in dev.yaml): nothing to spread
     assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
     assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
     assert pod["serviceAccountName"] == "vllm"
@@ -102,7 +107,8 @@ def test_pod_spec_karpenter_tensor_parallel(prod):
     container = _container(deployment)
     assert '--model-loader-extra-config={"concurrency":17,"distributed":true}' in container["args"]
     assert "--tensor-parallel-size=2" in container["args"]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    assert container["resources"]["limits"] == {"memory": container["resources"]["requests"]["memory"],
+                                                "nvidia.com/gpu": 2}
     assert container["resources"]["requests"]["nvidia.com/gpu"] == 2
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["compile-cache"]["hostPath"]["path"] == (
@@ -131,13 +137,26 @@ def test_streamer_and_compile_cache_environment(shipped):
 
 
 def test_probes_follow_the_reference_deployment(shipped):
-    for deployment in _deployments(shipped).values():
+    from warmstart.catalog import default_catalog
+    from warmstart.workload import plan_model
+
+    models = {m.name: m for m in shipped.config.models}
+    for namespace, deployment in _deployments(shipped).items():
         container = _container(deployment)
+        plan = plan_model(models[namespace], shipped.config, default_catalog())
+        # The budget comes from the model (its size, TP, compile): 30 s + threshold x 10 s covers it.
+        assert 30 + 10 * plan.startup_failure_threshold >= plan.startup_budget_seconds
         assert container["startupProbe"] == {
             "httpGet": {"path": "/health", "port": "http"},
             "initialDelaySeconds": 30,
             "periodSeconds": 10,
-            "failureThreshold": 60,
+            "failureThreshold": plan.startup_failure_threshold,
+        }
+        assert container["livenessProbe"] == {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 6,
         }
         assert container["readinessProbe"] == {
             "httpGet": {"path": "/health", "port": "http"},
@@ -195,7 +214,7 @@ def test_gitops_manifests_pass_strict_validation(shipped, dist):
     for model in shipped.config.models:
         objects = files[f"{model.name}.yaml"]
         kinds = [o["kind"] for o in objects]
-        expected = ["ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap"]
+        expected = ["ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "NetworkPolicy"]
         assert kinds[0] == "Namespace" and sorted(kinds[1:]) == sorted(expected)
         for obj in objects:
             validate_manifest(obj, shipped.config.cluster.kubernetes_version)

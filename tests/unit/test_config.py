@@ -264,3 +264,104 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("name: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+# Issue 10: configurations that would deploy and then fail or go offline on a real cluster.
+
+
+def test_reserved_capacity_without_selected_reservations_is_refused():
+    document = raw("prod")
+    del document["compute"]["gpu_pool"]["capacity_reservations"]
+    problem = only_problem(document)
+    assert problem.field == "compute.gpu_pool.capacity_types" and "capacity_reservations" in problem.fix
+
+
+def test_selected_reservations_without_reserved_capacity_are_refused():
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["capacity_types"] = ["on-demand"]
+    assert only_problem(document).field == "compute.gpu_pool.capacity_reservations"
+
+
+@pytest.mark.parametrize("term, message", [
+    ({}, "either id"),
+    ({"id": "cr-0123456789abcdef0", "tags": {"a": "b"}}, "either id"),
+    ({"id": "cr-0123456789abcdef0", "owner_id": "123456789012"}, "owner_id goes with tags"),
+    ({"id": "reservation-1"}, "cr-"),
+    ({"tags": {"team": ""}}, "must not be empty"),
+])
+def test_malformed_reservation_terms_are_refused(term, message):
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["capacity_reservations"] = [term]
+    problem = only_problem(document)
+    assert problem.field.startswith("compute.gpu_pool.capacity_reservations") and message in str(problem)
+
+
+def test_reservations_by_id_and_by_shared_tags_are_accepted():
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["capacity_reservations"] = [
+        {"id": "cr-0123456789abcdef0"}, {"tags": {"pool": "gpu"}, "owner_id": "111122223333"}
+    ]
+    assert len(parse_config(document).compute.gpu_pool.capacity_reservations) == 2
+
+
+def test_reservations_in_auto_mode_are_refused():
+    document = raw("dev")
+    document["compute"]["gpu_pool"]["capacity_types"] = ["on-demand", "reserved"]
+    assert only_problem(document).field == "compute.gpu_pool.capacity_types"
+
+
+@pytest.mark.parametrize("expire_after, grace, most", [("720h", "24h", "480h"), ("500h", "5h", "499h"),
+                                                       ("Never", "24h", "480h")])
+def test_auto_mode_node_lifetime_above_21_days_is_refused(expire_after, grace, most):
+    document = raw("dev")
+    document["compute"]["gpu_pool"].update({"expire_after": expire_after, "termination_grace_period": grace})
+    problem = only_problem(document)
+    assert problem.field == "compute.gpu_pool.expire_after" and f"at most {most}" in problem.fix
+
+
+def test_auto_mode_lifetime_of_exactly_21_days_and_karpenter_beyond_it_are_accepted():
+    document = raw("dev")
+    document["compute"]["gpu_pool"].update({"expire_after": "480h", "termination_grace_period": "24h"})
+    assert parse_config(document).compute.gpu_pool.expire_after == "480h"
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["expire_after"] = "720h"
+    assert parse_config(document).compute.gpu_pool.expire_after == "720h"
+
+
+def test_node_lifetime_defaults_expire_within_auto_modes_limit():
+    pool = parse_config(raw("prod")).compute.gpu_pool
+    assert (pool.expire_after, pool.termination_grace_period) == ("336h", "24h")
+
+
+def test_a_single_replica_is_refused_unless_its_downtime_is_accepted():
+    document = raw("prod")
+    document["models"][0]["replicas"] = 1
+    problem = only_problem(document)
+    assert problem.field == "models[0].replicas" and "allow_single_replica_downtime: true" in problem.fix
+    document["models"][0]["allow_single_replica_downtime"] = True
+    assert parse_config(document).models[0].replicas == 1
+
+
+def test_an_environment_name_too_long_for_its_role_names_is_refused():
+    document = raw("dev")
+    document["name"] = "d" * 37
+    assert only_problem(document).field == "name"
+
+
+def test_emails_beside_an_existing_alarm_topic_are_refused():
+    document = raw("dev")
+    document["alerts"] = {"topic_arn": "arn:aws:sns:us-west-2:123456789012:oncall", "emails": ["a@example.com"]}
+    assert only_problem(document).field == "alerts.emails"
+
+
+@pytest.mark.parametrize("alerts", [{"emails": ["on call@example.com"]}, {"topic_arn": "arn:aws:sqs:us-west-2:1:q"}])
+def test_malformed_alert_targets_are_refused(alerts):
+    document = raw("dev")
+    document["alerts"] = alerts
+    assert only_problem(document).field.startswith("alerts.")
+
+
+def test_client_namespaces_must_be_namespace_names():
+    document = raw("dev")
+    document["serving"] = {"client_namespaces": ["Default"]}
+    assert only_problem(document).field.startswith("serving.client_namespaces")

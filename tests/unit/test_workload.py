@@ -248,3 +248,77 @@ def test_requests_larger_than_the_instance_are_refused():
     found = problems(document)
     assert [p.field for p in found] == ["models[0].cpu", "models[0].cpu"]
     assert "g6e.xlarge (4 vCPUs)" in found[0].message and "g6e.2xlarge (8 vCPUs)" in found[1].message
+
+
+# Issue 10: startup budget and rollout strategy, derived from the model and the pool.
+
+
+def test_startup_budget_grows_with_the_weights_and_shrinks_with_parallel_streaming():
+    from warmstart.workload import startup_budget_seconds
+
+    config = parse_config(raw("prod"))
+    llama = next(m for m in config.models if m.name == "llama-3-3-70b")
+    # 140 GB over 4 streaming processes at 0.1 GB/s each, plus compile and engine start, with 1.5x headroom.
+    assert startup_budget_seconds(llama, 4) == round((140 / 0.4 + 180) * 1.5)
+    assert startup_budget_seconds(llama, 1) > startup_budget_seconds(llama, 4)
+    bigger = llama.model_copy(update={"size_gb": 280})
+    assert startup_budget_seconds(bigger, 4) > startup_budget_seconds(llama, 4)
+
+
+def test_startup_budget_has_a_floor_an_eager_discount_and_an_override():
+    from warmstart.workload import STARTUP_MINIMUM_SECONDS, startup_budget_seconds
+
+    model = parse_config(raw("dev")).models[0]  # 10 GB, one GPU
+    assert startup_budget_seconds(model, 1) == 420  # (100 s + 180 s) x 1.5
+    eager = model.model_copy(update={"enforce_eager": True})
+    assert startup_budget_seconds(eager, 1) == STARTUP_MINIMUM_SECONDS  # (100 + 60) x 1.5 = 240, below the floor
+    assert startup_budget_seconds(model.model_copy(update={"startup_budget_seconds": 1500}), 1) == 1500
+
+
+def test_the_startup_probe_covers_the_budget():
+    for plan in [*_plans("dev").values(), *_plans("prod").values()]:
+        covered = 30 + 10 * plan.startup_failure_threshold
+        assert plan.startup_budget_seconds <= covered < plan.startup_budget_seconds + 10
+
+
+def _with_gpu_limit(name: str, limit: int, **model_changes):
+    document = raw(name)
+    document["compute"]["gpu_pool"]["gpu_limit"] = limit
+    for model in document["models"]:
+        model.update(model_changes)
+    return document
+
+
+def _plan_named(document, model_name):
+    from warmstart.catalog import default_catalog
+
+    config = parse_config(document)
+    return plan_model(next(m for m in config.models if m.name == model_name), config, default_catalog())
+
+
+def test_rollout_surges_only_when_the_pool_has_a_node_to_spare():
+    # prod: two models x two replicas, each replica on its own 8-GPU p5: 32 GPUs held, a surge needs 8 more.
+    roomy = _plan_named(_with_gpu_limit("prod", 40), "llama-3-3-70b")
+    assert roomy.surge and "40 of the pool's 40 GPUs" in roomy.rollout
+    tight = _plan_named(_with_gpu_limit("prod", 39), "llama-3-3-70b")
+    assert not tight.surge and "one pod at a time" in tight.rollout
+    assert "no room to surge: rollouts run one replica short" in tight.warnings
+
+
+def test_a_single_replica_without_room_to_surge_is_warned_offline_during_rollouts():
+    plan = _plan_named(_with_gpu_limit("dev", 1), "qwen3-4b")
+    assert not plan.surge
+    assert "no room to surge: the model is offline during every rollout" in plan.warnings
+
+
+def test_the_deployment_strategy_follows_the_plan(tmp_path):
+    import yaml
+
+    from k8s.render import render_workloads
+
+    strategies = {}
+    for limit in (1, 8):
+        (path,) = render_workloads(parse_config(_with_gpu_limit("dev", limit)), tmp_path / str(limit))
+        (deployment,) = [o for o in yaml.safe_load_all(path.read_text()) if o["kind"] == "Deployment"]
+        strategies[limit] = deployment["spec"]["strategy"]["rollingUpdate"]
+    assert strategies == {1: {"maxSurge": 0, "maxUnavailable": 1}, 8: {"maxSurge": 1, "maxUnavailable": 0}}

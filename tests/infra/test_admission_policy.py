@@ -1,0 +1,87 @@
+"""The agent's ValidatingAdmissionPolicy, as synthesized, evaluated by a real CEL evaluator
+(common-expression-language) on allowed and forbidden node updates, the way the API server evaluates it:
+match conditions, then variables in order, then every validation (Kubernetes docs, "Validating Admission
+Policy"). No optional types are used, so the expressions are also valid on the oldest supported version."""
+
+from __future__ import annotations
+
+import copy
+
+import cel
+import pytest
+
+from tests.manifests import deployed_manifests, of_kind
+
+AGENT = "system:serviceaccount:warmstart-system:warmstart-agent"
+NODE = {
+    "metadata": {
+        "name": "node-a",
+        "labels": {"kubernetes.io/arch": "amd64", "karpenter.sh/nodepool": "gpu",
+                   "weights.warmstart.io/qwen": "ready"},
+        "annotations": {"karpenter.sh/nodepool-hash": "123"},
+        "finalizers": ["karpenter.sh/termination"],
+        "ownerReferences": [{"kind": "NodeClaim", "name": "gpu-abc"}],
+    },
+    "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}], "providerID": "aws:///i-1"},
+}
+
+
+@pytest.fixture(scope="module")
+def policy(dev):
+    (policy,) = of_kind(deployed_manifests(dev.template_json("cluster")), "ValidatingAdmissionPolicy")
+    return policy["spec"]
+
+
+def admitted(policy: dict, new: dict, *, user: str = AGENT, node_claim: str | None = "node-a") -> bool:
+    extra = {"authentication.kubernetes.io/node-name": [node_claim]} if node_claim else {}
+    context = {"object": new, "oldObject": NODE, "request": {"userInfo": {"username": user, "extra": extra}}}
+    if not all(cel.evaluate(c["expression"], context) for c in policy["matchConditions"]):
+        return True  # not the agent: the policy does not apply
+    context["variables"] = {}
+    for variable in policy["variables"]:
+        context["variables"][variable["name"]] = cel.evaluate(variable["expression"], context)
+    return all(cel.evaluate(v["expression"], context) for v in policy["validations"])
+
+
+def changed(change) -> dict:
+    node = copy.deepcopy(NODE)
+    change(node)
+    return node
+
+
+ALLOWED = {
+    "a compile-cache label": lambda n: n["metadata"]["labels"].update({"compile-cache.warmstart.io/qwen": "restored"}),
+    "a hit/miss label": lambda n: n["metadata"]["labels"].update({"compile-use.warmstart.io/qwen": "hit"}),
+    "a weights label removed": lambda n: n["metadata"]["labels"].pop("weights.warmstart.io/qwen"),
+}
+FORBIDDEN = {
+    "another label changed": lambda n: n["metadata"]["labels"].update({"kubernetes.io/arch": "arm64"}),
+    "another label removed": lambda n: n["metadata"]["labels"].pop("karpenter.sh/nodepool"),
+    "a look-alike domain": lambda n: n["metadata"]["labels"].update({"evilwarmstart.io/x": "1"}),
+    "a sub-domain of ours": lambda n: n["metadata"]["labels"].update({"x.weights.warmstart.io/y": "1"}),
+    "an annotation added": lambda n: n["metadata"]["annotations"].update({"note": "x"}),
+    "the annotations removed": lambda n: n["metadata"].pop("annotations"),
+    "a finalizer removed": lambda n: n["metadata"].update({"finalizers": []}),
+    "the owner changed": lambda n: n["metadata"].update({"ownerReferences": [{"kind": "Other", "name": "x"}]}),
+    "a taint removed": lambda n: n["spec"].update({"taints": []}),
+}
+
+
+@pytest.mark.parametrize("case", ALLOWED)
+def test_the_agent_may_change_its_own_labels_on_its_own_node(policy, case):
+    assert admitted(policy, changed(ALLOWED[case]))
+
+
+@pytest.mark.parametrize("case", FORBIDDEN)
+def test_the_agent_may_change_nothing_else(policy, case):
+    assert not admitted(policy, changed(FORBIDDEN[case]))
+
+
+def test_only_its_own_node_and_only_with_a_node_bound_token(policy):
+    label = ALLOWED["a compile-cache label"]
+    assert not admitted(policy, changed(label), node_claim="node-b")
+    assert not admitted(policy, changed(label), node_claim=None)  # a token without the node-name claim
+
+
+def test_other_users_are_not_this_policys_business(policy):
+    assert admitted(policy, changed(FORBIDDEN["a taint removed"]), user="system:node:node-a")
