@@ -70,6 +70,10 @@ class SeaweedS3:
             "-s3.port.iceberg=0", "-s3.port.lance=0", f"-filer.localSocket={self.data / 'filer.sock'}",
             f"-s3.localSocket={self.data / 's3.sock'}", "-s3.allowDeleteBucketNotEmpty=false",
             "-s3.autoCreateBucket=false", "-debug.port=0",
+            # Each bucket is a collection with volumes of its own; the automatic limit (free disk / volume size)
+            # left a full test session with "no free volumes left" (InternalError) on a machine with 70 GB free.
+            # Volumes are sparse files: a high count costs nothing until written.
+            "-volume.max=2000",
             *(f"-{flag}={port}" for flag, port in self.ports.items()),
         ]
         self.log = open(self.root / "weed.log", "ab")
