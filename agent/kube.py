@@ -73,6 +73,9 @@ class KubeApi:
             content_type="application/merge-patch+json",
         )
 
+    def daemon_set(self, namespace: str, name: str) -> dict:
+        return self._call("GET", f"/apis/apps/v1/namespaces/{urllib.parse.quote(namespace)}/daemonsets/{urllib.parse.quote(name)}")
+
     def pods_on_node(self, node: str, label_selector: str) -> list[dict]:
         query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}", "labelSelector": label_selector})
         return self._call("GET", f"/api/v1/pods?{query}").get("items", [])

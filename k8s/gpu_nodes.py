@@ -12,7 +12,8 @@ from typing import Any
 import cdk8s
 from constructs import Construct
 
-from warmstart.config import AutoModeCompute, GpuPool, KarpenterCompute
+from warmstart.config import AutoModeCompute, GpuPool, ImagePreload, KarpenterCompute
+from warmstart.sizing import ami_family
 
 GPU_NODE_POOL = "gpu"
 GPU_NODE_CLASS = "gpu"  # Auto Mode forbids a custom node class named "default"
@@ -82,7 +83,7 @@ class AutoModeGpuNodes(cdk8s.Chart):
 
 
 class KarpenterGpuNodes(cdk8s.Chart):
-    """EC2NodeClass with instanceStorePolicy RAID0, so /mnt/k8s-disks/0 is the striped NVMe."""
+    """EC2NodeClass whose instance-store NVMe is one RAID0 array, mounted where `sizing.nvme_mount` says."""
 
     def __init__(
         self,
@@ -90,10 +91,12 @@ class KarpenterGpuNodes(cdk8s.Chart):
         id: str,
         *,
         compute: KarpenterCompute,
+        image_preload: ImagePreload,
         node_role_name: str,
         subnet_ids: list[str],
         security_group_ids: list[str],
         tags: dict[str, str],
+        data_volume_snapshot_id: str | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.node_class = _node_class(
@@ -103,20 +106,7 @@ class KarpenterGpuNodes(cdk8s.Chart):
             {
                 **_placement(node_role_name, subnet_ids, security_group_ids),
                 "amiSelectorTerms": [{"alias": compute.ami_alias}],
-                # Without it Karpenter ignores the instance store and /mnt/k8s-disks/0 would not exist.
-                "instanceStorePolicy": "RAID0",
-                "blockDeviceMappings": [
-                    {
-                        "deviceName": "/dev/xvda",
-                        "rootVolume": True,
-                        "ebs": {
-                            "volumeSize": f"{compute.root_volume_gib}Gi",
-                            "volumeType": "gp3",
-                            "encrypted": True,
-                            "deleteOnTermination": True,
-                        },
-                    }
-                ],
+                **karpenter_storage(compute, image_preload, data_volume_snapshot_id),
                 # IMDSv2 only, one hop: pods get AWS credentials from Pod Identity, never the node role.
                 "metadataOptions": {
                     "httpEndpoint": "enabled",
@@ -129,6 +119,77 @@ class KarpenterGpuNodes(cdk8s.Chart):
             },
         )
         self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class)
+
+
+# Bottlerocket's OS volume, as Karpenter's Bottlerocket defaults size it (v1.14.1 amifamily/bottlerocket.go);
+# listing any mapping replaces all of Karpenter's defaults, so both volumes are listed.
+BOTTLEROCKET_OS_VOLUME = {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "4Gi", "volumeType": "gp3",
+                                                             "encrypted": True, "deleteOnTermination": True}}
+# Snapshot mode: the NVMe array set up as Karpenter's RAID0 does it, but binding only the kubelet's folder and
+# the pod logs onto it, so /var/lib/containerd stays on the data volume made from the image snapshot
+# (`apiclient ephemeral-storage bind` mounts over a folder without copying it).
+SNAPSHOT_MODE_BOOTSTRAP = """[settings.bootstrap-commands.000-warmstart-instance-storage]
+commands = [["apiclient", "ephemeral-storage", "init"], ["apiclient", "ephemeral-storage", "bind", "--dirs", "/var/lib/kubelet", "/var/log/pods"]]
+essential = true
+mode = "always"
+"""
+# AL2023: SOCI parallel pull and unpack (nodeadm NodeConfig feature gate; Karpenter merges this NodeConfig with
+# its own, amazon-eks-ami v20250821+).
+FAST_IMAGE_PULL_NODE_CONFIG = """MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="//"
+
+--//
+Content-Type: application/node.eks.aws
+
+apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  featureGates:
+    FastImagePull: true
+
+--//--
+"""
+
+
+def karpenter_storage(compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None) -> dict[str, Any]:
+    """Volumes, instance-store policy and user data of the GPU EC2NodeClass, per node OS and image_preload."""
+    gp3 = {"volumeType": "gp3", "encrypted": True, "deleteOnTermination": True}
+    if ami_family(compute) == "al2023":
+        return {
+            # Without it Karpenter ignores the instance store and /mnt/k8s-disks/0 would not exist.
+            "instanceStorePolicy": "RAID0",
+            "blockDeviceMappings": [
+                {"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {"volumeSize": f"{compute.root_volume_gib}Gi", **gp3}}
+            ],
+            **({"userData": FAST_IMAGE_PULL_NODE_CONFIG} if preload.parallel_pull else {}),
+        }
+    if preload.mode != "snapshot":
+        return {
+            "instanceStorePolicy": "RAID0",
+            "blockDeviceMappings": [
+                BOTTLEROCKET_OS_VOLUME,
+                {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": f"{compute.root_volume_gib}Gi", **gp3}},
+            ],
+        }
+    if snapshot_id is None:
+        raise ValueError("image_preload.mode snapshot needs the data volume's snapshot ID")
+    volume = preload.snapshot
+    data = {
+        "snapshotID": snapshot_id,
+        # Set explicitly: Karpenter sizes the node's ephemeral storage from it (else Bottlerocket's 20Gi default).
+        "volumeSize": f"{volume.data_volume_gib}Gi",
+        "volumeType": "gp3",
+        "iops": volume.data_volume_iops,
+        "throughput": volume.data_volume_throughput_mibps,
+        # Encryption comes from the snapshot (the CRD refuses `encrypted` beside a snapshot).
+        "deleteOnTermination": True,
+        **({"volumeInitializationRate": volume.volume_initialization_rate_mibps}
+           if volume.volume_initialization_rate_mibps else {}),
+    }
+    return {
+        "blockDeviceMappings": [BOTTLEROCKET_OS_VOLUME, {"deviceName": "/dev/xvdb", "ebs": data}],
+        "userData": SNAPSHOT_MODE_BOOTSTRAP,
+    }
 
 
 def _reservations(pool: GpuPool) -> dict[str, Any]:

@@ -1,9 +1,13 @@
-"""Container image pre-pull: one DaemonSet per distinct serving image on the GPU pool.
+"""Container image pre-pull: one DaemonSet per distinct serving image on the GPU pool, and its rollout gate.
 
-Its init container runs the serving image and exits at once, so the kubelet pulls the image onto every GPU
-node as the node joins; a tiny pause container then keeps the pod (and so the image) in place. It never
-blocks a Deployment: a vLLM pod that starts first simply pulls as usual. Deployments that share an image
-share its DaemonSet; it goes when no model uses the image.
+The DaemonSet's init container runs the serving image and exits at once, so the kubelet pulls the image onto
+every GPU node as the node joins; a tiny pause container then keeps the pod (and so the image) in place. It
+never blocks a pod: a vLLM pod that starts first simply pulls as usual. Deployments that share an image share
+its DaemonSet; it goes when no model uses the image.
+
+The gate Job (`agent/image_gate.py`, one per image, named after it) waits, bounded, until that DaemonSet is
+Ready on every node it targets; `cdk deploy` updates the image's Deployments only after the Job succeeded, so
+a new image is on the existing GPU nodes before its pods roll.
 """
 
 from __future__ import annotations
@@ -13,9 +17,17 @@ from cdk8s_plus_33 import k8s
 from constructs import Construct
 
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
-from k8s.hardening import NO_LIVENESS, NO_READINESS, departure, locked_down, pod_security, scanner_annotations
+from k8s.hardening import (
+    NEEDS_API_TOKEN,
+    NO_LIVENESS,
+    NO_READINESS,
+    departure,
+    locked_down,
+    pod_security,
+    scanner_annotations,
+)
 from warmstart.agent_settings import AGENT_NAMESPACE
-from warmstart.workload import image_cache_name
+from warmstart.workload import image_cache_name, image_gate_name
 
 IMAGE_CACHE_LABEL = "warmstart.io/image-cache"
 PAUSE_USER = 65535  # the pause image's own non-root user
@@ -25,19 +37,85 @@ ANNOTATIONS = scanner_annotations([
 ])
 
 
+GATE_SERVICE_ACCOUNT = "warmstart-image-gate"
+GATE_LABELS = {"app.kubernetes.io/name": "warmstart-image-gate", "app.kubernetes.io/part-of": "warmstart"}
+GATE_ANNOTATIONS = scanner_annotations([
+    departure(NEEDS_API_TOKEN, "it reads the status of the image pre-pull DaemonSets (get, by name, in its own "
+                               "namespace only)"),
+    departure(NO_LIVENESS, "a Job bounded by activeDeadlineSeconds; it exits by itself at its own deadline"),
+    departure(NO_READINESS, "a Job: no Service routes to it"),
+])
+# The Job's own deadline beyond the gate's: time to pull the agent image and start Python.
+GATE_START_SECONDS = 120
+
+
 class ImageCacheChart(cdk8s.Chart):
-    def __init__(self, scope: Construct, id: str, *, images: list[str], pause_image: str) -> None:
+    def __init__(
+        self, scope: Construct, id: str, *, images: list[str], pause_image: str, gate_image: str,
+        gate_image_revision: str, gate_deadline_seconds: int,
+    ) -> None:
         super().__init__(scope, id)
-        self.daemon_sets = {image: self._daemon_set(image, pause_image) for image in sorted(set(images))}
+        images = sorted(set(images))
+        self.daemon_sets = {image: self._daemon_set(image, pause_image) for image in images}
+        meta = lambda name: k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=GATE_LABELS)  # noqa: E731
+        self.gate_account = k8s.KubeServiceAccount(self, "GateAccount", metadata=meta(GATE_SERVICE_ACCOUNT))
+        self.gate_role = k8s.KubeRole(
+            self, "GateRole", metadata=meta(GATE_SERVICE_ACCOUNT),
+            rules=[k8s.PolicyRule(api_groups=["apps"], resources=["daemonsets"], verbs=["get"],
+                                  resource_names=[image_cache_name(image) for image in images])],
+        )
+        self.gate_binding = k8s.KubeRoleBinding(
+            self, "GateBinding", metadata=meta(GATE_SERVICE_ACCOUNT),
+            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=GATE_SERVICE_ACCOUNT),
+            subjects=[k8s.Subject(kind="ServiceAccount", name=GATE_SERVICE_ACCOUNT, namespace=AGENT_NAMESPACE)],
+        )
+        revision = f"{gate_image_revision}/{gate_deadline_seconds}"
+        self.gates = {image: self._gate(image, image_gate_name(image, revision), gate_image, gate_deadline_seconds)
+                      for image in images}
+        for gate in self.gates.values():
+            gate.add_dependency(self.gate_binding)
+            gate.add_dependency(self.gate_account)
+
+    def _gate(self, image: str, name: str, gate_image: str, deadline_seconds: int) -> k8s.KubeJob:
+        """A Job per serving image (its name changes with the image), succeeded once the image is on the nodes or
+        its deadline passed; it stays as the record of that rollout (kubectl logs job/<name>)."""
+        small = _memory_bound(cpu="50m", memory="128Mi")
+        return k8s.KubeJob(
+            self,
+            name,
+            metadata=k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=GATE_LABELS,
+                                    annotations={"warmstart.io/image": image, **GATE_ANNOTATIONS}),
+            spec=k8s.JobSpec(
+                backoff_limit=3,
+                active_deadline_seconds=deadline_seconds + GATE_START_SECONDS,
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels=GATE_LABELS),
+                    spec=k8s.PodSpec(
+                        restart_policy="OnFailure",
+                        service_account_name=GATE_SERVICE_ACCOUNT,
+                        security_context=pod_security(selinux_level=None),
+                        containers=[
+                            k8s.Container(
+                                name="gate",
+                                image=gate_image,
+                                image_pull_policy="IfNotPresent",
+                                command=["python", "-m", "agent.image_gate"],
+                                args=[f"--namespace={AGENT_NAMESPACE}", f"--daemon-set={image_cache_name(image)}",
+                                      f"--deadline-seconds={deadline_seconds}"],
+                                resources=small,
+                                security_context=locked_down(read_only_root=True),
+                            )
+                        ],
+                    ),
+                ),
+            ),
+        )
 
     def _daemon_set(self, image: str, pause_image: str) -> k8s.KubeDaemonSet:
         name = image_cache_name(image)
         labels = {"app.kubernetes.io/name": "warmstart-image-cache", "app.kubernetes.io/part-of": "warmstart",
                   IMAGE_CACHE_LABEL: name}
-        tiny = k8s.ResourceRequirements(
-            requests={"cpu": k8s.Quantity.from_string("1m"), "memory": k8s.Quantity.from_string("16Mi")},
-            limits={"memory": k8s.Quantity.from_string("16Mi")},
-        )
+        tiny = _memory_bound(cpu="1m", memory="16Mi")
         return k8s.KubeDaemonSet(
             self,
             name,
@@ -67,3 +145,11 @@ class ImageCacheChart(cdk8s.Chart):
                 ),
             ),
         )
+
+
+def _memory_bound(*, cpu: str, memory: str) -> k8s.ResourceRequirements:
+    """Requests, and a memory limit equal to the request (no CPU limit: see hardening.CPU_REQUEST_ONLY)."""
+    return k8s.ResourceRequirements(
+        requests={"cpu": k8s.Quantity.from_string(cpu), "memory": k8s.Quantity.from_string(memory)},
+        limits={"memory": k8s.Quantity.from_string(memory)},
+    )

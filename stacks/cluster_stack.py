@@ -8,7 +8,9 @@ from constructs import Construct
 from stacks.components.auto_mode import AutoModeCustomTags, AutoModeNodeRole
 from stacks.components.network_policy import NetworkPolicySupport
 from stacks.components.buckets import ArtifactBuckets
+from stacks.components.agent_image import AgentImage
 from stacks.components.image_cache import ImageCache
+from stacks.components.image_snapshot import ImageSnapshotBuild
 from stacks.components.node_agent import NodeAgent
 from stacks.components.control_plane import ControlPlane
 from stacks.components.gpu_pool import GpuNodePool
@@ -20,7 +22,8 @@ from k8s.vllm_model import SERVICE_ACCOUNT, VllmModel
 from warmstart.catalog import default_catalog
 from warmstart.config import AutoModeCompute, EnvironmentConfig
 from warmstart.agent_settings import agent_settings
-from warmstart.workload import compile_cache_root, plan_model, pod_records_root, weights_root
+from warmstart.image_preload import builder_ami_parameter, image_set_key, snapshot_images
+from warmstart.workload import compile_cache_root, plan_model, pod_records_root, serving_images, weights_root
 
 class ClusterStack(Stack):
     """EKS cluster, GPU capacity for the configured compute mode, and per-model identities."""
@@ -73,6 +76,19 @@ class ClusterStack(Stack):
                 self, "NvidiaDevicePlugin", cluster=self.cluster, version=compute.nvidia_device_plugin_version
             )
             node_role, gpu_pool_after = self.karpenter.node_role, [self.karpenter.chart]
+        self.image_snapshot = None
+        if config.image_preload.mode == "snapshot":
+            self.image_snapshot = ImageSnapshotBuild(
+                self,
+                "ImageSnapshot",
+                environment=config.name,
+                settings=config.image_preload.snapshot,
+                images=snapshot_images(config),
+                image_set_key=image_set_key(config),
+                ami_parameter=builder_ami_parameter(compute, config.cluster.kubernetes_version),
+                vpc=network.vpc,
+                subnet=subnets[0],
+            )
         self.gpu_pool = GpuNodePool(
             self,
             "GpuPool",
@@ -82,24 +98,29 @@ class ClusterStack(Stack):
             node_role=node_role,
             subnets=subnets,
             tags=config.tags,
+            image_preload=config.image_preload,
+            data_volume_snapshot_id=self.image_snapshot.snapshot_id if self.image_snapshot else None,
             after=gpu_pool_after,
         )
         catalog = default_catalog()
         settings = agent_settings(config, catalog)
-        images = sorted({m.image for m in config.models}) if config.caches.image else []
+        images = serving_images(config) if config.image_preload.mode != "off" else []
         self.system_namespace = None
         self.node_agent = None
         self.image_cache = None
+        self.agent_image = None
         if settings.models or images:
             self.system_namespace = self.cluster.add_cdk8s_chart(
                 "WarmstartSystem", SystemNamespace(self.charts, "WarmstartSystem")
             )
+            self.agent_image = AgentImage(self, "AgentImage")
         if settings.models:
             self.node_agent = NodeAgent(
                 self,
                 "NodeAgent",
                 cluster=self.cluster,
                 charts=self.charts,
+                image=self.agent_image,
                 settings=settings,
                 cache_root=compile_cache_root(config),
                 weights_root=weights_root(config),
@@ -110,7 +131,8 @@ class ClusterStack(Stack):
         if images:
             self.image_cache = ImageCache(
                 self, "ImageCache", cluster=self.cluster, charts=self.charts, images=images,
-                pause_image=config.caches.pause_image,
+                pause_image=config.caches.pause_image, gate_image=self.agent_image,
+                rollout_wait_seconds=config.image_preload.rollout_wait_minutes * 60,
             )
             self.image_cache.manifest.node.add_dependency(self.system_namespace)
         self.model_readers: dict[str, ModelReader] = {}
@@ -128,8 +150,11 @@ class ClusterStack(Stack):
             )
             chart = VllmModel(self.charts, f"Model-{model.name}", plan=plan_model(model, config, catalog))
             workload = self.cluster.add_cdk8s_chart(f"Model-{model.name}", chart)
-            # Pods start with their credentials in place and a GPU pool to land on.
+            # Pods start with their credentials in place and a GPU pool to land on; a new image is on the GPU
+            # nodes (or its bounded wait is over) before the Deployment rolls to it.
             workload.node.add_dependency(reader.identity.association, self.gpu_pool.manifest)
+            if self.image_cache is not None:
+                workload.node.add_dependency(self.image_cache.gates[model.image])
             self.model_readers[model.name] = reader
             self.workloads[model.name] = workload
 

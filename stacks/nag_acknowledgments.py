@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from aws_cdk import Acknowledgment, Validations
 from constructs import IConstruct
 
+from stacks.components.image_snapshot import ImageSnapshotBuild
 from stacks.components.karpenter import KarpenterController
 from stacks.components.pod_identity import ModelReader
 from stacks.components.pruner import CompileCachePruner
@@ -92,6 +93,8 @@ def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig)
     for reader in cluster_stack.model_readers.values():
         _model_reader(reader)
     _pruner(stacks.pruner.pruner, config)
+    if cluster_stack.image_snapshot is not None:
+        _image_snapshot(cluster_stack.image_snapshot, config)
     agent = cluster_stack.node_agent
     if agent is not None and agent.policy is not None:
         _acknowledge(
@@ -202,6 +205,60 @@ def _pruner(pruner: CompileCachePruner, config: EnvironmentConfig) -> None:
         pruner.scheduler_role,
         "EventBridge Scheduler's role may invoke the pruner function and its versions (ARN:*), nothing else.",
         f"AwsSolutions-IAM5[Resource::<{_logical_id(pruner.function)}.Arn>:*]",
+    )
+
+
+def _image_snapshot(build: ImageSnapshotBuild, config: EnvironmentConfig) -> None:
+    region, account = config.region, config.account
+    ec2 = f"arn:aws:ec2:{region}"
+    _acknowledge(
+        build.builder_role,
+        "The policy SSM documents for a managed instance (the agent registers and receives Run Command); the "
+        "builder has nothing else and pulls anonymously.",
+        _managed("AmazonSSMManagedInstanceCore"),
+    )
+    _acknowledge(
+        build.workflow_policy,
+        "The builder's instance, volumes, interface and snapshot have no ID before the workflow creates them: "
+        "creating them requires this environment's tag, and stop, terminate, snapshot and Run Command apply only "
+        "to resources carrying it; the AMI is AWS's public Bottlerocket image resolved at run time; Describe, "
+        "command-invocation reads, log delivery and X-Ray take no resource ARNs.",
+        _wildcard("*"),
+        _wildcard(f"{ec2}::image/*"),
+        _wildcard(f"{ec2}::snapshot/*"),
+        *(_wildcard(f"{ec2}:{account}:{kind}/*") for kind in ("instance", "volume", "network-interface")),
+    )
+    _acknowledge(
+        build.function_policy,
+        "The custom resource follows executions of its own state machine (IDs made per build), deletes only "
+        "snapshots tagged for this environment and terminates only builders tagged for it; Describe calls take no "
+        "resource ARNs.",
+        _wildcard("*"),
+        _wildcard(f"{ec2}::snapshot/*"),
+        _wildcard(f"{ec2}:{account}:instance/*"),
+        _wildcard(f"arn:aws:states:{region}:{account}:execution:<{_logical_id(build.state_machine)}.Name>:*"),
+    )
+    framework = build.provider.node
+    for name in ("framework-onEvent", "framework-isComplete", "framework-onTimeout"):
+        function = framework.find_child(name)
+        _acknowledge(
+            function,
+            "aws-cdk-lib's custom resource provider framework: its functions log with the basic execution role "
+            "and invoke the handler functions and their versions (ARN:*).",
+            _managed("service-role/AWSLambdaBasicExecutionRole"),
+            f"AwsSolutions-IAM5[Resource::<{_logical_id(build.functions['OnEvent'])}.Arn>:*]",
+            f"AwsSolutions-IAM5[Resource::<{_logical_id(build.functions['IsComplete'])}.Arn>:*]",
+        )
+    waiter = framework.find_child("waiter-state-machine")
+    _acknowledge(
+        waiter,
+        "aws-cdk-lib's provider framework waiter: it invokes the framework's own functions and versions (ARN:*) "
+        "and offers no X-Ray setting; it logs ALL events to the build's log group (log delivery APIs take no "
+        "resource ARNs).",
+        _wildcard("*"),
+        f"AwsSolutions-IAM5[Resource::<{_logical_id(framework.find_child('framework-isComplete'))}.Arn>:*]",
+        f"AwsSolutions-IAM5[Resource::<{_logical_id(framework.find_child('framework-onTimeout'))}.Arn>:*]",
+        "AwsSolutions-SF2",
     )
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tests.s3_server import SeaweedS3
-from tests.synth import SHIPPED_ENVIRONMENTS, Synthesized, synthesize_shipped
+from tests.synth import EVERY_ENVIRONMENT, SHIPPED_ENVIRONMENTS, Synthesized, synthesize_any
 from warmstart.catalog import default_catalog
 
 _cache: dict[str, Synthesized] = {}
@@ -15,7 +15,7 @@ def synthesized_env(tmp_path_factory):
 
     def get(name: str) -> Synthesized:
         if name not in _cache:
-            _cache[name] = synthesize_shipped(name, tmp_path_factory.mktemp(f"cdk-{name}"))
+            _cache[name] = synthesize_any(name, tmp_path_factory.mktemp(f"cdk-{name}"))
         return _cache[name]
 
     return get
@@ -24,6 +24,17 @@ def synthesized_env(tmp_path_factory):
 @pytest.fixture(scope="session", params=SHIPPED_ENVIRONMENTS)
 def shipped(request, synthesized_env) -> Synthesized:
     return synthesized_env(request.param)
+
+
+@pytest.fixture(scope="session", params=EVERY_ENVIRONMENT)
+def every_env(request, synthesized_env) -> Synthesized:
+    """The shipped environments and the variants of tests/synth.py, for checks that hold for any environment."""
+    return synthesized_env(request.param)
+
+
+@pytest.fixture(scope="session")
+def snapshot_env(synthesized_env) -> Synthesized:
+    return synthesized_env("prod-bottlerocket-snapshot")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Which condition keys each IAM action we condition supports, after the Service Authorization Reference
 (docs.aws.amazon.com/service-authorization/latest/reference: "Actions, resources, and condition keys for"
-Amazon EC2, IAM, Amazon S3, AWS STS, Amazon SQS, Amazon SNS; read 2026-11). A condition on a key the action
+Amazon EC2, IAM, Amazon S3, AWS STS, Amazon SQS, Amazon SNS, AWS Systems Manager; read 2026-11). A condition on a key the action
 does not carry is evaluated as false (IAM user guide, "Condition keys that are not present in the request"),
 so an Allow with it never applies: that is how the pruner's multipart listing was always denied.
 
@@ -30,6 +30,8 @@ ACTION_KEYS: dict[str, set[str]] = {
     "ec2:DeleteTags": TAGS | RESOURCE_TAGS,
     "ec2:DeleteLaunchTemplate": RESOURCE_TAGS,
     "ec2:TerminateInstances": RESOURCE_TAGS,
+    "ec2:StopInstances": RESOURCE_TAGS,
+    "ec2:DeleteSnapshot": RESOURCE_TAGS,
     # IAM (instance-profile resources carry aws:ResourceTag)
     "iam:CreateInstanceProfile": TAGS,
     "iam:TagInstanceProfile": TAGS | RESOURCE_TAGS,
@@ -43,6 +45,9 @@ ACTION_KEYS: dict[str, set[str]] = {
     "s3:PutObject": {"s3:if-none-match", "s3:if-match", "s3:ObjectCreationOperation", "s3:TlsVersion"},
     "s3:DeleteObject": {"s3:TlsVersion"},
     "s3:*": {"s3:TlsVersion"},
+    # AWS Systems Manager: SendCommand on an EC2 instance carries aws:ResourceTag and ssm:resourceTag (the Run
+    # Command guide's tag-restriction example uses the latter; aws:* keys there also need aws:ViaAWSService).
+    "ssm:SendCommand": RESOURCE_TAGS | {"ssm:resourceTag/*"},
     # Amazon SNS (only global keys on Publish)
     "sns:Publish": set(),
     # AWS STS (Pod Identity tags the session it assumes)

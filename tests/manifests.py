@@ -15,6 +15,7 @@ STAND_INS = (
     ("SecurityGroup", "sg-0123456789abcdef0"),
     ("Role", "warmstart-node-role"),
     ("Queue", "warmstart-interruption-queue"),
+    ("ImageSnapshot", "snap-0123456789abcdef0"),
 )
 
 

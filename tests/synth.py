@@ -11,7 +11,9 @@ from aws_cdk.assertions import Template
 
 from stacks.compose import EnvironmentStacks, compose_environment
 from warmstart.config import EnvironmentConfig
-from warmstart.loader import load_config
+import yaml
+
+from warmstart.loader import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_ENVIRONMENTS = sorted(path.stem for path in (ROOT / "config").glob("*.yaml"))
@@ -49,3 +51,22 @@ def synthesize(config: EnvironmentConfig, outdir: Path, name: str) -> Synthesize
 
 def synthesize_shipped(name: str, outdir: Path) -> Synthesized:
     return synthesize(load_config(ROOT / "config" / f"{name}.yaml"), outdir, name)
+
+
+def bottlerocket_snapshot_config() -> EnvironmentConfig:
+    """prod on Bottlerocket with image_preload snapshot: the path no shipped environment takes (yet), checked by
+    the same environment-wide tests (cdk-nag, cfn-lint, condition keys, manifest schemas)."""
+    raw = yaml.safe_load((ROOT / "config" / "prod.yaml").read_text())
+    raw["compute"]["ami_alias"] = "bottlerocket@v1.50.0"
+    raw["image_preload"] = {"mode": "snapshot"}
+    return parse_config(raw, source="prod, Bottlerocket, image snapshot")
+
+
+VARIANTS = {"prod-bottlerocket-snapshot": bottlerocket_snapshot_config}
+EVERY_ENVIRONMENT = [*SHIPPED_ENVIRONMENTS, *VARIANTS]
+
+
+def synthesize_any(name: str, outdir: Path) -> Synthesized:
+    if name in VARIANTS:
+        return synthesize(VARIANTS[name](), outdir, name)
+    return synthesize_shipped(name, outdir)

@@ -108,6 +108,6 @@ def agent_settings(config: EnvironmentConfig, catalog: Catalog) -> AgentSettings
         models=models,
         gpus=gpus,
         weights_poll_seconds=config.caches.weights_poll_seconds,
-        nvme_mount=nvme_mount(config.compute.mode),
+        nvme_mount=nvme_mount(config.compute),
         weights_host_path=weights_root(config),
     )

@@ -15,8 +15,21 @@ from warmstart.active_set import ADVANCED_LIMIT, active_set_document
 from warmstart.cache_key import RESERVED_VLLM_ENV
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+from warmstart.image_preload import (
+    AL2023_FAST_IMAGE_PULL_SINCE,
+    BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE,
+    FAST_IMAGE_PULL_MIN_MEMORY_GIB,
+    FAST_IMAGE_PULL_MIN_VCPUS,
+    KUBELET_IMAGE_GC_LOW_PERCENT,
+    data_volume_gb,
+    data_volume_need_gb,
+    DATA_VOLUME_RESERVE_GB,
+    is_private_ecr,
+)
 from warmstart.sizing import (
     SizingError,
+    ami_family,
+    ami_version,
     candidate_instances,
     ephemeral_storage_below_nvme,
     nvme_mount,
@@ -25,7 +38,15 @@ from warmstart.sizing import (
     valid_tensor_parallel_sizes,
     weights_fit,
 )
-from warmstart.workload import NVME_USABLE, is_under, nvme_need_gb, plan_model, streaming_processes, weights_cached
+from warmstart.workload import (
+    NVME_USABLE,
+    is_under,
+    nvme_need_gb,
+    plan_model,
+    serving_images,
+    streaming_processes,
+    weights_cached,
+)
 
 # Share of an instance's CPU and memory that kubelet leaves allocatable to pods (approximate upper bound).
 NODE_ALLOCATABLE = 0.9
@@ -56,11 +77,13 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
         *_node_lifetime(config),
         *_single_replicas(config),
         *_alerts(config),
+        *_image_preload(config),
     ]
     if any(p.field.startswith("compute.gpu_pool.instance_types") for p in problems):
         return problems  # every rule below needs catalog facts for the pool
     problems += _ephemeral_storage(config, catalog)
     problems += _nvme_budget(config, catalog)
+    problems += _fast_image_pull_nodes(config, catalog)
     for index, _ in enumerate(config.models):
         problems += _model(config, catalog, index)
     if not problems:  # it derives every model's keys, which needs every model valid
@@ -145,6 +168,84 @@ def _alerts(config: EnvironmentConfig) -> list[Problem]:
         return [Problem("alerts.emails", "emails are for the topic warmstart creates; an existing topic is given too",
                         "subscribe the emails to your topic, or remove alerts.topic_arn")]
     return []
+
+
+def _version(parts: tuple[int, ...]) -> str:
+    return ".".join(str(p) for p in parts)
+
+
+def _image_preload(config: EnvironmentConfig) -> list[Problem]:
+    preload, compute = config.image_preload, config.compute
+    problems = []
+    if preload.parallel_pull:
+        if isinstance(compute, AutoModeCompute):
+            problems.append(Problem("image_preload.parallel_pull", "Auto Mode has no setting for the container "
+                                    "runtime's snapshotter (its NodeClass takes no user data)",
+                                    "remove parallel_pull, or use compute.mode: karpenter with an AL2023 ami_alias"))
+        elif ami_family(compute) == "bottlerocket" and preload.mode != "snapshot":  # refused below for snapshot
+            problems.append(Problem(
+                "image_preload.parallel_pull", "not wired for Bottlerocket: its SOCI store would have to move onto "
+                "the NVMe array with the rest of containerd's data, which this project has not verified",
+                "remove parallel_pull (image_preload.mode: snapshot puts the images on disk before boot instead), "
+                "or use an AL2023 ami_alias"))
+        elif ami_family(compute) == "al2023" and ami_version(compute) < AL2023_FAST_IMAGE_PULL_SINCE:
+            problems.append(Problem(
+                "image_preload.parallel_pull", f"{compute.ami_alias} predates the AL2023 AMI's FastImagePull "
+                f"feature gate (v{_version(AL2023_FAST_IMAGE_PULL_SINCE)})",
+                f"pin compute.ami_alias to al2023@v{_version(AL2023_FAST_IMAGE_PULL_SINCE)} or later, or remove "
+                "parallel_pull"))
+    if preload.mode != "snapshot":
+        return problems
+    field = "image_preload.mode"
+    if isinstance(compute, AutoModeCompute):
+        return problems + [Problem(field, "Auto Mode nodes cannot start from an image snapshot: its NodeClass takes "
+                                   "no AMI, user data or block device mapping",
+                                   "use image_preload.mode: prepull, or compute.mode: karpenter with a Bottlerocket "
+                                   "ami_alias")]
+    if ami_family(compute) != "bottlerocket":
+        return problems + [Problem(field, f"{compute.ami_alias}: on AL2023 containerd keeps its images on the root "
+                                   "volume (or the NVMe array), which a data-volume snapshot cannot fill",
+                                   "use a Bottlerocket ami_alias (bottlerocket@v1.22.0 or later), or "
+                                   "image_preload.mode: prepull")]
+    if ami_version(compute) < BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE:
+        problems.append(Problem("compute.ami_alias", f"{compute.ami_alias} predates Bottlerocket's bootstrap "
+                                f"commands (v{_version(BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE)}), which set up the "
+                                "NVMe array without moving the image store",
+                                f"pin bottlerocket@v{_version(BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE)} or later"))
+    if preload.parallel_pull:
+        problems.append(Problem("image_preload.parallel_pull", "the snapshot already holds the images; pulls are "
+                                "only the fallback", "remove parallel_pull, or use image_preload.mode: prepull"))
+    for index, model in enumerate(config.models):
+        if is_private_ecr(model.image):
+            problems.append(Problem(f"models[{index}].image", f"{model.image!r} is in a private ECR registry: the "
+                                    "snapshot builder would need a registry token in its SSM command (kept in "
+                                    "the command history)",
+                                    "serve the image from a registry that allows anonymous pulls (e.g. "
+                                    "public.ecr.aws), or use image_preload.mode: prepull"))
+    need, have = data_volume_need_gb(config), data_volume_gb(config)
+    if have < need:
+        problems.append(Problem(
+            "image_preload.snapshot.data_volume_gib",
+            f"{len(serving_images(config))} serving image(s) of {config.caches.image_size_gb:g} GB "
+            f"(caches.image_size_gb) and {DATA_VOLUME_RESERVE_GB} GB for the rest of the volume "
+            f"need {need:g} GB of data volume so that they stay below the kubelet's image GC threshold "
+            f"({KUBELET_IMAGE_GC_LOW_PERCENT}%), which would otherwise delete them before any pod runs them; "
+            f"{have:g} GB given",
+            f"set data_volume_gib to at least {math.ceil(need * 10**9 / GIB)}"))
+    return problems
+
+
+def _fast_image_pull_nodes(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    if not config.image_preload.parallel_pull:
+        return []
+    small = [name for name in config.compute.gpu_pool.instance_types
+             if catalog.instance(name).vcpus < FAST_IMAGE_PULL_MIN_VCPUS
+             or catalog.instance(name).memory_gib < FAST_IMAGE_PULL_MIN_MEMORY_GIB]
+    if not small:
+        return []
+    return [Problem("image_preload.parallel_pull", f"{', '.join(small)}: nodeadm silently skips FastImagePull below "
+                    f"{FAST_IMAGE_PULL_MIN_VCPUS} vCPUs or {FAST_IMAGE_PULL_MIN_MEMORY_GIB} GiB of memory",
+                    "remove those instance types from the pool, or remove parallel_pull")]
 
 
 def _availability_zones(config: EnvironmentConfig) -> list[Problem]:
@@ -375,7 +476,7 @@ def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel: int, at: s
 
 def _compile_host_path(config: EnvironmentConfig) -> list[Problem]:
     path = config.caches.compile_host_path
-    mount = nvme_mount(config.compute.mode)
+    mount = nvme_mount(config.compute)
     if path is None or is_under(path, mount):
         return []
     return [

@@ -244,7 +244,6 @@ class StreamerTuning(Strict):
 class CacheSwitches(Strict):
     compile: bool = True
     weights: bool = False
-    image: bool = True
     # Host folder of the torch.compile cache; default <NVMe mount>/compile-cache. Must stay under the
     # compute mode's NVMe mount, or DirectoryOrCreate would silently create it on the EBS root volume.
     compile_host_path: str | None = Field(default=None, pattern=r"^/")
@@ -259,6 +258,57 @@ class CacheSwitches(Strict):
     compile_cache_reserve_gb: float = Field(default=10, ge=0)
     # The image-cache DaemonSet's long-running container (tiny, pinned).
     pause_image: str = "registry.k8s.io/pause:3.10"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "image" in data:
+            raise ValueError("caches.image moved to image_preload.mode (true is 'prepull', false is 'off')")
+        return data
+
+
+class ImageSnapshot(Strict):
+    """The EBS snapshot GPU nodes' container-image volume starts from (image_preload.mode: snapshot)."""
+
+    # Bottlerocket's data volume (/dev/xvdb): the container images, plus room for what containers write.
+    data_volume_gib: int = Field(default=150, ge=20, le=16384)
+    data_volume_iops: int = Field(default=6000, ge=3000, le=16000)
+    data_volume_throughput_mibps: int = Field(default=500, ge=125, le=1000)
+    # A volume made from a snapshot fetches each block from S3 on first read; an initialization rate (100-300
+    # MiB/s, EBS "Provisioned rate for volume initialization") makes the whole volume local at a known pace.
+    volume_initialization_rate_mibps: int | None = Field(default=300, ge=100, le=300)
+    # The short-lived instance that pulls the images (network and CPU for unpacking).
+    builder_instance_type: str = Field(default="m7i.2xlarge", pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+    # Longest one build may take (launch, pull, stop, snapshot); the deploy waits for it inside one custom
+    # resource call, which CloudFormation (and CDK's provider framework) bound at one hour.
+    build_timeout_minutes: int = Field(default=45, ge=20, le=50)
+
+
+class ImagePreload(Strict):
+    """How the serving images reach a GPU node before the pods that need them.
+
+    off: every pod pulls its image itself. prepull: a DaemonSet per image pulls it onto every GPU node as the
+    node joins, and a new image reaches the existing nodes before its pods roll. snapshot (Karpenter with
+    Bottlerocket): new nodes boot with the images already on their data volume, made from an EBS snapshot the
+    stack builds; the pre-pull DaemonSets stay for nodes that predate a new snapshot."""
+
+    mode: Literal["off", "prepull", "snapshot"] = "prepull"
+    # SOCI parallel pull and unpack for every pull on the GPU nodes (Karpenter nodes; not lazy loading).
+    parallel_pull: bool = False
+    # Longest a rollout to a new image waits for its pre-pull DaemonSet (the deploy's kubectl step lasts 15 min).
+    rollout_wait_minutes: int = Field(default=10, ge=1, le=12)
+    snapshot: ImageSnapshot = ImageSnapshot()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lazy(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("mode") == "lazy":
+            raise ValueError(
+                "lazy loading is not available on EKS nodes: Bottlerocket's SOCI snapshotter runs in parallel-pull "
+                "mode only and the AL2023 AMI's FastImagePull turns lazy loading off (see README, Image preload); "
+                "use mode: prepull or snapshot, with parallel_pull: true for faster pulls"
+            )
+        return data
 
 
 class ServingAccess(Strict):
@@ -298,6 +348,7 @@ class EnvironmentConfig(Strict):
     models: list[ModelSpec] = Field(min_length=1)
     streamer: StreamerTuning = StreamerTuning()
     caches: CacheSwitches = CacheSwitches()
+    image_preload: ImagePreload = ImagePreload()
     pruning: PruningPolicy = PruningPolicy()
     serving: ServingAccess = ServingAccess()
     alerts: Alerts = Alerts()

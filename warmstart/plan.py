@@ -7,6 +7,14 @@ import json
 from warmstart.cache_key import compile_cache_key
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig
+from warmstart.image_preload import (
+    data_volume_need_gb,
+    image_route,
+    image_set_key,
+    snapshot_images,
+    snapshot_parameter_name,
+    volume_initialization_seconds,
+)
 from warmstart.sizing import candidate_instances
 from warmstart.workload import VLLM_PORT, ModelPlan, nvme_need_gb, plan_model
 
@@ -53,12 +61,31 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
         ("NVMe", f"{plan.nvme_mount}; {nvme}"),
         ("weights cache", f"on: {plan.weights_host_path}/{model.name}/<listing key>/, served to the pod's streamer "
          "on its loopback under the same S3 URI while fresh, else streamed from S3" if plan.weights_cache else "off"),
+        ("image", f"{model.image}: {image_route(config)}"),
         ("warnings", "; ".join(plan.warnings) or "none"),
     ]
 
 
+def image_preload_lines(config: EnvironmentConfig) -> list[str]:
+    preload = config.image_preload
+    line = f"image preload {preload.mode}" + (", SOCI parallel pull" if preload.parallel_pull else "")
+    if preload.mode != "snapshot":
+        return [line]
+    snapshot = preload.snapshot
+    init = volume_initialization_seconds(config)
+    return [
+        f"{line}: {', '.join(snapshot_images(config))} on a {snapshot.data_volume_gib} GiB data volume "
+        f"(needs {data_volume_need_gb(config):g} GB), built by {snapshot.builder_instance_type} when the image set "
+        f"changes (key {image_set_key(config)}), recorded in {snapshot_parameter_name(config.name)}",
+        "  a new node's data volume is local within " + (f"~{init} s (its size at the initialization rate; sooner "
+                                                              "when the images take less)" if init
+                                                              else "its first reads (no initialization rate set)"),
+    ]
+
+
 def render_plan(config: EnvironmentConfig, catalog: Catalog, source: str) -> str:
-    lines = [f"environment {config.name} ({source}): compute {config.compute.mode}, region {config.region}", ""]
+    lines = [f"environment {config.name} ({source}): compute {config.compute.mode}, region {config.region}",
+             *image_preload_lines(config), ""]
     for model in config.models:
         plan = plan_model(model, config, catalog)
         rows = plan_rows(plan, config) + key_rows(plan, config, catalog)

@@ -68,7 +68,7 @@ def model_status(
         compile_cache = (
             _count(len(targets), labelled(NODE_LABEL_DOMAIN, COMPILE_READY)) if plan.compile_cache else CacheCount("off")
         )
-        if not config.caches.image:
+        if config.image_preload.mode == "off":
             image = CacheCount("off")
         else:
             status = by_name.get(image_cache_name(model.image), {}).get("status", {})

@@ -108,31 +108,56 @@ def image_cache_name(image: str) -> str:
     return f"image-cache-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
 
 
+def image_gate_name(image: str, revision: str) -> str:
+    """Name of the rollout gate Job of one serving image. A Job's pod template cannot change, so the name changes
+    with everything in it (the image, and `revision`: the gate's own image and deadline): a new image gets a
+    new Job, and so a new wait."""
+    digest = hashlib.sha256(f"{image}|{revision}".encode()).hexdigest()
+    return f"image-gate-{digest[:12]}"
+
+
+def serving_images(config: EnvironmentConfig) -> list[str]:
+    return sorted({m.image for m in config.models})
+
+
+def images_gb(config: EnvironmentConfig) -> float:
+    """Disk the serving images take on a node (caches.image_size_gb each, unpacked)."""
+    return len(serving_images(config)) * config.caches.image_size_gb
+
+
+def images_on_data_volume(config: EnvironmentConfig) -> bool:
+    """In snapshot mode containerd stays on the Bottlerocket data volume (made from the snapshot); only the
+    kubelet's folders and pod logs move to the NVMe array."""
+    return config.image_preload.mode == "snapshot"
+
+
 def weights_cached(model: ModelSpec, config: EnvironmentConfig) -> bool:
     return config.caches.weights if model.weights_cache is None else model.weights_cache
 
 
 def nvme_need_gb(config: EnvironmentConfig, cached_models: list[ModelSpec]) -> float:
     """NVMe the cached models need on one node: each model once, the largest twice (an update fills the new
-    copy before the old one goes), one image per distinct serving image, and the compile cache."""
+    copy before the old one goes), one image per distinct serving image (containerd's store is on the NVMe
+    array, whether the image was pre-pulled or pulled by the pod, except in snapshot mode, where it is on the
+    data volume), and the compile cache."""
     weights = sum(m.size_gb for m in cached_models) + max((m.size_gb for m in cached_models), default=0)
-    images = len({m.image for m in config.models}) * config.caches.image_size_gb if config.caches.image else 0
+    images = 0 if images_on_data_volume(config) else images_gb(config)
     compile_reserve = config.caches.compile_cache_reserve_gb if config.caches.compile else 0
     return round(weights + images + compile_reserve, 3)
 
 
 def weights_root(config: EnvironmentConfig) -> str:
     """Node folder of the weights cache: <NVMe>/warmstart/weights/<model>/<key>/."""
-    return posixpath.join(nvme_mount(config.compute.mode), WEIGHTS_FOLDER)
+    return posixpath.join(nvme_mount(config.compute), WEIGHTS_FOLDER)
 
 
 def pod_records_root(config: EnvironmentConfig) -> str:
-    return posixpath.join(nvme_mount(config.compute.mode), POD_RECORDS_FOLDER)
+    return posixpath.join(nvme_mount(config.compute), POD_RECORDS_FOLDER)
 
 
 def compile_cache_root(config: EnvironmentConfig) -> str:
     """Node folder holding every model's compile cache and the agent's markers."""
-    return config.caches.compile_host_path or posixpath.join(nvme_mount(config.compute.mode), COMPILE_CACHE_FOLDER)
+    return config.caches.compile_host_path or posixpath.join(nvme_mount(config.compute), COMPILE_CACHE_FOLDER)
 
 
 def model_cache_folder(model_name: str, fingerprint: str) -> str:
@@ -277,7 +302,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         compile_cache_root=compile_cache_root(config),
         restore_wait_seconds=config.caches.restore_wait_seconds,
         factors=factors,
-        nvme_mount=nvme_mount(config.compute.mode),
+        nvme_mount=nvme_mount(config.compute),
         nvme_gb_min=min(i.nvme_gb for i in instances),
         fits_nvme=all(nvme_need_gb(config, [model]) <= i.nvme_gb * NVME_USABLE for i in instances),
         weights_cache=weights_cached(model, config),

@@ -11,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from k8s.gpu_nodes import AutoModeGpuNodes, KarpenterGpuNodes
-from warmstart.config import AutoModeCompute, KarpenterCompute
+from warmstart.config import AutoModeCompute, ImagePreload, KarpenterCompute
 
 
 class GpuNodePool(Construct):
@@ -26,19 +26,23 @@ class GpuNodePool(Construct):
         node_role: iam.IRole,
         subnets: Sequence[ec2.ISubnet],
         tags: dict[str, str],
+        image_preload: ImagePreload,
+        data_volume_snapshot_id: str | None = None,
         after: Sequence[Construct] = (),
     ) -> None:
         super().__init__(scope, id)
-        chart_class = AutoModeGpuNodes if isinstance(compute, AutoModeCompute) else KarpenterGpuNodes
-        self.chart = chart_class(
-            charts,
-            "GpuNodes",
+        placement = dict(
             compute=compute,
             node_role_name=node_role.role_name,
             subnet_ids=[subnet.subnet_id for subnet in subnets],
             security_group_ids=[cluster.cluster_security_group_id],
             tags=tags,
         )
+        if isinstance(compute, AutoModeCompute):
+            self.chart = AutoModeGpuNodes(charts, "GpuNodes", **placement)
+        else:
+            self.chart = KarpenterGpuNodes(charts, "GpuNodes", **placement, image_preload=image_preload,
+                                           data_volume_snapshot_id=data_volume_snapshot_id)
         self.manifest = cluster.add_cdk8s_chart("GpuNodes", self.chart)
         for dependency in after:  # e.g. the Karpenter chart, which installs the CRDs
             self.manifest.node.add_dependency(dependency)

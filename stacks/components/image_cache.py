@@ -1,18 +1,44 @@
-"""Container image pre-pull DaemonSets (one per distinct serving image) on the GPU pool."""
+"""Container image pre-pull DaemonSets (one per distinct serving image) on the GPU pool, and the rollout gates
+that `cdk deploy` waits for before it rolls a Deployment to a new image."""
 
 from __future__ import annotations
 
 import cdk8s
+from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from k8s.image_cache import ImageCacheChart
+from k8s.image_cache import GATE_START_SECONDS, ImageCacheChart
+from stacks.components.agent_image import AgentImage
+from warmstart.agent_settings import AGENT_NAMESPACE
+
+# The kubectl provider's handler runs for at most 15 minutes (aws-cdk-lib 2.275 aws-eks-v2 KubectlProvider),
+# and KubernetesObjectValue polls inside one invocation: the wait must end before that.
+KUBECTL_HANDLER_SECONDS = 15 * 60
 
 
 class ImageCache(Construct):
+    """Exposes `gates`: per serving image, the value a Deployment of that image must depend on."""
+
     def __init__(
-        self, scope: Construct, id: str, *, cluster: eks.Cluster, charts: cdk8s.App, images: list[str], pause_image: str
+        self, scope: Construct, id: str, *, cluster: eks.Cluster, charts: cdk8s.App, images: list[str],
+        pause_image: str, gate_image: AgentImage, rollout_wait_seconds: int,
     ) -> None:
         super().__init__(scope, id)
-        self.chart = ImageCacheChart(charts, "ImageCache", images=images, pause_image=pause_image)
+        wait = rollout_wait_seconds + GATE_START_SECONDS
+        if wait + 60 > KUBECTL_HANDLER_SECONDS:
+            raise ValueError(f"a {rollout_wait_seconds} s rollout wait does not fit the kubectl handler's 15 minutes")
+        self.chart = ImageCacheChart(charts, "ImageCache", images=images, pause_image=pause_image,
+                                     gate_image=gate_image.uri, gate_image_revision=gate_image.revision,
+                                     gate_deadline_seconds=rollout_wait_seconds)
         self.manifest = cluster.add_cdk8s_chart("ImageCache", self.chart)
+        # `.status.succeeded` appears only once the gate Job finished (it always finishes within its deadline).
+        self.gates: dict[str, eks.KubernetesObjectValue] = {}
+        for index, (image, job) in enumerate(sorted(self.chart.gates.items())):
+            gate = eks.KubernetesObjectValue(
+                self, f"Gate{index}", cluster=cluster, object_type="job", object_name=job.name,
+                object_namespace=AGENT_NAMESPACE, json_path=".status.succeeded",
+                timeout=Duration.seconds(wait + 30),
+            )
+            gate.node.add_dependency(self.manifest)
+            self.gates[image] = gate

@@ -1,24 +1,18 @@
-"""The warmstart node agent: its image (built by CDK at deploy, never at synth), its AWS identity (the
-compile-cache prefix, and read-only the model prefixes whose weights it caches), its Kubernetes objects."""
+"""The warmstart node agent: its AWS identity (the compile-cache prefix, and read-only the model prefixes whose
+weights it caches) and its Kubernetes objects, running the agent image (stacks/components/agent_image.py)."""
 
 from __future__ import annotations
 
 import cdk8s
-from aws_cdk import IgnoreMode
-from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from k8s.node_agent import NodeAgentChart
+from stacks.components.agent_image import AgentImage
 from stacks.components.pod_identity import PodIdentity, model_read_statements
-from stacks.components.source import REPOSITORY_ROOT, only
 from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
 from warmstart.cache_key import KEY_ROOT
-
-# The image needs the agent and the domain package, nothing else of the repository.
-IMAGE_CONTEXT = only("agent", "warmstart")
-
 
 def agent_statements(bucket_name: str) -> list[iam.PolicyStatement]:
     """Read and create under compile-cache/ only, never delete (the bucket policy leaves that to the pruner);
@@ -48,6 +42,7 @@ class NodeAgent(Construct):
         *,
         cluster: eks.Cluster,
         charts: cdk8s.App,
+        image: AgentImage,
         settings: AgentSettings,
         cache_root: str,
         weights_root: str,
@@ -55,15 +50,7 @@ class NodeAgent(Construct):
         model_kms_key_arn: str | None,
     ) -> None:
         super().__init__(scope, id)
-        self.image = ecr_assets.DockerImageAsset(
-            self,
-            "Image",
-            directory=str(REPOSITORY_ROOT),
-            file="agent/Dockerfile",
-            exclude=IMAGE_CONTEXT,
-            ignore_mode=IgnoreMode.DOCKER,
-            platform=ecr_assets.Platform.LINUX_AMD64,
-        )
+        self.image = image
         self.identity = PodIdentity(
             self,
             "Identity",
@@ -90,7 +77,7 @@ class NodeAgent(Construct):
             charts,
             "NodeAgent",
             settings=settings,
-            image=self.image.image_uri,
+            image=image.uri,
             cache_root=cache_root,
             weights_root=weights_root,
             pod_records_root=pod_records_root,

@@ -20,6 +20,7 @@ class Recorded:
 class FakeCluster:
     nodes: dict[str, dict] = field(default_factory=dict)
     pods: list[dict] = field(default_factory=list)
+    daemon_sets: dict[tuple[str, str], dict] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     fail_with: int | None = None
 
@@ -54,6 +55,11 @@ class FakeCluster:
                 if p["spec"]["nodeName"] == node and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())
             ]
             return 200, {"items": copy.deepcopy(items)}
+        if parts[:3] == ["apis", "apps", "v1"] and parts[3] == "namespaces" and parts[5] == "daemonsets" and method == "GET":
+            daemon_set = self.daemon_sets.get((parts[4], parts[6]))
+            if daemon_set is None:
+                return 404, {"message": f'daemonsets.apps "{parts[6]}" not found'}
+            return 200, copy.deepcopy(daemon_set)
         return 404, {"message": f"unhandled {method} {path}"}
 
 

@@ -11,9 +11,9 @@ from cfnlint.api import ManualArgs, lint_file
 IGNORED = ["W3005", "W3010"]
 
 
-def test_every_template_lints_clean(shipped):
-    paths = shipped.template_paths()
+def test_every_template_lints_clean(every_env):
+    paths = every_env.template_paths()
     assert len(paths) == 4
     for path in paths:
-        matches = lint_file(Path(path), config=ManualArgs(regions=[shipped.config.region], ignore_checks=IGNORED))
+        matches = lint_file(Path(path), config=ManualArgs(regions=[every_env.config.region], ignore_checks=IGNORED))
         assert [str(m) for m in matches] == [], path.name

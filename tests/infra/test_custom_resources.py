@@ -22,16 +22,16 @@ def test_schemas_name_their_upstream_source():
         jsonschema.Draft202012Validator.check_schema(json.loads((SCHEMAS / file).read_text()))
 
 
-def test_every_manifest_the_cluster_stack_applies_is_valid(shipped):
-    manifests = deployed_manifests(shipped.template_json("cluster"))
+def test_every_manifest_the_cluster_stack_applies_is_valid(every_env):
+    manifests = deployed_manifests(every_env.template_json("cluster"))
     kinds = {m["kind"] for m in manifests}
     assert {"NodePool", "Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget"} <= kinds
     for manifest in manifests:
-        validate_manifest(manifest, shipped.config.cluster.kubernetes_version)
+        validate_manifest(manifest, every_env.config.cluster.kubernetes_version)
 
 
-def test_custom_resources_match_our_schemas(shipped):
-    manifests = deployed_manifests(shipped.template_json("cluster"))
+def test_custom_resources_match_our_schemas(every_env):
+    manifests = deployed_manifests(every_env.template_json("cluster"))
     custom = [m for m in manifests if (m["apiVersion"], m["kind"]) in SCHEMA_FILES]
     assert len(custom) == 2  # a node class and a node pool
 

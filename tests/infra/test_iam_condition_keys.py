@@ -20,9 +20,9 @@ def _conditioned_statements(node) -> list[dict]:
     return found
 
 
-def test_every_condition_key_is_one_its_actions_carry(shipped):
+def test_every_condition_key_is_one_its_actions_carry(every_env):
     statements = [s for kind in ("network", "data", "cluster", "pruner")
-                  for s in _conditioned_statements(shipped.template_json(kind))]
+                  for s in _conditioned_statements(every_env.template_json(kind))]
     assert len(statements) > 5
     problems = {problem for statement in statements for problem in unsupported_keys(statement)}
     assert not problems, sorted(problems)

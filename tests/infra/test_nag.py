@@ -12,8 +12,8 @@ from tests.synth import ROOT, cdk_context
 from warmstart.loader import load_config
 
 
-def test_shipped_environment_synthesizes_with_no_unacknowledged_finding(shipped):
-    report = json.loads((shipped.outdir / "validation-report.json").read_text())
+def test_every_environment_synthesizes_with_no_unacknowledged_finding(every_env):
+    report = json.loads((every_env.outdir / "validation-report.json").read_text())
     violations = [v for plugin in report["pluginReports"] for v in plugin["violations"]]
     assert violations == []
 

@@ -8,7 +8,7 @@ from warmstart.sizing import (
     valid_tensor_parallel_sizes,
     weights_fit,
 )
-from warmstart.config import AutoModeCompute, GpuPool
+from warmstart.config import AutoModeCompute, GpuPool, KarpenterCompute
 
 
 @pytest.mark.parametrize(
@@ -50,9 +50,13 @@ def test_weights_fit_is_inclusive_at_the_limit(catalog):
     assert not weights_fit(64.1, 1, h100, 0.8)
 
 
-def test_nvme_mount_per_compute_mode():
-    assert nvme_mount("auto") == "/mnt/.ephemeral"
-    assert nvme_mount("karpenter") == "/mnt/k8s-disks/0"
+def test_nvme_mount_per_node_os():
+    """Auto Mode and Bottlerocket: apiclient ephemeral-storage mounts /mnt/.ephemeral; AL2023: nodeadm's
+    setup-local-disks mounts /mnt/k8s-disks/0 (sources in warmstart/sizing.py)."""
+    pool = GpuPool(instance_types=["p5.48xlarge"])
+    assert nvme_mount(_auto(80)) == "/mnt/.ephemeral"
+    assert nvme_mount(KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="al2023@v20260930")) == "/mnt/k8s-disks/0"
+    assert nvme_mount(KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="bottlerocket@v1.50.0")) == "/mnt/.ephemeral"
 
 
 def _auto(gib: int) -> AutoModeCompute:

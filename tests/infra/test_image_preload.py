@@ -1,0 +1,177 @@
+"""Images on GPU nodes before their pods: the rollout gates, the node classes per OS and image_preload, and the
+snapshot build (workflow, its IAM, the custom resource and what the node class takes from it)."""
+
+import json
+
+from k8s.gpu_nodes import FAST_IMAGE_PULL_NODE_CONFIG
+from k8s.image_cache import GATE_SERVICE_ACCOUNT, GATE_START_SECONDS
+from tests.manifests import deployed_manifests, of_kind
+from tests.synth import ROOT
+from warmstart.image_preload import builder_commands, image_set_key, snapshot_images, snapshot_parameter_name
+from warmstart.workload import image_cache_name
+
+PULL_SCRIPT = (ROOT / "lambdas" / "image_snapshot" / "pull-images.sh").read_text()
+
+
+def _resources(template: dict, kind: str) -> dict:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def _node_class(synthesized) -> dict:
+    (node_class,) = of_kind(deployed_manifests(synthesized.template_json("cluster")), "EC2NodeClass")
+    return node_class["spec"]
+
+
+def test_one_gate_job_per_image_waits_for_its_pre_pull_daemon_set(shipped):
+    manifests = deployed_manifests(shipped.template_json("cluster"))
+    jobs = of_kind(manifests, "Job")
+    images = {m.image for m in shipped.config.models}
+    assert {j["metadata"]["annotations"]["warmstart.io/image"] for j in jobs} == images
+    deadline = shipped.config.image_preload.rollout_wait_minutes * 60
+    for job in jobs:
+        spec = job["spec"]
+        assert spec["activeDeadlineSeconds"] == deadline + GATE_START_SECONDS
+        pod = spec["template"]["spec"]
+        assert pod["serviceAccountName"] == GATE_SERVICE_ACCOUNT
+        (container,) = pod["containers"]
+        assert container["command"] == ["python", "-m", "agent.image_gate"]
+        image = job["metadata"]["annotations"]["warmstart.io/image"]
+        assert container["args"] == ["--namespace=warmstart-system", f"--daemon-set={image_cache_name(image)}",
+                                     f"--deadline-seconds={deadline}"]
+        assert ".dkr.ecr." in container["image"]  # the agent image
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    (role,) = [r for r in of_kind(manifests, "Role") if r["metadata"]["name"] == GATE_SERVICE_ACCOUNT]
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"],
+                              "resourceNames": sorted(image_cache_name(i) for i in images)}]
+
+
+def test_each_deployment_rolls_only_after_its_images_gate(shipped):
+    template = shipped.template_json("cluster")
+    gates = _resources(template, "Custom::AWSCDK-EKS-KubernetesObjectValue")
+    assert len(gates) == len({m.image for m in shipped.config.models})
+    wait = shipped.config.image_preload.rollout_wait_minutes * 60 + GATE_START_SECONDS
+    for gate in gates.values():
+        props = gate["Properties"]
+        assert (props["ObjectType"], props["ObjectNamespace"], props["JsonPath"]) == ("job", "warmstart-system",
+                                                                                      ".status.succeeded")
+        assert props["ObjectName"].startswith("image-gate-")
+        assert wait < int(props["TimeoutSeconds"]) < 15 * 60  # inside one kubectl handler invocation
+    for logical_id, resource in _resources(template, "Custom::AWSCDK-EKS-KubernetesResource").items():
+        if '"Deployment"' in json.dumps(resource["Properties"]["Manifest"]):
+            assert set(resource["DependsOn"]) & set(gates), logical_id
+
+
+def test_gate_job_name_changes_with_the_image_so_a_new_image_waits_again(shipped):
+    from warmstart.workload import image_gate_name
+
+    assert image_gate_name("vllm/vllm-openai:v0.21.0", "r") != image_gate_name("vllm/vllm-openai:v0.22.0", "r")
+    assert image_gate_name("vllm/vllm-openai:v0.21.0", "r") != image_gate_name("vllm/vllm-openai:v0.21.0", "r2")
+    assert len(image_gate_name("x" * 300, "r")) <= 63
+
+
+def test_al2023_keeps_raid0_and_turns_on_fast_image_pull(prod):
+    spec = _node_class(prod)
+    assert spec["instanceStorePolicy"] == "RAID0"
+    assert spec["userData"] == FAST_IMAGE_PULL_NODE_CONFIG
+    assert "FastImagePull: true" in spec["userData"]
+
+
+def test_snapshot_mode_boots_bottlerocket_from_the_built_snapshot_without_hiding_it(snapshot_env):
+    spec = _node_class(snapshot_env)
+    # Karpenter's RAID0 would bind /var/lib/containerd onto the array (without copying): not used here.
+    assert "instanceStorePolicy" not in spec
+    assert "/var/lib/containerd" not in spec["userData"]
+    assert '"bind", "--dirs", "/var/lib/kubelet", "/var/log/pods"' in spec["userData"]
+    assert "essential = true" in spec["userData"] and 'mode = "always"' in spec["userData"]
+    os_volume, data = spec["blockDeviceMappings"]
+    assert os_volume["deviceName"] == "/dev/xvda" and os_volume["ebs"]["volumeSize"] == "4Gi"
+    assert data["deviceName"] == "/dev/xvdb"
+    assert data["ebs"]["snapshotID"] == "snap-0123456789abcdef0"  # the custom resource's GetAtt, stood in
+    assert data["ebs"]["volumeSize"] == "150Gi" and data["ebs"]["volumeInitializationRate"] == 300
+    assert "encrypted" not in data["ebs"]  # the CRD refuses it beside a snapshot; the builder's volume is encrypted
+
+
+def test_the_node_class_names_the_snapshot_the_custom_resource_returns(snapshot_env):
+    template = snapshot_env.template_json("cluster")
+    (resource_id, resource), = _resources(template, "Custom::WarmstartImageSnapshot").items()
+    assert resource["Properties"]["ImageSetKey"] == image_set_key(snapshot_env.config)
+    assert resource["Properties"]["Images"] == snapshot_images(snapshot_env.config)
+    node_classes = [r for r in _resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
+                    if "EC2NodeClass" in json.dumps(r["Properties"]["Manifest"])]
+    (manifest,) = [json.dumps(r["Properties"]["Manifest"]) for r in node_classes]
+    assert json.dumps({"Fn::GetAtt": [resource_id, "SnapshotId"]}) in manifest
+
+
+def test_snapshot_mode_puts_the_caches_on_bottlerockets_array(snapshot_env):
+    manifests = deployed_manifests(snapshot_env.template_json("cluster"))
+    paths = [v["hostPath"]["path"] for d in of_kind(manifests, "Deployment")
+             for v in d["spec"]["template"]["spec"]["volumes"] if "hostPath" in v]
+    assert paths and all(p.startswith("/mnt/.ephemeral/") for p in paths)
+
+
+def _state_machine(template: dict) -> dict:
+    (machine,) = [r for r in _resources(template, "AWS::StepFunctions::StateMachine").values()
+                  if "Launch" in json.dumps(r["Properties"]["DefinitionString"])]
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else "<ref>" for p in parts)
+    return json.loads(text)
+
+
+def test_the_workflow_builds_stops_snapshots_records_and_always_terminates(snapshot_env):
+    definition = _state_machine(snapshot_env.template_json("cluster"))
+    states = definition["States"]
+    assert definition["StartAt"] == "ResolveAmi"
+    assert states["ResolveAmi"]["Parameters"]["Name"] == "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.50.0/image_id"
+    launch = states["Launch"]["Parameters"]
+    assert launch["MetadataOptions"]["HttpTokens"] == "required"
+    data = launch["BlockDeviceMappings"][1]
+    assert data["DeviceName"] == "/dev/xvdb" and data["Ebs"]["Encrypted"] is True and data["Ebs"]["VolumeSize"] == 150
+    assert states["Launch"]["Next"] == "Build"
+    (branch,) = states["Build"]["Branches"]
+    inner = branch["States"]
+    pull = inner["PullImages"]["Parameters"]
+    assert pull["DocumentName"] == "AWS-RunShellScript"
+    assert pull["Parameters"]["commands"] == builder_commands(snapshot_images(snapshot_env.config), PULL_SCRIPT)
+    assert inner["CreateSnapshot"]["Parameters"]["TagSpecifications"][0]["ResourceType"] == "snapshot"
+    assert inner["Record"]["Parameters"]["Name"] == snapshot_parameter_name("prod")
+    # Success and failure both terminate the builder.
+    assert states["Build"]["Next"] == "TerminateBuilder" and states["TerminateBuilder"]["Next"] == "Built"
+    (catch,) = states["Build"]["Catch"]
+    assert catch["Next"] == "TerminateAfterFailure" and states["TerminateAfterFailure"]["Next"] == "BuildFailed"
+    # A pull that ends in any state but Success fails the build (no snapshot of a half-filled volume).
+    choice = inner["PullDone"]["Choices"]
+    assert choice[0]["Next"] == "PullFailed" and choice[1]["Next"] == "StopBuilder"
+
+
+def test_the_workflow_may_only_touch_what_carries_its_tag(snapshot_env):
+    template = snapshot_env.template_json("cluster")
+    (policy,) = [r for k, r in _resources(template, "AWS::IAM::Policy").items() if k.startswith("ImageSnapshotWorkflow")]
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    tag = {"aws:ResourceTag/warmstart.io/image-builder": "prod"}
+    assert statements["StopAndTerminateOwnBuilder"]["Condition"] == {"StringEquals": tag}
+    assert statements["SnapshotOwnDataVolume"]["Condition"] == {"StringEquals": tag}
+    assert statements["LaunchTaggedBuilder"]["Condition"] == {
+        "StringEquals": {"aws:RequestTag/warmstart.io/image-builder": "prod"}}
+    assert statements["RunOnOwnBuilderOnly"]["Condition"] == {
+        "StringEquals": {"ssm:resourceTag/warmstart.io/image-builder": "prod"}}
+    assert statements["PassBuilderRole"]["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    # The state machine got its role immutable: no statement beyond these.
+    machine_roles = {json.dumps(r["Properties"]["RoleArn"]) for r in _resources(template, "AWS::StepFunctions::StateMachine").values()}
+    assert any("ImageSnapshotWorkflowRole" in role for role in machine_roles)
+    attached = [r for r in _resources(template, "AWS::IAM::Policy").values()
+                if "ImageSnapshotWorkflowRole" in json.dumps(r["Properties"]["Roles"])]
+    assert attached == [policy]
+
+
+def test_the_resource_deletes_only_its_environments_snapshots(snapshot_env):
+    template = snapshot_env.template_json("cluster")
+    (policy,) = [r for k, r in _resources(template, "AWS::IAM::Policy").items() if k.startswith("ImageSnapshotResourceAccess")]
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert statements["DeleteOwnSnapshots"]["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/warmstart.io/environment": "prod"}}
+    assert statements["TerminateOwnBuilders"]["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/warmstart.io/image-builder": "prod"}}
+
+
+def test_shipped_environments_build_no_snapshot(shipped):
+    assert _resources(shipped.template_json("cluster"), "Custom::WarmstartImageSnapshot") == {}
