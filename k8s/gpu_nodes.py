@@ -181,7 +181,8 @@ def karpenter_storage(compute: KarpenterCompute, preload: ImagePreload, snapshot
         "volumeType": "gp3",
         "iops": volume.data_volume_iops,
         "throughput": volume.data_volume_throughput_mibps,
-        # Encryption comes from the snapshot (the CRD refuses `encrypted` beside a snapshot).
+        # Encryption comes from the snapshot: a volume made from an encrypted snapshot is encrypted (EC2 user
+        # guide, "Amazon EBS encryption"), and the builder encrypts its data volume.
         "deleteOnTermination": True,
         **({"volumeInitializationRate": volume.volume_initialization_rate_mibps}
            if volume.volume_initialization_rate_mibps else {}),

@@ -12,6 +12,9 @@ a new image is on the existing GPU nodes before its pods roll.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
@@ -45,7 +48,8 @@ GATE_ANNOTATIONS = scanner_annotations([
     departure(NO_LIVENESS, "a Job bounded by activeDeadlineSeconds; it exits by itself at its own deadline"),
     departure(NO_READINESS, "a Job: no Service routes to it"),
 ])
-# The Job's own deadline beyond the gate's: time to pull the agent image and start Python.
+# The Job's own deadline (activeDeadlineSeconds) beyond the gate's: time to schedule the pod, pull the agent image
+# and start Python. Past it the Job fails, which also ends the deploy's wait (stacks/components/image_cache.py).
 GATE_START_SECONDS = 120
 
 
@@ -69,21 +73,27 @@ class ImageCacheChart(cdk8s.Chart):
             role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=GATE_SERVICE_ACCOUNT),
             subjects=[k8s.Subject(kind="ServiceAccount", name=GATE_SERVICE_ACCOUNT, namespace=AGENT_NAMESPACE)],
         )
-        revision = f"{gate_image_revision}/{gate_deadline_seconds}"
-        self.gates = {image: self._gate(image, image_gate_name(image, revision), gate_image, gate_deadline_seconds)
-                      for image in images}
-        for gate in self.gates.values():
-            gate.add_dependency(self.gate_binding)
-            gate.add_dependency(self.gate_account)
+        self.gates: dict[str, k8s.KubeJob] = {}
+        self.gate_names: dict[str, str] = {}
+        for image in images:
+            job = self._gate(image, gate_image, gate_deadline_seconds)
+            # A Job's pod template cannot change: the name changes with everything in the rendered Job (the
+            # agent image's token replaced by its content hash, which is stable across synths).
+            rendered = json.dumps(job.to_json(), sort_keys=True).replace(gate_image, gate_image_revision)
+            name = image_gate_name(image, hashlib.sha256(rendered.encode()).hexdigest())
+            job.add_json_patch(cdk8s.JsonPatch.replace("/metadata/name", name))
+            job.add_dependency(self.gate_binding)
+            job.add_dependency(self.gate_account)
+            self.gates[image], self.gate_names[image] = job, name
 
-    def _gate(self, image: str, name: str, gate_image: str, deadline_seconds: int) -> k8s.KubeJob:
-        """A Job per serving image (its name changes with the image), succeeded once the image is on the nodes or
-        its deadline passed; it stays as the record of that rollout (kubectl logs job/<name>)."""
+    def _gate(self, image: str, gate_image: str, deadline_seconds: int) -> k8s.KubeJob:
+        """A Job per serving image, finished once the image is on the nodes or its deadline passed (and failed at
+        the latest at activeDeadlineSeconds); it stays as the record of that rollout (kubectl logs job/<name>)."""
         small = _memory_bound(cpu="50m", memory="128Mi")
         return k8s.KubeJob(
             self,
-            name,
-            metadata=k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=GATE_LABELS,
+            image_cache_name(image).replace("image-cache-", "gate-"),
+            metadata=k8s.ObjectMeta(name="named-after-its-content", namespace=AGENT_NAMESPACE, labels=GATE_LABELS,
                                     annotations={"warmstart.io/image": image, **GATE_ANNOTATIONS}),
             spec=k8s.JobSpec(
                 backoff_limit=3,

@@ -213,9 +213,11 @@ def _image_snapshot(build: ImageSnapshotBuild, config: EnvironmentConfig) -> Non
     ec2 = f"arn:aws:ec2:{region}"
     _acknowledge(
         build.builder_role,
-        "The policy SSM documents for a managed instance (the agent registers and receives Run Command); the "
-        "builder has nothing else and pulls anonymously.",
+        "The policy SSM documents for a managed instance (the agent registers and receives Run Command), and "
+        "image pulls, which Bottlerocket needs for its own control and admin containers from AWS's registry; the "
+        "builder has nothing else and pulls the serving images anonymously.",
         _managed("AmazonSSMManagedInstanceCore"),
+        _managed("AmazonEC2ContainerRegistryPullOnly"),
     )
     _acknowledge(
         build.workflow_policy,

@@ -190,8 +190,9 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
                 "or use an AL2023 ami_alias"))
         elif ami_family(compute) == "al2023" and ami_version(compute) < AL2023_FAST_IMAGE_PULL_SINCE:
             problems.append(Problem(
-                "image_preload.parallel_pull", f"{compute.ami_alias} predates the AL2023 AMI's FastImagePull "
-                f"feature gate (v{_version(AL2023_FAST_IMAGE_PULL_SINCE)})",
+                "image_preload.parallel_pull", f"{compute.ami_alias} predates v{_version(AL2023_FAST_IMAGE_PULL_SINCE)}"
+                ", from which the AL2023 AMI keeps SOCI's store on the NVMe array (earlier releases lack FastImagePull "
+                "or unpack every image onto the root EBS volume)",
                 f"pin compute.ami_alias to al2023@v{_version(AL2023_FAST_IMAGE_PULL_SINCE)} or later, or remove "
                 "parallel_pull"))
     if preload.mode != "snapshot":

@@ -281,7 +281,7 @@ class ImageSnapshot(Strict):
     builder_instance_type: str = Field(default="m7i.2xlarge", pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
     # Longest one build may take (launch, pull, stop, snapshot); the deploy waits for it inside one custom
     # resource call, which CloudFormation (and CDK's provider framework) bound at one hour.
-    build_timeout_minutes: int = Field(default=45, ge=20, le=50)
+    build_timeout_minutes: int = Field(default=50, ge=30, le=50)
 
 
 class ImagePreload(Strict):
@@ -295,8 +295,9 @@ class ImagePreload(Strict):
     mode: Literal["off", "prepull", "snapshot"] = "prepull"
     # SOCI parallel pull and unpack for every pull on the GPU nodes (Karpenter nodes; not lazy loading).
     parallel_pull: bool = False
-    # Longest a rollout to a new image waits for its pre-pull DaemonSet (the deploy's kubectl step lasts 15 min).
-    rollout_wait_minutes: int = Field(default=10, ge=1, le=12)
+    # Longest a rollout to a new image waits for its pre-pull DaemonSet (the deploy's kubectl step lasts 15 min,
+    # which must also hold the gate Job's start and status).
+    rollout_wait_minutes: int = Field(default=10, ge=1, le=10)
     snapshot: ImageSnapshot = ImageSnapshot()
 
     @model_validator(mode="before")

@@ -11,7 +11,7 @@ What each compute mode and node OS allows (sources in docs/upstream-facts.md, "C
   them: snapshot mode therefore sets up the array itself and binds only the kubelet's folder and pod logs.
 - Karpenter + AL2023: containerd's store is on the root volume (moved onto the NVMe array by nodeadm's
   RAID0), which a data-volume snapshot cannot fill; the AMI's SOCI snapshotter offers parallel pull and
-  unpack (NodeConfig featureGates.FastImagePull, amazon-eks-ami v20250821+).
+  unpack (NodeConfig featureGates.FastImagePull; with the NVMe array from amazon-eks-ami v20251217).
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ DATA_VOLUME_RESERVE_GB = 10
 # `settings.bootstrap-commands` and `apiclient ephemeral-storage` (bottlerocket-core-kit v2.4.0, first in
 # Bottlerocket v1.22.0).
 BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE = (1, 22, 0)
-# NodeConfig spec.featureGates.FastImagePull (amazon-eks-ami v20250821; PR #2352 added it in v20250813 under
-# another name).
-AL2023_FAST_IMAGE_PULL_SINCE = (20250821,)
+# NodeConfig spec.featureGates.FastImagePull exists from amazon-eks-ami v20250821 (PR #2352 added it in v20250813
+# under another name), but setup-local-disks binds /var/lib/soci-snapshotter-grpc onto the RAID0 array only from
+# v20251217 (BIND_SOCI): before it, SOCI unpacks every image onto the root EBS volume.
+AL2023_FAST_IMAGE_PULL_SINCE = (20251217,)
 # nodeadm applies FastImagePull only on nodes with at least 4 vCPUs and 7 GiB of memory
 # (nodeadm/internal/containerd/config.go, UseSOCISnapshotter).
 FAST_IMAGE_PULL_MIN_VCPUS = 4

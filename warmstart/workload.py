@@ -110,8 +110,8 @@ def image_cache_name(image: str) -> str:
 
 def image_gate_name(image: str, revision: str) -> str:
     """Name of the rollout gate Job of one serving image. A Job's pod template cannot change, so the name changes
-    with everything in it (the image, and `revision`: the gate's own image and deadline): a new image gets a
-    new Job, and so a new wait."""
+    with the image and with `revision` (a digest of the rendered Job): a new image gets a new Job, and so a new
+    wait."""
     digest = hashlib.sha256(f"{image}|{revision}".encode()).hexdigest()
     return f"image-gate-{digest[:12]}"
 

@@ -46,25 +46,24 @@ class BotoSnapshotAws:
         failure = ": ".join(part for part in (response.get("error"), response.get("cause")) if part)
         return response["status"], output, failure
 
-    def stop_builds(self, state_machine_arn: str, image_set: str) -> list[str]:
-        stopped = []
+    def running_builds(self, state_machine_arn: str) -> dict[str, str]:
         pages = self._sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn,
                                                                     statusFilter="RUNNING")
-        for page in pages:
-            for execution in page["executions"]:
-                if execution["name"].startswith(f"{image_set}-"):
-                    self._sfn.stop_execution(executionArn=execution["executionArn"], error="Replaced",
-                                             cause="CloudFormation deleted this image set")
-                    stopped.append(execution["executionArn"])
-        return stopped
+        return {e["name"]: e["executionArn"] for page in pages for e in page["executions"]}
 
-    def terminate_builders(self, environment: str, image_set: str) -> list[str]:
+    def stop_build(self, execution_arn: str) -> None:
+        self._sfn.stop_execution(executionArn=execution_arn, error="Replaced",
+                                 cause="CloudFormation deleted this image set")
+
+    def builders(self, environment: str) -> list[tuple[str, str]]:
         pages = self._ec2.get_paginator("describe_instances").paginate(Filters=[
             {"Name": f"tag:{BUILDER_TAG}", "Values": [environment]},
-            {"Name": f"tag:{IMAGE_SET_TAG}", "Values": [image_set]},
             {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
         ])
-        ids = [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]]
-        if ids:
-            self._ec2.terminate_instances(InstanceIds=ids)
-        return ids
+        return [
+            (i["InstanceId"], {t["Key"]: t["Value"] for t in i.get("Tags", [])}.get(IMAGE_SET_TAG, ""))
+            for page in pages for r in page["Reservations"] for i in r["Instances"]
+        ]
+
+    def terminate(self, instance_ids: list[str]) -> None:
+        self._ec2.terminate_instances(InstanceIds=instance_ids)

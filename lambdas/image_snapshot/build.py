@@ -35,8 +35,10 @@ class SnapshotAws(Protocol):
     def delete_snapshot(self, snapshot_id: str) -> None: ...
     def start_build(self, state_machine_arn: str, name: str, image_set: str) -> str: ...
     def build_status(self, execution_arn: str) -> tuple[str, dict | None, str]: ...
-    def stop_builds(self, state_machine_arn: str, image_set: str) -> list[str]: ...
-    def terminate_builders(self, environment: str, image_set: str) -> list[str]: ...
+    def running_builds(self, state_machine_arn: str) -> dict[str, str]: ...  # execution name -> ARN
+    def stop_build(self, execution_arn: str) -> None: ...
+    def builders(self, environment: str) -> list[tuple[str, str]]: ...  # (instance ID, image set), not terminated
+    def terminate(self, instance_ids: list[str]) -> None: ...
 
 
 def reusable_snapshot(snapshots: list[Snapshot], environment: str, image_set: str) -> Snapshot | None:
@@ -56,6 +58,17 @@ def _belongs(snapshot: Snapshot, environment: str, image_set: str) -> bool:
     return snapshot.tags.get(ENVIRONMENT_TAG) == environment and snapshot.tags.get(IMAGE_SET_TAG) == image_set
 
 
+def image_set_of(execution_name: str) -> str:
+    return execution_name.split("-", 1)[0]
+
+
+def orphan_builders(builders: list[tuple[str, str]], running: dict[str, str]) -> list[str]:
+    """Builders whose build no longer runs: the state machine's own timeout (which no Catch sees) left them, and
+    an update rolled back to an earlier image set never sends Delete for the newer one."""
+    live = {image_set_of(name) for name in running}
+    return sorted(instance for instance, image_set in builders if image_set not in live)
+
+
 def execution_name(image_set: str, request_id: str) -> str:
     """Unique per request (Step Functions keeps names for 90 days), findable by image set; at most 80 chars."""
     return f"{image_set}-{request_id}"[:80]
@@ -67,11 +80,18 @@ def on_event(event: dict, aws: SnapshotAws) -> dict:
     if event["RequestType"] == "Delete":
         key = event["PhysicalResourceId"]
         # A build of this set may still run (a rollback after a timed-out wait): stop it and its instance first.
-        aws.stop_builds(props["StateMachineArn"], key)
-        aws.terminate_builders(environment, key)
+        for name, arn in aws.running_builds(props["StateMachineArn"]).items():
+            if image_set_of(name) == key:
+                aws.stop_build(arn)
+        mine = [instance for instance, image_set in aws.builders(environment) if image_set == key]
+        if mine:
+            aws.terminate(mine)
         for snapshot_id in snapshots_to_delete(aws.snapshots(environment, key), environment, key):
             aws.delete_snapshot(snapshot_id)
         return {"PhysicalResourceId": key}
+    orphans = orphan_builders(aws.builders(environment), aws.running_builds(props["StateMachineArn"]))
+    if orphans:
+        aws.terminate(orphans)
     existing = reusable_snapshot(aws.snapshots(environment, image_set), environment, image_set)
     if existing:
         return {"PhysicalResourceId": image_set, "Data": {"SnapshotId": existing.snapshot_id}}

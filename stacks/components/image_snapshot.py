@@ -63,8 +63,13 @@ class ImageSnapshotBuild(Construct):
         self.parameter_name = snapshot_parameter_name(environment)
         self.builder_role = iam.Role(
             self, "BuilderRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"warmstart {environment} image snapshot builder: SSM Run Command only (pulls are anonymous)",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+            description=f"warmstart {environment} image snapshot builder: SSM, and Bottlerocket's own host containers",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"),
+                # Bottlerocket pulls its control (SSM agent) and admin containers from AWS's ECR with the
+                # instance role (bottlerocket-os/bottlerocket #851, #1139; the images-cache sample's builder role).
+                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEC2ContainerRegistryPullOnly"),
+            ],
         )
         self.instance_profile = iam.InstanceProfile(self, "BuilderProfile", role=self.builder_role)
         self.security_group = ec2.SecurityGroup(
@@ -93,7 +98,8 @@ class ImageSnapshotBuild(Construct):
                 commands=commands, environment=environment,
             )),
             role=iam.Role.from_role_arn(self, "WorkflowRoleRef", self.workflow_role.role_arn, mutable=False),
-            timeout=Duration.minutes(settings.build_timeout_minutes),
+            # Past the poll budget (which fails the build and terminates the builder): a last resort only.
+            timeout=Duration.minutes(settings.build_timeout_minutes + 5),
             logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False),
             tracing_enabled=True,
         )
@@ -139,8 +145,8 @@ class ImageSnapshotBuild(Construct):
             disable_waiter_state_machine_logging=False,
             waiter_state_machine_log_options=cr.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL,
                                                            include_execution_data=False),
-            # The build's own timeout plus polling slack, within the framework's (and CloudFormation's) one hour.
-            total_timeout=Duration.minutes(min(60, settings.build_timeout_minutes + 8)),
+            # The state machine's own timeout plus polling slack, within the framework's (and CloudFormation's) hour.
+            total_timeout=Duration.minutes(min(60, settings.build_timeout_minutes + 10)),
         )
         self.resource = CustomResource(
             self, "Resource", service_token=self.provider.service_token,
@@ -164,15 +170,25 @@ class ImageSnapshotBuild(Construct):
             return tasks.CallAwsService(self, id, service=service, action=action, parameters=parameters,
                                         iam_resources=["*"], result_path=result_path, result_selector=selector)
 
+        # One budget of polls for every wait of the build: a hang anywhere (no SSM registration, a stuck stop or
+        # snapshot) fails inside the Parallel, whose Catch terminates the builder. The state machine's own
+        # timeout cannot be caught, so the budget ends well before it.
+        poll_budget = build_poll_budget(settings.build_timeout_minutes)
+        count = sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.polls.n"), 1)
+
         def poll(id: str, check: tasks.CallAwsService, done: sfn.Condition, failed: sfn.Condition | None,
                  then: sfn.IChainable) -> sfn.IChainable:
-            """Wait, check, and loop until `done` (bounded by the state machine's timeout)."""
+            """Wait, check, and loop until `done`; `failed` and an exhausted poll budget end the build."""
             wait = sfn.Wait(self, f"{id}Wait", time=sfn.WaitTime.duration(POLL))
-            choice = sfn.Choice(self, f"{id}Done")
+            counted = sfn.Pass(self, f"{id}Count", parameters={"n": count}, result_path="$.polls")
+            choice = sfn.Choice(self, f"{id}Done").when(done, then)  # the first matching rule wins: done first
             if failed is not None:
                 choice.when(failed, sfn.Fail(self, f"{id}Failed", error=f"{id}Failed",
                                              cause=f"{id}: the step ended in a failed state"))
-            wait.next(check).next(choice.when(done, then).otherwise(wait))
+            choice.when(sfn.Condition.number_greater_than("$.polls.n", poll_budget),
+                        sfn.Fail(self, f"{id}OutOfTime", error="BuildOutOfTime",
+                                 cause=f"{id}: the build's poll budget ({poll_budget} x {POLL.to_seconds()} s) ran out"))
+            wait.next(check).next(counted).next(choice.otherwise(wait))
             return wait
 
         resolve_ami = call("ResolveAmi", "ssm", "getParameter", {"Name": ami_parameter},
@@ -210,7 +226,7 @@ class ImageSnapshotBuild(Construct):
             {"DocumentName": "AWS-RunShellScript", "InstanceIds": instance_ids, "TimeoutSeconds": 600,
              "Comment": f"warmstart {environment}: pull serving images for the image snapshot",
              "Parameters": {"commands": commands,
-                            "executionTimeout": [str(max(600, (settings.build_timeout_minutes - 20) * 60))]}},
+                            "executionTimeout": [str(pull_timeout_seconds(settings.build_timeout_minutes))]}},
             result_path="$.pull", selector={"CommandId.$": "$.Command.CommandId"},
         )
         pulled = call("CheckPull", "ssm", "getCommandInvocation",
@@ -258,7 +274,8 @@ class ImageSnapshotBuild(Construct):
         online_condition = sfn.Condition.and_(
             sfn.Condition.is_present("$.online.InstanceInformationList[0]"),
             sfn.Condition.string_equals("$.online.InstanceInformationList[0].PingStatus", "Online"))
-        build.branch(poll("Online", online, online_condition, None, pull.next(after_pull)))
+        start_budget = sfn.Pass(self, "StartPollBudget", result=sfn.Result.from_object({"n": 0}), result_path="$.polls")
+        build.branch(start_budget.next(poll("Online", online, online_condition, None, pull.next(after_pull))))
         terminate = call("TerminateBuilder", "ec2", "terminateInstances", {"InstanceIds": instance_ids},
                          result_path=sfn.JsonPath.DISCARD)
         terminate_after_failure = call("TerminateAfterFailure", "ec2", "terminateInstances",
@@ -271,6 +288,18 @@ class ImageSnapshotBuild(Construct):
 
 
 BUILDER_RESOURCES = ("instance", "volume", "network-interface")
+
+
+def build_poll_budget(build_timeout_minutes: int) -> int:
+    """Polls (one per 30 s) all the build's waits may take together: the build's time less 3 minutes for the
+    calls between them."""
+    return (build_timeout_minutes * 60 - 180) // int(POLL.to_seconds())
+
+
+def pull_timeout_seconds(build_timeout_minutes: int) -> int:
+    """How long the pull command may run on the builder: the build's time less 15 minutes for launch,
+    registration, stop and snapshot."""
+    return (build_timeout_minutes - 15) * 60
 
 
 def workflow_statements(*, stack: Stack, environment: str, ami_parameter: str, subnet_id: str,

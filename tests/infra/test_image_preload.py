@@ -49,24 +49,43 @@ def test_each_deployment_rolls_only_after_its_images_gate(shipped):
     template = shipped.template_json("cluster")
     gates = _resources(template, "Custom::AWSCDK-EKS-KubernetesObjectValue")
     assert len(gates) == len({m.image for m in shipped.config.models})
-    wait = shipped.config.image_preload.rollout_wait_minutes * 60 + GATE_START_SECONDS
+    job_deadline = shipped.config.image_preload.rollout_wait_minutes * 60 + GATE_START_SECONDS
+    names = {j["metadata"]["name"] for j in of_kind(deployed_manifests(template), "Job")}
     for gate in gates.values():
         props = gate["Properties"]
-        assert (props["ObjectType"], props["ObjectNamespace"], props["JsonPath"]) == ("job", "warmstart-system",
-                                                                                      ".status.succeeded")
-        assert props["ObjectName"].startswith("image-gate-")
-        assert wait < int(props["TimeoutSeconds"]) < 15 * 60  # inside one kubectl handler invocation
+        # Any True condition (Complete, or Failed past activeDeadlineSeconds) releases the deploy.
+        assert (props["ObjectType"], props["ObjectNamespace"], props["JsonPath"]) == (
+            "job", "warmstart-system", '.status.conditions[?(@.status=="True")].type')
+        assert props["ObjectName"] in names
+        assert job_deadline < int(props["TimeoutSeconds"]) <= 13 * 60  # inside one kubectl handler invocation
     for logical_id, resource in _resources(template, "Custom::AWSCDK-EKS-KubernetesResource").items():
         if '"Deployment"' in json.dumps(resource["Properties"]["Manifest"]):
             assert set(resource["DependsOn"]) & set(gates), logical_id
 
 
-def test_gate_job_name_changes_with_the_image_so_a_new_image_waits_again(shipped):
-    from warmstart.workload import image_gate_name
+def test_gate_job_name_changes_with_anything_in_the_job(shipped):
+    from k8s.image_cache import ImageCacheChart
 
-    assert image_gate_name("vllm/vllm-openai:v0.21.0", "r") != image_gate_name("vllm/vllm-openai:v0.22.0", "r")
-    assert image_gate_name("vllm/vllm-openai:v0.21.0", "r") != image_gate_name("vllm/vllm-openai:v0.21.0", "r2")
-    assert len(image_gate_name("x" * 300, "r")) <= 63
+    def names(**change) -> dict:
+        props = dict(images=["vllm/vllm-openai:v0.21.0"], pause_image="registry.k8s.io/pause:3.10",
+                     gate_image="123.dkr.ecr.us-west-2.amazonaws.com/a:1", gate_image_revision="r1",
+                     gate_deadline_seconds=600) | change
+        return cdk8s_names(ImageCacheChart, props)
+
+    base = names()
+    assert base == names()  # stable
+    assert names(images=["vllm/vllm-openai:v0.22.0"]).values() != base.values()
+    assert names(gate_image_revision="r2") != base
+    assert names(gate_deadline_seconds=300) != base
+    assert names(gate_image="${Token[TOKEN.999]}") == names(gate_image="${Token[TOKEN.123]}")  # token numbers
+    assert all(len(n) <= 63 and n.startswith("image-gate-") for n in base.values())
+
+
+def cdk8s_names(chart_class, props) -> dict:
+    import cdk8s
+
+    chart = chart_class(cdk8s.App(), "ImageCache", **props)
+    return chart.gate_names
 
 
 def test_al2023_keeps_raid0_and_turns_on_fast_image_pull(prod):
@@ -88,7 +107,7 @@ def test_snapshot_mode_boots_bottlerocket_from_the_built_snapshot_without_hiding
     assert data["deviceName"] == "/dev/xvdb"
     assert data["ebs"]["snapshotID"] == "snap-0123456789abcdef0"  # the custom resource's GetAtt, stood in
     assert data["ebs"]["volumeSize"] == "150Gi" and data["ebs"]["volumeInitializationRate"] == 300
-    assert "encrypted" not in data["ebs"]  # the CRD refuses it beside a snapshot; the builder's volume is encrypted
+    assert "encrypted" not in data["ebs"]  # inherited from the snapshot: the builder encrypts its data volume
 
 
 def test_the_node_class_names_the_snapshot_the_custom_resource_returns(snapshot_env):
@@ -138,9 +157,66 @@ def test_the_workflow_builds_stops_snapshots_records_and_always_terminates(snaps
     assert states["Build"]["Next"] == "TerminateBuilder" and states["TerminateBuilder"]["Next"] == "Built"
     (catch,) = states["Build"]["Catch"]
     assert catch["Next"] == "TerminateAfterFailure" and states["TerminateAfterFailure"]["Next"] == "BuildFailed"
-    # A pull that ends in any state but Success fails the build (no snapshot of a half-filled volume).
-    choice = inner["PullDone"]["Choices"]
-    assert choice[0]["Next"] == "PullFailed" and choice[1]["Next"] == "StopBuilder"
+    # Choice rules as Step Functions applies them (the first matching rule wins): Success goes on, any other end
+    # of the command fails the build (no snapshot of a half-filled volume), a running one polls again, and every
+    # wait ends when the build's poll budget is spent.
+    pull = inner["PullDone"]
+    under, over = {"n": 1}, {"n": 10_000}
+    for status, polls, expected in [("Success", under, "StopBuilder"), ("Failed", under, "PullFailed"),
+                                    ("TimedOut", under, "PullFailed"), ("Cancelled", under, "PullFailed"),
+                                    ("InProgress", under, "PullWait"), ("Pending", under, "PullWait"),
+                                    ("InProgress", over, "PullOutOfTime"), ("Success", over, "StopBuilder")]:
+        assert choose(pull, {"pullStatus": {"Status": status}, "polls": polls}) == expected, status
+    online = inner["OnlineDone"]
+    assert choose(online, {"online": {"InstanceInformationList": []}, "polls": under}) == "OnlineWait"
+    assert choose(online, {"online": {"InstanceInformationList": [{"PingStatus": "Online"}]}, "polls": under}) == "PullImages"
+    assert choose(online, {"online": {"InstanceInformationList": []}, "polls": over}) == "OnlineOutOfTime"
+    snapshot = inner["SnapshotDone"]
+    assert choose(snapshot, {"snapshotState": {"State": "completed"}, "polls": under}) == "Record"
+    assert choose(snapshot, {"snapshotState": {"State": "error"}, "polls": under}) == "SnapshotFailed"
+    assert choose(snapshot, {"snapshotState": {"State": "pending"}, "polls": under}) == "SnapshotWait"
+    assert inner["StartPollBudget"]["Result"] == {"n": 0}
+    assert inner["PullCount"]["Parameters"] == {"n.$": "States.MathAdd($.polls.n, 1)"}
+
+
+def _path(document: dict, path: str):
+    value = document
+    for part in path.removeprefix("$.").replace("[", ".[").split("."):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            if not isinstance(value, list) or index >= len(value):
+                return _MISSING
+            value = value[index]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            return _MISSING
+    return value
+
+
+_MISSING = object()
+
+
+def _matches(rule: dict, document: dict) -> bool:
+    if "And" in rule:
+        return all(_matches(r, document) for r in rule["And"])
+    if "Or" in rule:
+        return any(_matches(r, document) for r in rule["Or"])
+    if "Not" in rule:
+        return not _matches(rule["Not"], document)
+    value = _path(document, rule["Variable"])
+    if "IsPresent" in rule:
+        return (value is not _MISSING) == rule["IsPresent"]
+    if "StringEquals" in rule:
+        return value == rule["StringEquals"]
+    if "NumericGreaterThan" in rule:
+        return value is not _MISSING and value > rule["NumericGreaterThan"]
+    raise AssertionError(f"operator not modelled: {rule}")
+
+
+def choose(state: dict, document: dict) -> str:
+    """The next state of a Choice state (Amazon States Language: rules in order, first match, else Default)."""
+    return next((rule["Next"] for rule in state["Choices"] if _matches(rule, document)), state["Default"])
 
 
 def test_the_workflow_may_only_touch_what_carries_its_tag(snapshot_env):

@@ -31,9 +31,11 @@ def tags(environment="prod", image_set=KEY):
 class FakeAws:
     """Snapshots and executions in memory, with the filters the real listing applies (tag equality)."""
 
-    def __init__(self, snapshots=(), status=("RUNNING", None, "")):
+    def __init__(self, snapshots=(), status=("RUNNING", None, ""), builders=(), running=None):
         self.all = list(snapshots)
         self.status = status
+        self.instances = list(builders)  # (instance ID, image set) of this environment's builders
+        self.running = dict(running or {})  # execution name -> ARN
         self.started, self.deleted, self.stopped, self.terminated = [], [], [], []
 
     def snapshots(self, environment, image_set):
@@ -49,13 +51,17 @@ class FakeAws:
     def build_status(self, execution_arn):
         return self.status
 
-    def stop_builds(self, state_machine_arn, image_set):
-        self.stopped.append(image_set)
-        return []
+    def running_builds(self, state_machine_arn):
+        return dict(self.running)
 
-    def terminate_builders(self, environment, image_set):
-        self.terminated.append((environment, image_set))
-        return []
+    def stop_build(self, execution_arn):
+        self.stopped.append(execution_arn)
+
+    def builders(self, environment):
+        return [b for b in self.instances if b[0] not in self.terminated]
+
+    def terminate(self, instance_ids):
+        self.terminated.extend(instance_ids)
 
 
 def event(request, **extra):
@@ -103,12 +109,22 @@ def test_delete_removes_only_this_environments_snapshots_of_that_image_set():
     others = [Snapshot("snap-other-set", "completed", 1.0, tags(image_set="another")),
               Snapshot("snap-other-env", "completed", 1.0, tags(environment="dev")),
               Snapshot("snap-untagged", "completed", 1.0, {})]
-    aws = FakeAws(mine + others)
+    aws = FakeAws(mine + others, builders=[("i-mine", KEY), ("i-other", "another")],
+                  running={f"{KEY}-r1": "arn:mine", "another-r2": "arn:other"})
     result = on_event(event("Delete", PhysicalResourceId=KEY), aws)
     assert result == {"PhysicalResourceId": KEY}
     assert aws.deleted == ["snap-a", "snap-b"]
-    assert aws.stopped == [KEY] and aws.terminated == [("prod", KEY)]  # a build still running goes first
+    assert aws.stopped == ["arn:mine"] and aws.terminated == ["i-mine"]  # a build still running goes first
     assert is_complete(event("Delete", PhysicalResourceId=KEY), aws) == {"IsComplete": True}
+
+
+def test_a_builder_whose_build_no_longer_runs_is_terminated_before_the_next_build():
+    # The state machine's own timeout (no Catch runs) or a rollback to an earlier set (no Delete for the newer
+    # one) can leave a builder running; the next Create or Update ends it, and leaves running builds alone.
+    aws = FakeAws(builders=[("i-left", "older"), ("i-busy", "busy")], running={"busy-r1": "arn:busy"})
+    on_event(event("Update"), aws)
+    assert aws.terminated == ["i-left"]
+    assert aws.started  # then its own build starts
 
 
 def test_the_deletion_rule_checks_tags_itself_whatever_the_listing_returned():

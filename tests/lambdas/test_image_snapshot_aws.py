@@ -65,23 +65,24 @@ def test_builds_start_with_the_image_set_as_input_and_report_output_and_failure(
     assert aws.build_status(execution) == ("FAILED", None, "BuildFailed: PullFailed")
 
 
-def test_only_running_builds_of_the_image_set_are_stopped(clients):
+def test_running_builds_are_listed_by_name_and_stopped_by_arn(clients):
     aws, _, sfn = clients
     base = ARN.replace("stateMachine", "execution")
     sfn.add_response("list_executions", {"executions": [
         {"executionArn": f"{base}:k-1", "stateMachineArn": ARN, "name": "k-1", "status": "RUNNING",
-         "startDate": dt.datetime(2026, 11, 30)},
-        {"executionArn": f"{base}:kk-1", "stateMachineArn": ARN, "name": "kk-1", "status": "RUNNING",
          "startDate": dt.datetime(2026, 11, 30)}]}, {"stateMachineArn": ARN, "statusFilter": "RUNNING"})
+    assert aws.running_builds(ARN) == {"k-1": f"{base}:k-1"}
     sfn.add_response("stop_execution", {"stopDate": dt.datetime(2026, 11, 30)},
                      {"executionArn": f"{base}:k-1", "error": "Replaced", "cause": "CloudFormation deleted this image set"})
-    assert aws.stop_builds(ARN, "k") == [f"{base}:k-1"]
+    aws.stop_build(f"{base}:k-1")
 
 
-def test_builders_are_found_by_their_tags_and_terminated(clients):
+def test_builders_are_found_by_the_environment_tag_with_their_image_set(clients):
     aws, ec2, _ = clients
-    ec2.add_response("describe_instances", {"Reservations": [{"Instances": [{"InstanceId": "i-0a"}]}]}, {"Filters": [
-        {"Name": f"tag:{BUILDER_TAG}", "Values": ["prod"]}, {"Name": f"tag:{IMAGE_SET_TAG}", "Values": ["k"]},
+    ec2.add_response("describe_instances", {"Reservations": [{"Instances": [
+        {"InstanceId": "i-0a", "Tags": [{"Key": IMAGE_SET_TAG, "Value": "k"}]}, {"InstanceId": "i-0b"}]}]}, {"Filters": [
+        {"Name": f"tag:{BUILDER_TAG}", "Values": ["prod"]},
         {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]})
+    assert aws.builders("prod") == [("i-0a", "k"), ("i-0b", "")]
     ec2.add_response("terminate_instances", {"TerminatingInstances": []}, {"InstanceIds": ["i-0a"]})
-    assert aws.terminate_builders("prod", "k") == ["i-0a"]
+    aws.terminate(["i-0a"])

@@ -180,11 +180,11 @@ def test_parallel_pull_is_refused_in_auto_mode_and_on_bottlerocket():
     assert "Bottlerocket" in only_problem(document).message
 
 
-def test_parallel_pull_needs_an_al2023_release_with_fast_image_pull():
+def test_parallel_pull_needs_an_al2023_release_that_unpacks_onto_the_nvme_array():
     document = raw("prod")
-    document["compute"]["ami_alias"] = "al2023@v20250701"
+    document["compute"]["ami_alias"] = "al2023@v20251209"  # FastImagePull exists, SOCI's store not on the array
     problem = only_problem(document)
-    assert problem.field == "image_preload.parallel_pull" and "v20250821" in problem.fix
+    assert problem.field == "image_preload.parallel_pull" and "v20251217" in problem.fix
 
 
 def test_parallel_pull_is_refused_where_nodeadm_would_skip_it(catalog):
@@ -203,5 +203,5 @@ def test_parallel_pull_is_refused_where_nodeadm_would_skip_it(catalog):
 
 def test_rollout_wait_fits_the_deploys_kubectl_step():
     document = raw("prod")
-    document["image_preload"]["rollout_wait_minutes"] = 13
+    document["image_preload"]["rollout_wait_minutes"] = 11
     assert only_problem(document).field == "image_preload.rollout_wait_minutes"
