@@ -48,6 +48,7 @@ bench: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/weights_prefetch.py
 	$(BIN)/python bench/prune.py
 	$(BIN)/python bench/cold_node_streaming.py
+	$(BIN)/python bench/synth_scale.py
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

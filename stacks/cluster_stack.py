@@ -16,17 +16,17 @@ from stacks.components.control_plane import ControlPlane
 from stacks.components.gpu_pool import GpuNodePool
 from stacks.components.karpenter import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.network import WarmstartVpc
-from stacks.components.pod_identity import ModelReader, PodIdentityAgent
+from stacks.components.pod_identity import PodIdentityAgent
 from k8s.system import SystemNamespace
-from k8s.vllm_model import SERVICE_ACCOUNT, VllmModel
 from warmstart.catalog import default_catalog
 from warmstart.config import AutoModeCompute, EnvironmentConfig
 from warmstart.agent_settings import agent_settings
 from warmstart.image_preload import builder_ami_parameter, image_set_key, snapshot_images
-from warmstart.workload import compile_cache_root, plan_model, pod_records_root, serving_images, weights_root
+from warmstart.workload import compile_cache_root, pod_records_root, serving_images, weights_root
 
 class ClusterStack(Stack):
-    """EKS cluster, GPU capacity for the configured compute mode, and per-model identities."""
+    """EKS cluster, GPU capacity for the configured compute mode, and the node-level caches; each model's
+    workload lives in a ModelStack of its own."""
 
     def __init__(
         self,
@@ -135,28 +135,11 @@ class ClusterStack(Stack):
                 rollout_wait_seconds=config.image_preload.rollout_wait_minutes * 60,
             )
             self.image_cache.manifest.node.add_dependency(self.system_namespace)
-        self.model_readers: dict[str, ModelReader] = {}
-        self.workloads: dict[str, eks.KubernetesManifest] = {}
-        for model in config.models:
-            reader = ModelReader(
-                self,
-                f"Model-{model.name}",
-                cluster=self.cluster,
-                namespace=model.name,
-                service_account=SERVICE_ACCOUNT,
-                bucket_name=buckets.model_bucket_name,
-                prefix=model.prefix,
-                kms_key_arn=config.buckets.models.kms_key_arn,
-            )
-            chart = VllmModel(self.charts, f"Model-{model.name}", plan=plan_model(model, config, catalog))
-            workload = self.cluster.add_cdk8s_chart(f"Model-{model.name}", chart)
-            # Pods start with their credentials in place and a GPU pool to land on; a new image is on the GPU
-            # nodes (or its bounded wait is over) before the Deployment rolls to it.
-            workload.node.add_dependency(reader.identity.association, self.gpu_pool.manifest)
-            if self.image_cache is not None:
-                workload.node.add_dependency(self.image_cache.gates[model.image])
-            self.model_readers[model.name] = reader
-            self.workloads[model.name] = workload
+
+    def before_workload(self, image: str) -> list[Construct]:
+        """What a model's workload must wait for: a GPU pool to land on, and its image's rollout gate."""
+        gate = [self.image_cache.gates[image]] if self.image_cache is not None else []
+        return [self.gpu_pool.manifest, *gate]
 
     @property
     def cluster(self) -> eks.Cluster:

@@ -9,11 +9,14 @@ from cdk_nag import AwsSolutionsChecks
 
 from stacks.cluster_stack import ClusterStack
 from stacks.data_stack import DataStack
+from stacks.model_stack import ModelStack
 from stacks.nag_acknowledgments import acknowledge_findings
 from stacks.network_stack import NetworkStack
 from stacks.components.pruner import pruner_role_name
 from stacks.pruner_stack import PrunerStack
+from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
+from warmstart.workload import plan_model
 
 
 @dataclass(frozen=True)
@@ -22,9 +25,10 @@ class EnvironmentStacks:
     data: DataStack
     cluster: ClusterStack
     pruner: PrunerStack
+    models: dict[str, ModelStack]
 
     def all(self) -> list:
-        return [self.network, self.data, self.cluster, self.pruner]
+        return [self.network, self.data, self.cluster, self.pruner, *self.models.values()]
 
 
 def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStacks:
@@ -39,7 +43,21 @@ def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStack
     )
     pruner = PrunerStack(app, f"{prefix}-pruner", env=env, config=config)
     pruner.add_stack_dependency(data)  # prunes the bucket the data stack owns
-    stacks = EnvironmentStacks(network=network, data=data, cluster=cluster, pruner=pruner)
+    catalog = default_catalog()
+    models = {
+        model.name: ModelStack(
+            app,
+            f"{prefix}-model-{model.name}",
+            env=env,
+            cluster=cluster.cluster,
+            plan=plan_model(model, config, catalog),
+            bucket_name=data.buckets.model_bucket_name,
+            kms_key_arn=config.buckets.models.kms_key_arn,
+            after=cluster.before_workload(model.image),
+        )
+        for model in config.models
+    }
+    stacks = EnvironmentStacks(network=network, data=data, cluster=cluster, pruner=pruner, models=models)
     for stack in stacks.all():
         for key, value in config.tags.items():
             Tags.of(stack).add(key, value)

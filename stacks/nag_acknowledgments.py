@@ -90,8 +90,8 @@ def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig)
             _managed("AmazonEC2ContainerRegistryReadOnly"),
         )
         _karpenter(cluster_stack.karpenter, config)
-    for reader in cluster_stack.model_readers.values():
-        _model_reader(reader)
+    for model_stack in stacks.models.values():
+        _model_reader(model_stack.workload.reader)
     _pruner(stacks.pruner.pruner, config)
     if cluster_stack.image_snapshot is not None:
         _image_snapshot(cluster_stack.image_snapshot, config)
@@ -104,15 +104,13 @@ def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig)
             _wildcard(f"arn:aws:s3:::{config.buckets.compile_cache}/compile-cache/*"),
         )
     if agent is not None:
-        for model in config.models:
-            policy = agent.weights_policies.get(model.name)
-            if policy is not None:
-                _acknowledge(
-                    policy,
-                    "The agent copies this model's files to node NVMe: read-only, under the model's own prefix; "
-                    "the file names change with every model update.",
-                    _wildcard(f"arn:aws:s3:::{config.buckets.models.name}/{model.prefix}*"),
-                )
+        for policy in agent.weights_policies:
+            _acknowledge(
+                policy,
+                "The agent copies the cached models' files to node NVMe: read-only, under each model's own "
+                "prefix; the file names change with every model update.",
+                *(_wildcard(f"arn:aws:s3:::{config.buckets.models.name}/{model.prefix}*") for model in config.models),
+            )
 
 
 def _kubectl_provider(provider: IConstruct) -> None:
@@ -190,6 +188,14 @@ def _karpenter(karpenter: KarpenterController, config: EnvironmentConfig) -> Non
 
 
 def _pruner(pruner: CompileCachePruner, config: EnvironmentConfig) -> None:
+    if config.pruning.extra_active_set_parameters:
+        _acknowledge(
+            pruner.policy,
+            "Another environment's active set may be split into parts (<name>-2, ...) whose number only its "
+            "first parameter tells at run time; read-only, under that environment's own parameter name.",
+            *(_wildcard(f"arn:aws:ssm:{config.region}:{config.account}:parameter{name}-*")
+              for name in config.pruning.extra_active_set_parameters),
+        )
     _acknowledge(
         pruner.policy,
         "The pruner deletes stale compile-cache objects, whose names are only known by listing; the grant is "

@@ -5,7 +5,7 @@ from constructs import Construct
 
 from stacks.components.alerts import AlertTopic
 from stacks.components.pruner import CompileCachePruner
-from warmstart.active_set import active_set_document, active_set_parameter_name
+from warmstart.active_set import active_set_documents, active_set_parameter_name
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
 
@@ -21,7 +21,7 @@ class PrunerStack(Stack):
             environment=config.name,
             bucket_name=config.buckets.compile_cache,
             active_set_name=active_set_parameter_name(config),
-            active_set_document=active_set_document(config, default_catalog()),
+            active_set_documents=active_set_documents(config, default_catalog()),
             policy=config.pruning,
         )
         self.alerts = AlertTopic(self, "Alerts", environment=config.name, alerts=config.alerts)

@@ -41,6 +41,16 @@ class Synthesized:
     def template_paths(self) -> list[Path]:
         return sorted(self.outdir.glob("*.template.json"))
 
+    def model_template_json(self, model: str) -> dict:
+        stack = self.stacks.models[model]
+        return json.loads((self.outdir / f"{stack.stack_name}.template.json").read_text())
+
+    def manifests(self) -> list[dict]:
+        """Every Kubernetes object the environment's stacks apply (cluster and model stacks)."""
+        from tests.manifests import deployed_manifests
+
+        return [m for path in self.template_paths() for m in deployed_manifests(json.loads(path.read_text()))]
+
 
 def synthesize(config: EnvironmentConfig, outdir: Path, name: str) -> Synthesized:
     app = App(outdir=str(outdir), context=cdk_context())

@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from warmstart.active_set import ADVANCED_LIMIT, active_set_document
+from warmstart.active_set import ADVANCED_LIMIT, MAX_PARTS, active_set_documents
 from warmstart.cache_key import RESERVED_VLLM_ENV
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
@@ -26,6 +26,7 @@ from warmstart.image_preload import (
     DATA_VOLUME_RESERVE_GB,
     is_private_ecr,
 )
+from warmstart.naming import bucket_name_problems, moving_reference
 from warmstart.sizing import (
     SizingError,
     ami_family,
@@ -40,6 +41,8 @@ from warmstart.sizing import (
 )
 from warmstart.workload import (
     NVME_USABLE,
+    node_gpus,
+    steady_pool_gpus,
     is_under,
     nvme_need_gb,
     plan_model,
@@ -59,7 +62,8 @@ class Problem:
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.message}\n    fix: {self.fix}"
+        # A problem with no fix that would work says so by having none.
+        return f"{self.field}: {self.message}" + (f"\n    fix: {self.fix}" if self.fix else "")
 
 
 def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
@@ -78,12 +82,16 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
         *_single_replicas(config),
         *_alerts(config),
         *_image_preload(config),
+        *_bucket_names(config),
+        *_pause_image(config),
     ]
     if any(p.field.startswith("compute.gpu_pool.instance_types") for p in problems):
         return problems  # every rule below needs catalog facts for the pool
     problems += _ephemeral_storage(config, catalog)
     problems += _nvme_budget(config, catalog)
     problems += _fast_image_pull_nodes(config, catalog)
+    problems += _gpu_budget(config, catalog)
+    problems += _agent_policies(config)
     for index, _ in enumerate(config.models):
         problems += _model(config, catalog, index)
     if not problems:  # it derives every model's keys, which needs every model valid
@@ -168,6 +176,10 @@ def _alerts(config: EnvironmentConfig) -> list[Problem]:
         return [Problem("alerts.emails", "emails are for the topic warmstart creates; an existing topic is given too",
                         "subscribe the emails to your topic, or remove alerts.topic_arn")]
     return []
+
+
+def _pause_image(config: EnvironmentConfig) -> list[Problem]:
+    return _image_pinned(config.caches.pause_image, "caches.pause_image")
 
 
 def _version(parts: tuple[int, ...]) -> str:
@@ -314,13 +326,14 @@ def _model_names(config: EnvironmentConfig) -> list[Problem]:
 
 
 def _active_set_size(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
-    size = len(active_set_document(config, catalog).encode())
-    if size <= ADVANCED_LIMIT:
+    parts = len(active_set_documents(config, catalog))
+    if parts <= MAX_PARTS:
         return []
     return [
         Problem(
             "models",
-            f"the compile-cache active set is {size} bytes, over the {ADVANCED_LIMIT}-byte SSM parameter limit",
+            f"the compile-cache active set needs {parts} SSM parameters of {ADVANCED_LIMIT} bytes, over the "
+            f"{MAX_PARTS} the pruner reads",
             "restrict models to fewer instance types with different GPUs (instance_types), or split the environment",
         )
     ]
@@ -416,7 +429,7 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                         "(instance_types) to instances with more NVMe",
                     )
                 )
-    tensor_parallel_problems = _tensor_parallel(model, instances, at)
+    tensor_parallel_problems = _tensor_parallel(model, instances, at, catalog)
     if tensor_parallel_problems:
         return problems + tensor_parallel_problems
     return (
@@ -553,33 +566,79 @@ def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
 
 
 def _image_pinned(image: str, field: str) -> list[Problem]:
-    name = image.split("@", 1)[0]
-    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else None
-    if "@sha256:" in image or (tag and tag != "latest"):
+    why = moving_reference(image)
+    if why is None:
         return []
-    return [
-        Problem(
-            field,
-            f"{image!r} has a floating tag ({tag or 'none'}): nodes would pull different images and the "
-            "image cache and compile-cache key would not match",
-            "pin a version tag (vllm/vllm-openai:v0.21.0) or a digest (...@sha256:<64 hex>)",
-        )
-    ]
+    return [Problem(field, f"{image!r} {why}: nodes would pull different images over time, and the image cache "
+                    "and the compile-cache key would not match what runs",
+                    "pin a release tag (vllm/vllm-openai:v0.21.0) or a digest (...@sha256:<64 hex>)")]
 
 
-def _tensor_parallel(model, instances, at: str) -> list[Problem]:
+def _agent_policies(config: EnvironmentConfig) -> list[Problem]:
+    from warmstart.scale import MANAGED_POLICIES_PER_ROLE, prefix_groups  # scale.py builds on Problem
+
+    prefixes = [m.prefix for m in config.models if weights_cached(m, config)]
+    groups = len(prefix_groups(config.buckets.models.name, prefixes))
+    if groups <= MANAGED_POLICIES_PER_ROLE:
+        return []
+    return [Problem("caches.weights", f"{len(prefixes)} weights-cached models need {groups} IAM managed policies on "
+                    f"the node agent's role, over the {MANAGED_POLICIES_PER_ROLE} a role takes",
+                    "turn the weights cache off for some models (weights_cache: false), or split the environment")]
+
+
+def _bucket_names(config: EnvironmentConfig) -> list[Problem]:
+    named = [("buckets.compile_cache", config.buckets.compile_cache), ("buckets.models.name", config.buckets.models.name)]
+    named += [(f"models[{i}].s3_uri", m.bucket) for i, m in enumerate(config.models)]
+    problems = []
+    for field, name in named:
+        broken = bucket_name_problems(name)
+        if broken:
+            problems.append(Problem(field, f"bucket name {name!r} " + "; ".join(broken) + " (S3 bucket naming rules)",
+                                    "choose a name S3 accepts, e.g. warmstart-<env>-<purpose>-<account>"))
+    return problems
+
+
+def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    """Karpenter launches a node only while the pool's GPUs (whole nodes) stay within gpu_limit: a limit below
+    every instance type's GPUs launches nothing, and one below what the replicas hold leaves pods pending."""
+    pool = config.compute.gpu_pool
+    field = "compute.gpu_pool.gpu_limit"
+    smallest = min(catalog.instance(t).gpu_count for t in pool.instance_types)
+    if pool.gpu_limit < smallest:
+        return [Problem(field, f"{pool.gpu_limit} is below the {smallest} GPUs of the smallest pool instance type: "
+                        "Karpenter could never launch a node, and every pod would wait forever",
+                        f"set gpu_limit to at least {smallest}")]
+    problems = []
+    for index, model in enumerate(config.models):
+        types = model.instance_types or pool.instance_types
+        if all(catalog.instance(t).gpu_count > pool.gpu_limit for t in types):
+            problems.append(Problem(f"models[{index}].instance_types", f"every instance type of {model.name} has more "
+                                    f"than the pool's {pool.gpu_limit} GPUs: its pods could never be placed",
+                                    f"raise {field}, or list smaller instance types"))
+    if any(t not in pool.instance_types for m in config.models for t in (m.instance_types or [])):
+        return problems  # a model outside the pool is refused on its own; its GPUs are not the pool's
+    steady = steady_pool_gpus(config, catalog)
+    surge = max(node_gpus(m, config, catalog) for m in config.models) if pool.surge else 0
+    if steady + surge > pool.gpu_limit:
+        need = f"{steady} GPUs of nodes for every replica on its own node" + (
+            f", plus {surge} for the node a rollout starts first" if surge else "")
+        problems.append(Problem(field, f"{pool.gpu_limit} is below what the models need: {need}",
+                                f"set gpu_limit to at least {steady + surge}" + (
+                                    ", or set surge: false (rollouts then replace one pod at a time)" if surge else
+                                    ", or lower replicas")))
+    return problems
+
+
+def _tensor_parallel(model, instances, at: str, catalog: Catalog) -> list[Problem]:
     field = f"{at}.tensor_parallel_size"
     if model.tensor_parallel_size == "auto":
         try:
             smallest_tensor_parallel(model.size_gb, instances, model.weights_memory_fraction)
         except SizingError as error:
-            return [
-                Problem(
-                    field,
-                    str(error),
-                    "use instance types with more GPU memory, or raise weights_memory_fraction (at most 0.95)",
-                )
-            ]
+            fix = _fit_fix(model, instances, catalog)
+            message = str(error) + ("" if fix else "; no instance type of the catalog holds these weights on one "
+                                               "node (serving across nodes is out of scope)")
+            return [Problem(field, message, fix)]
         return []
     size = model.tensor_parallel_size
     problems = []
@@ -608,7 +667,34 @@ def _tensor_parallel(model, instances, at: str) -> list[Problem]:
                     f"{model.size_gb:g} GB of weights on {size} x {instance.gpu_memory_gb} GB "
                     f"({instance.instance_type}) leaves less than {1 - model.weights_memory_fraction:.0%} "
                     "of GPU memory for the KV cache",
-                    "raise tensor_parallel_size or use 'auto'",
+                    _fit_fix(model, [instance], catalog, size),
                 )
             )
     return problems
+
+
+MAX_WEIGHTS_FRACTION = 0.95  # the config's upper bound on weights_memory_fraction
+
+
+def _fit_fix(model, instances, catalog: Catalog, size: int | None = None) -> str:
+    """A fix that makes the weights fit, or none: a larger tensor parallel size, a higher weights fraction (only
+    where 0.95 is enough), or instance types that hold the weights (named from the catalog)."""
+    fraction = model.weights_memory_fraction
+    if size is not None:
+        larger = [s for s in valid_tensor_parallel_sizes(instances[0])
+                  if s > size and weights_fit(model.size_gb, s, instances[0], fraction)]
+        if larger:
+            return f"raise tensor_parallel_size to {larger[0]} (or use 'auto')"
+    sizes = [size] if size is not None else sorted(
+        set.intersection(*(set(valid_tensor_parallel_sizes(i)) for i in instances)))
+    needed = min((max(model.size_gb / (s * i.gpu_memory_gb) for i in instances) for s in sizes), default=1.0)
+    if needed <= MAX_WEIGHTS_FRACTION:
+        return (f"raise weights_memory_fraction to at least {math.ceil(needed * 100) / 100:g} (it leaves "
+                f"{1 - needed:.0%} of GPU memory for the KV cache), or use instance types with more GPU memory")
+    every = (catalog.instance(name) for name in catalog.instances)
+    holders = sorted((i for i in every if i.total_gpu_memory_gb * fraction >= model.size_gb),
+                     key=lambda i: (i.total_gpu_memory_gb, i.instance_type))
+    if not holders:
+        return ""  # no single node in the catalog holds these weights: multi-node serving is out of scope
+    return (f"use instance types whose GPUs hold {model.size_gb:g} GB at weights_memory_fraction {fraction:g}, "
+            f"e.g. {', '.join(i.instance_type for i in holders[:3])}")

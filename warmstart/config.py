@@ -46,14 +46,15 @@ class NetworkConfig(Strict):
     def _cidr(cls, value: str) -> str:
         network = ipaddress.ip_network(value, strict=True)
         if not 16 <= network.prefixlen <= 20:
-            raise ValueError("use a /16 to /20 block so that each AZ gets room for GPU pods")
+            raise ValueError(f"a /{network.prefixlen} block is outside /16 to /20; fix: use a /16 to /20 block, so that "
+                             "each AZ gets room for GPU pods")
         return value
 
     @field_validator("availability_zones")
     @classmethod
     def _distinct_azs(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
-            raise ValueError("availability zones must be distinct")
+            raise ValueError("an availability zone is listed twice; fix: list each zone once")
         return value
 
 
@@ -78,7 +79,7 @@ class ClusterConfig(Strict):
     def _role_arns(cls, value: list[str]) -> list[str]:
         for arn in value:
             if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", arn):
-                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
+                raise ValueError(f"{arn!r} is not an IAM role ARN; fix: write arn:aws:iam::<account>:role/<name>")
         return value
 
 
@@ -93,11 +94,11 @@ class CapacityReservationTerm(Strict):
     @model_validator(mode="after")
     def _one_selector(self) -> "CapacityReservationTerm":
         if (self.id is None) == (self.tags is None):
-            raise ValueError("give either id (cr-...) or tags")
+            raise ValueError("a reservation term needs exactly one selector; fix: give either id (cr-...) or tags")
         if self.id is not None and self.owner_id is not None:
-            raise ValueError("owner_id goes with tags, not with id")
+            raise ValueError("owner_id beside id; fix: owner_id goes with tags, not with id: remove it")
         if self.tags and any(not k or not v for k, v in self.tags.items()):
-            raise ValueError("tag keys and values must not be empty")
+            raise ValueError("an empty tag key or value; fix: give every tag a key and a value")
         return self
 
 
@@ -107,8 +108,11 @@ class GpuPool(Strict):
     # On-Demand Capacity Reservations the pool may use; Karpenter launches `reserved` capacity only from
     # reservations these select (Karpenter v1.14 docs, "Utilizing ODCRs").
     capacity_reservations: list[CapacityReservationTerm] = Field(default_factory=list, max_length=30)
-    # Upper bound on GPUs the pool may run at once (a cost guard-rail Karpenter enforces).
+    # Upper bound on GPUs the pool may run at once (a cost guard-rail Karpenter enforces on whole nodes).
     gpu_limit: PositiveInt = 64
+    # A rollout starts each new pod on a spare node before the old one goes (gpu_limit must leave room for it);
+    # false: rollouts replace one pod at a time within the limit (a single replica is offline meanwhile).
+    surge: bool = True
     # How long an empty GPU node stays (scale-down delay: a warm node keeps its caches).
     consolidate_after: str = Field(default="10m", pattern=DURATION)
     # Node lifetime. Expiry is forceful (no replacement is started first), so models keep >= 2 replicas on
@@ -121,7 +125,7 @@ class GpuPool(Strict):
     @classmethod
     def _distinct(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
-            raise ValueError("instance types must be distinct")
+            raise ValueError("an instance type is listed twice; fix: list each type once")
         return value
 
 
@@ -263,7 +267,8 @@ class CacheSwitches(Strict):
     @classmethod
     def _moved(cls, data: Any) -> Any:
         if isinstance(data, dict) and "image" in data:
-            raise ValueError("caches.image moved to image_preload.mode (true is 'prepull', false is 'off')")
+            raise ValueError("caches.image moved to image_preload.mode; fix: write image_preload: {mode: prepull} "
+                             "(for true) or {mode: off} (for false)")
         return data
 
 
@@ -307,7 +312,7 @@ class ImagePreload(Strict):
             raise ValueError(
                 "lazy loading is not available on EKS nodes: Bottlerocket's SOCI snapshotter runs in parallel-pull "
                 "mode only and the AL2023 AMI's FastImagePull turns lazy loading off (see README, Image preload); "
-                "use mode: prepull or snapshot, with parallel_pull: true for faster pulls"
+                "fix: use mode: prepull or snapshot, with parallel_pull: true for faster pulls"
             )
         return data
 

@@ -1,7 +1,15 @@
-"""Load an environment file into a validated EnvironmentConfig, or fail with every problem listed."""
+"""Load an environment file into a validated EnvironmentConfig, or fail with every problem listed.
+
+Every way a file can be wrong ends here as Problems (field path, what is wrong with the value echoed, the rule
+in words, a fix that works or none): unreadable files, YAML syntax (file and line), keys written twice, the
+model's own rules (pydantic) and the rules across fields (checks.py). `plan` and the CDK app both load through
+`load_config`, so they refuse the same inputs with the same words.
+"""
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +18,39 @@ from pydantic import BaseModel, ValidationError
 
 from warmstart.catalog import Catalog, default_catalog
 from warmstart.checks import Problem, check_environment
-from warmstart.config import EnvironmentConfig
+from warmstart.config import DNS_LABEL, DURATION, S3_BUCKET_NAME, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+
+EXAMPLE = "config/dev.yaml"
+MODES = {"auto": AutoModeCompute, "karpenter": KarpenterCompute}
+
+# Each pattern of the config model, in words (tests/unit/test_config_messages.py checks that none is missing).
+PATTERN_WORDS = {
+    DNS_LABEL: "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters",
+    DURATION: "a duration such as 30s, 10m, 1h or 1h30m",
+    S3_BUCKET_NAME: "an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-', starting and ending with a "
+                    "letter or digit",
+    r"^(([0-9]+(s|m|h))+|Never)$": "a duration such as 336h or 1h30m, or Never",
+    r"^(al2023|bottlerocket)@v?\d+(\.\d+)*$": "a pinned EKS AMI alias: al2023@v<release> or bottlerocket@v<x.y.z>",
+    r"^(rate\(.+\)|cron\(.+\))$": "an EventBridge Scheduler expression: rate(1 day) or cron(...)",
+    r"^/": "an absolute path (starting with /)",
+    r"^[0-9]{12}$": "a 12-digit AWS account ID",
+    r"^\d{12}$": "a 12-digit AWS account ID",
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$": "a revision: letters, digits, '.', '_' and '-', starting with a letter "
+                                          "or digit, at most 64 characters",
+    r"^[^@\s]+@[^@\s]+\.[^@\s]+$": "an email address",
+    r"^[a-z0-9_]+$": "lowercase letters, digits and '_'",
+    r"^[a-zA-Z][-a-zA-Z0-9]{0,99}$": "letters, digits and '-', starting with a letter, at most 100 characters",
+    r"^[a-z][a-z0-9-]*\.[a-z0-9]+$": "an EC2 instance type such as m7i.2xlarge",
+    r"^[a-z]{2}(-[a-z]+)+-\d$": "an AWS Region such as us-east-1",
+    r"^\d+\.\d+(\.\d+)?([+a-z0-9.]*)$": "a PyTorch version such as 2.11.0 or 2.11.0+cu128",
+    r"^\d+\.\d+\.\d+$": "a version such as 1.14.1",
+    r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$": "a KMS key ARN (arn:aws:kms:<region>:<account>:"
+                                                                "key/<key id>)",
+    r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$": "an SNS topic ARN (arn:aws:sns:<region>:"
+                                                                     "<account>:<name>)",
+    r"^cr-[0-9a-z]+$": "a capacity reservation ID (cr-...)",
+    r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$": "s3://<bucket>/<prefix>/, ending with '/'",
+}
 
 
 class ConfigError(ValueError):
@@ -23,18 +63,71 @@ class ConfigError(ValueError):
 
 def load_config(path: str | Path, catalog: Catalog | None = None) -> EnvironmentConfig:
     path = Path(path)
+    return parse_config(read_yaml(path), source=str(path), catalog=catalog)
+
+
+def read_yaml(path: Path) -> Any:
+    """The file's YAML document; any way the file cannot be read is a ConfigError naming the file."""
+
+    def refuse(message: str, fix: str) -> ConfigError:
+        return ConfigError(str(path), [Problem("<file>", message, fix)])
+
     try:
-        raw = yaml.safe_load(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(str(path), [Problem("<file>", "file not found", "pass an existing config/<env>.yaml")])
+        raise refuse("no such file", f"pass an existing environment file, e.g. {EXAMPLE}") from None
+    except IsADirectoryError:
+        raise refuse("is a directory, not a file", f"pass the environment's YAML file, e.g. {path}/dev.yaml") from None
+    except PermissionError:
+        raise refuse("cannot be read (permission denied)", "make it readable by this user") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise refuse(f"is not UTF-8 text (byte {error.start}, line {line})", "save it as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_loader(str(path)))  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as duplicate:
+        raise ConfigError(str(path), [duplicate.problem]) from None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        what = " ".join(part for part in (error.context, error.problem) if part)
+        raise refuse(f"not valid YAML at {where}: {what}", "fix the YAML syntax at that line") from None
     except yaml.YAMLError as error:
-        raise ConfigError(str(path), [Problem("<file>", f"not valid YAML: {error}", "fix the YAML syntax")])
-    return parse_config(raw, source=str(path), catalog=catalog)
+        raise refuse(f"not valid YAML: {error}", "fix the YAML syntax") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+
+
+def _loader(name: str) -> type[yaml.SafeLoader]:
+    """A SafeLoader that refuses a key written twice in one mapping (YAML would silently keep the last)."""
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise _DuplicateKey(Problem(
+                        str(key), f"written twice in one mapping ({name} lines {seen[key]} and {line}); YAML would "
+                        "silently keep only the last value", "keep one of them"))
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None = None) -> EnvironmentConfig:
+    if raw is None:
+        raise ConfigError(source, [Problem("<root>", "the file is empty", f"start from {EXAMPLE}")])
     if not isinstance(raw, dict):
-        raise ConfigError(source, [Problem("<root>", "expected a mapping of settings", "see config/dev.yaml")])
+        raise ConfigError(source, [Problem("<root>", f"expected a mapping of settings, found a {_kind(raw)}",
+                                           f"write settings as 'key: value' lines, as {EXAMPLE} does")])
     try:
         config = EnvironmentConfig.model_validate(raw)
     except ValidationError as error:
@@ -46,11 +139,11 @@ def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None 
 
 
 # Union branch names pydantic puts into error locations; they are not fields.
-_BRANCH_TAGS = {"auto", "karpenter", "int", "str", "float", "bool"}
+_BRANCH_TAGS = {"auto", "karpenter", "int", "str", "float", "bool", "literal['auto']"}
 
 
-def _is_field(part: str) -> bool:
-    return part.isidentifier() and part not in _BRANCH_TAGS
+def _is_field(part: Any) -> bool:
+    return isinstance(part, str) and part.isidentifier() and part not in _BRANCH_TAGS
 
 
 def _path(loc: tuple) -> str:
@@ -64,54 +157,115 @@ def _path(loc: tuple) -> str:
 
 
 def _problems(error: ValidationError) -> list[Problem]:
-    """One problem per field: the branches of a union (an int or 'auto') fail together."""
-    by_field: dict[str, list[Problem]] = {}
+    """One problem per field: the branches of a union (a number or 'auto') fail together."""
+    by_field: dict[str, list[dict]] = {}
     for detail in error.errors():
-        problem = _problem(detail)
-        by_field.setdefault(problem.field, []).append(problem)
-    merged = []
-    for field, found in by_field.items():
-        if len(found) == 1:
-            merged.append(found[0])
+        by_field.setdefault(_path(detail["loc"]), []).append(detail)
+    problems = []
+    for field, details in by_field.items():
+        if len(details) == 1:
+            problems.append(_problem(field, details[0]))
         else:
-            merged.append(Problem(field, " or ".join(p.message for p in found), "use one of the accepted forms"))
-    return merged
+            forms = " or ".join(_expected(d) for d in details)
+            problems.append(Problem(field, f"{_echo(details[0].get('input'))} is not {forms}", f"write {forms}"))
+    return problems
 
 
-def _problem(error: dict) -> Problem:
-    kind = error["type"]
-    field = _path(error["loc"])
-    message = error["msg"]
+def _expected(detail: dict) -> str:
+    kind, ctx = detail["type"], detail.get("ctx", {})
+    if kind == "literal_error":
+        expected = str(ctx.get("expected"))
+        return f"one of {expected}" if " or " in expected or "," in expected else expected
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "a whole number"
+    if kind in ("greater_than", "greater_than_equal"):
+        return f"a number {'above' if kind == 'greater_than' else 'at least'} {ctx.get('gt', ctx.get('ge'))}"
+    if kind in ("bool_parsing", "bool_type"):
+        return "true or false"
+    if kind in ("float_parsing", "float_type"):
+        return "a number"
+    return detail["msg"].removeprefix("Input should be ").lower()
+
+
+def _echo(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _kind(value: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "true/false"}.get(type(value), type(value).__name__)
+
+
+def _problem(field: str, error: dict) -> Problem:
+    kind, ctx, loc = error["type"], error.get("ctx", {}), error["loc"]
+    value = _echo(error.get("input"))
     if kind == "extra_forbidden":
-        parent = _model_for(error["loc"][:-1])
-        allowed = ", ".join(parent.model_fields) if parent else "see config/dev.yaml"
-        return Problem(field, "unknown setting", f"remove it or fix its spelling; allowed here: {allowed}")
+        return _unknown_setting(field, loc)
     if kind == "missing":
-        return Problem(field, "required setting is missing", "add it (see config/dev.yaml for an example)")
+        return Problem(field, "required setting is missing", f"add it (see {EXAMPLE} for an example)")
     if kind in ("union_tag_invalid", "union_tag_not_found"):
-        return Problem(field, message, "set compute.mode to 'auto' (EKS Auto Mode) or 'karpenter'")
+        return Problem(field, f"compute.mode is {_echo(ctx.get('tag'))}, not one of 'auto' or 'karpenter'",
+                       "set compute.mode to 'auto' (EKS Auto Mode) or 'karpenter'")
     if kind == "string_pattern_mismatch":
-        pattern = error.get("ctx", {}).get("pattern", "")
-        return Problem(field, f"{error.get('input')!r} has the wrong form", f"use a value matching {pattern}")
-    return Problem(field, message, "correct the value as the message says")
+        words = PATTERN_WORDS.get(ctx.get("pattern", ""))
+        rule = words or f"of the form {ctx.get('pattern')}"
+        return Problem(field, f"{value} is not {rule}", f"write {rule}")
+    if kind == "literal_error":
+        return Problem(field, f"{value} is not {_expected(error)}", f"use {_expected(error)}")
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = next(iter(ctx.values()))
+        relation = {"greater_than": "above", "greater_than_equal": "at least", "less_than": "below",
+                    "less_than_equal": "at most"}[kind]
+        return Problem(field, f"{value} is out of range: the value must be {relation} {bound}",
+                       f"use a value {relation} {bound}")
+    if kind in ("too_short", "too_long"):
+        limit = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
+        words = "at least" if kind == "too_short" else "at most"
+        return Problem(field, f"{ctx.get('actual_length')} item(s); {words} {limit} allowed",
+                       f"give {words} {limit}")
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return Problem(field, f"expected a mapping of settings, found a {_kind(error.get('input'))} ({value})",
+                       "write it as 'key: value' lines under it")
+    if kind == "list_type":
+        return Problem(field, f"expected a list, found a {_kind(error.get('input'))} ({value})",
+                       "write it as a list ([a, b] or '- a' lines)")
+    if kind == "value_error":
+        text = str(ctx.get("error", error["msg"].removeprefix("Value error, ")))
+        message, _, fix = text.partition("; fix: ")
+        return Problem(field, f"{value}: {message}" if not isinstance(error.get("input"), dict) else message, fix)
+    return Problem(field, f"{value}: {_expected(error)} expected", f"write {_expected(error)}")
 
 
-def _model_for(loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model class at a location, to list its allowed fields."""
+def _unknown_setting(field: str, loc: tuple) -> Problem:
+    key = loc[-1]
+    parent, mode = _model_for(loc[:-1])
+    allowed = list(parent.model_fields) if parent else []
+    if mode is not None:
+        other = "karpenter" if mode == "auto" else "auto"
+        if key in MODES[other].model_fields and key not in MODES[mode].model_fields:
+            return Problem(field, f"'{key}' is a setting of compute.mode {other} only (this environment is {mode})",
+                           f"remove it, or set compute.mode: {other}")
+    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    listing = ", ".join(allowed) if allowed else f"see {EXAMPLE}"
+    return Problem(field, f"unknown setting '{key}'", f"{hint}settings allowed here: {listing}")
+
+
+def _model_for(loc: tuple) -> tuple[type[BaseModel] | None, str | None]:
+    """The pydantic model class at a location (to list its fields), and the compute mode on the way there."""
     model: Any = EnvironmentConfig
+    mode = None
     for part in loc:
-        if isinstance(part, int) or model is None or (not _is_field(part) and part not in ("auto", "karpenter")):
+        if part in MODES:
+            model, mode = MODES[part], part
             continue
-        if part in ("auto", "karpenter"):
-            from warmstart.config import AutoModeCompute, KarpenterCompute
-
-            model = AutoModeCompute if part == "auto" else KarpenterCompute
+        if isinstance(part, int) or model is None or not _is_field(part):
             continue
         field = model.model_fields.get(part)
         if field is None:
-            return None
+            return None, mode
         model = _inner_model(field.annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+    return (model if isinstance(model, type) and issubclass(model, BaseModel) else None), mode
 
 
 def _inner_model(annotation: Any) -> Any:
@@ -122,3 +276,7 @@ def _inner_model(annotation: Any) -> Any:
         if found is not None:
             return found
     return None
+
+
+def pattern_of(text: str) -> re.Pattern:
+    return re.compile(text)

@@ -268,15 +268,15 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
     if not config.caches.compile:
         warnings.append("compile cache off: every pod compiles from scratch")
     steady, extra = steady_pool_gpus(config, catalog), node_gpus(model, config, catalog)
-    surge = steady + extra <= config.compute.gpu_pool.gpu_limit
+    # With surge on, the synth checks keep room in gpu_limit for one more node beside the steady ones.
+    surge = config.compute.gpu_pool.surge
     if surge:
         rollout = (f"new pod first (one more node of {extra} GPU(s): {steady + extra} of the pool's "
                    f"{config.compute.gpu_pool.gpu_limit} GPUs)")
     else:
-        rollout = (f"one pod at a time: the pool's {config.compute.gpu_pool.gpu_limit} GPUs leave no room for another "
-                   f"{extra}-GPU node beside the {steady} the models hold")
-        warnings.append("no room to surge: " + ("the model is offline during every rollout" if model.replicas == 1
-                                                else "rollouts run one replica short"))
+        rollout = "one pod at a time (compute.gpu_pool.surge: false)"
+        warnings.append("no surge: " + ("the model is offline during every rollout" if model.replicas == 1
+                                        else "rollouts run one replica short"))
     return ModelPlan(
         model=model,
         region=config.region,

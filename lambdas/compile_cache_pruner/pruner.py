@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterable
 
 from lambdas.compile_cache_pruner.aws import DELETE_BATCH, PrunerAws
-from lambdas.compile_cache_pruner.selection import Decision, Summary, count_done, parse_active_set, select
+from lambdas.compile_cache_pruner.selection import Decision, Summary, count_done, parse_active_set_part, select
 from warmstart.cache_key import KEY_ROOT
 
 # Objects held back before a flush: the manifests of a flush fill one DeleteObjects batch, and memory stays
@@ -77,7 +77,11 @@ def _run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: 
     active: frozenset[str] = frozenset()
     for name in settings.active_set_parameters:
         try:
-            active |= parse_active_set(aws.parameter(name), name)
+            keys, parts = parse_active_set_part(aws.parameter(name), name)
+            for part in range(2, parts + 1):  # a set too large for one parameter: every part, or nothing
+                part_name = f"{name}-{part}"
+                keys |= parse_active_set_part(aws.parameter(part_name), part_name)[0]
+            active |= keys
         except Exception as error:
             emit({"event": "active-set-unavailable", "parameter": name, "reason": f"{type(error).__name__}: {error}"})
             raise ActiveSetUnavailable(f"{name}: {error}") from error

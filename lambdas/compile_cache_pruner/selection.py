@@ -186,11 +186,20 @@ def count_done(decision: Decision, deleted: set[str], summary: Summary) -> None:
 
 def parse_active_set(raw: str, parameter: str) -> frozenset[str]:
     """The stack's published set of keys; anything unexpected raises (the run then deletes nothing)."""
+    return parse_active_set_part(raw, parameter)[0]
+
+
+def parse_active_set_part(raw: str, parameter: str) -> tuple[frozenset[str], int]:
+    """One parameter of the set: its keys, and how many parts the whole set has (the first part says so;
+    warmstart.active_set splits a set larger than one SSM parameter)."""
     document = json.loads(raw)
     if not isinstance(document, dict) or document.get("version") != 1 or not isinstance(document.get("keys"), list):
         raise ValueError(f"{parameter}: not an active set of version 1")
+    parts = document.get("parts", 1)
+    if not isinstance(parts, int) or not 1 <= parts <= 20:
+        raise ValueError(f"{parameter}: malformed part count {parts!r}")
     keys = document["keys"]
     bad = [k for k in keys if not isinstance(k, str) or parse_key_prefix(k) != k]
     if bad:
         raise ValueError(f"{parameter}: malformed keys {bad[:3]}")
-    return frozenset(keys)
+    return frozenset(keys), parts

@@ -13,6 +13,7 @@ from stacks.components.agent_image import AgentImage
 from stacks.components.pod_identity import PodIdentity, model_read_statements
 from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
 from warmstart.cache_key import KEY_ROOT
+from warmstart.scale import prefix_groups
 
 def agent_statements(bucket_name: str) -> list[iam.PolicyStatement]:
     """Read and create under compile-cache/ only, never delete (the bucket policy leaves that to the pruner);
@@ -64,15 +65,19 @@ class NodeAgent(Construct):
             self.policy = iam.Policy(
                 self, "CompileCacheAccess", statements=agent_statements(settings.bucket), roles=[self.identity.role]
             )
-        self.weights_policies = {
-            model.name: iam.Policy(
+        # Managed policies, a group of models each (warmstart.scale): a role's inline policies share 10,240
+        # characters in all, while each managed policy holds 6,144 and a role takes 10.
+        prefixes = [model.weights.prefix for model in settings.weights_models]
+        self.weights_policies = [
+            iam.ManagedPolicy(
                 self,
-                f"ReadWeights-{model.name}",
-                statements=model_read_statements(settings.model_bucket, model.weights.prefix, model_kms_key_arn),
+                f"ReadWeights{index}" if index else "ReadWeights",
+                statements=model_read_statements(settings.model_bucket, group, model_kms_key_arn),
                 roles=[self.identity.role],
+                description="warmstart node agent: read the cached models' S3 prefixes",
             )
-            for model in settings.weights_models
-        }
+            for index, group in enumerate(prefix_groups(settings.model_bucket, prefixes))
+        ]
         self.chart = NodeAgentChart(
             charts,
             "NodeAgent",
@@ -84,5 +89,6 @@ class NodeAgent(Construct):
         )
         self.manifest = cluster.add_cdk8s_chart("NodeAgent", self.chart)
         self.manifest.node.add_dependency(
-            self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies.values()
+            self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies
         )
+

@@ -82,16 +82,18 @@ class ModelReader(Construct):
         )
 
 
-def model_read_statements(bucket_name: str, prefix: str, kms_key_arn: str | None) -> list[iam.PolicyStatement]:
-    """GetObject (also HEAD and ranged GETs) under the prefix, and listing of that prefix only."""
+def model_read_statements(bucket_name: str, prefix: str | list[str], kms_key_arn: str | None) -> list[iam.PolicyStatement]:
+    """GetObject (also HEAD and ranged GETs) under the prefix(es), and listing of those prefixes only."""
     bucket_arn = f"arn:aws:s3:::{bucket_name}"
+    prefixes = [prefix] if isinstance(prefix, str) else prefix
     statements = [
-        iam.PolicyStatement(sid="ReadModelObjects", actions=["s3:GetObject"], resources=[f"{bucket_arn}/{prefix}*"]),
+        iam.PolicyStatement(sid="ReadModelObjects", actions=["s3:GetObject"],
+                            resources=[f"{bucket_arn}/{p}*" for p in prefixes]),
         iam.PolicyStatement(
             sid="ListModelPrefix",
             actions=["s3:ListBucket"],
             resources=[bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+            conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
         ),
     ]
     if kms_key_arn:

@@ -19,7 +19,7 @@ from constructs import Construct
 
 from stacks.components.log_retention import retention_days
 from stacks.components.source import REPOSITORY_ROOT, only
-from warmstart.active_set import STANDARD_LIMIT
+from warmstart.active_set import STANDARD_LIMIT, active_set_part_name
 from warmstart.cache_key import KEY_ROOT, PRUNER_LOCK_KEY
 from warmstart.config import PruningPolicy
 
@@ -42,18 +42,23 @@ class CompileCachePruner(Construct):
         environment: str,
         bucket_name: str,
         active_set_name: str,
-        active_set_document: str,
+        active_set_documents: list[str],
         policy: PruningPolicy,
     ) -> None:
         super().__init__(scope, id)
-        self.active_set = ssm.StringParameter(
-            self,
-            "ActiveSet",
-            parameter_name=active_set_name,
-            string_value=active_set_document,
-            description="compile-cache keys the current models can produce; the pruner never deletes them",
-            tier=ssm.ParameterTier.STANDARD if len(active_set_document) <= STANDARD_LIMIT else ssm.ParameterTier.ADVANCED,
-        )
+        self.active_set_parts = [
+            ssm.StringParameter(
+                self,
+                "ActiveSet" if part == 1 else f"ActiveSet{part}",
+                parameter_name=active_set_part_name(active_set_name, part),
+                string_value=document,
+                description="compile-cache keys the current models can produce; the pruner never deletes them"
+                            + (f" (part {part})" if part > 1 else ""),
+                tier=ssm.ParameterTier.STANDARD if len(document) <= STANDARD_LIMIT else ssm.ParameterTier.ADVANCED,
+            )
+            for part, document in enumerate(active_set_documents, start=1)
+        ]
+        self.active_set = self.active_set_parts[0]
         self.dead_letters = sqs.Queue(
             self,
             "DeadLetters",
@@ -97,10 +102,13 @@ class CompileCachePruner(Construct):
             },
         )
         stack = Stack.of(self)
+        parameter_arn = f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter"
+        own = [active_set_part_name(active_set_name, part) for part in range(1, len(active_set_documents) + 1)]
+        # Another environment's set may have parts too (<name>-2, ...): their number is only known at run time.
+        shared = [name for extra in policy.extra_active_set_parameters for name in (extra, f"{extra}-*")]
         self.policy = iam.Policy(self, "Access", roles=[self.role], statements=pruner_statements(
-            bucket_name=bucket_name, parameter_arns=[
-                f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter{name}" for name in parameters
-            ], log_group_arn=self.log_group.log_group_arn))
+            bucket_name=bucket_name, parameter_arns=[f"{parameter_arn}{name}" for name in [*own, *shared]],
+            log_group_arn=self.log_group.log_group_arn))
         self.scheduler_role = iam.Role(
             self,
             "SchedulerRole",

@@ -10,7 +10,7 @@ import copy
 import cel
 import pytest
 
-from tests.manifests import deployed_manifests, of_kind
+from tests.manifests import of_kind
 
 AGENT = "system:serviceaccount:warmstart-system:warmstart-agent"
 NODE = {
@@ -28,7 +28,7 @@ NODE = {
 
 @pytest.fixture(scope="module")
 def policy(dev):
-    (policy,) = of_kind(deployed_manifests(dev.template_json("cluster")), "ValidatingAdmissionPolicy")
+    (policy,) = of_kind(dev.manifests(), "ValidatingAdmissionPolicy")
     return policy["spec"]
 
 

@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 
 from tests.manifest_validation import SCHEMA_FILES, SCHEMAS, custom_schema, validate_manifest
-from tests.manifests import deployed_manifests, of_kind
+from tests.manifests import of_kind
 
 
 def validate_custom(manifest: dict) -> None:
@@ -23,7 +23,7 @@ def test_schemas_name_their_upstream_source():
 
 
 def test_every_manifest_the_cluster_stack_applies_is_valid(every_env):
-    manifests = deployed_manifests(every_env.template_json("cluster"))
+    manifests = every_env.manifests()
     kinds = {m["kind"] for m in manifests}
     assert {"NodePool", "Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget"} <= kinds
     for manifest in manifests:
@@ -31,7 +31,7 @@ def test_every_manifest_the_cluster_stack_applies_is_valid(every_env):
 
 
 def test_custom_resources_match_our_schemas(every_env):
-    manifests = deployed_manifests(every_env.template_json("cluster"))
+    manifests = every_env.manifests()
     custom = [m for m in manifests if (m["apiVersion"], m["kind"]) in SCHEMA_FILES]
     assert len(custom) == 2  # a node class and a node pool
 
@@ -48,7 +48,7 @@ def test_strict_kubernetes_validation_rejects_unknown_fields():
 
 
 def _prod_node_class(prod) -> dict:
-    return of_kind(deployed_manifests(prod.template_json("cluster")), "EC2NodeClass")[0]
+    return of_kind(prod.manifests(), "EC2NodeClass")[0]
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_ec2_node_class_needs_exactly_one_of_role_or_instance_profile(prod):
     ],
 )
 def test_node_pool_schema_rejects_invalid_values(shipped, mutate):
-    manifest = copy.deepcopy(of_kind(deployed_manifests(shipped.template_json("cluster")), "NodePool")[0])
+    manifest = copy.deepcopy(of_kind(shipped.manifests(), "NodePool")[0])
     mutate(manifest)
     with pytest.raises(jsonschema.ValidationError):
         validate_custom(manifest)
@@ -107,7 +107,7 @@ def test_node_pool_schema_rejects_invalid_values(shipped, mutate):
     ],
 )
 def test_auto_mode_node_class_schema_rejects_invalid_values(dev, mutate):
-    manifest = copy.deepcopy(of_kind(deployed_manifests(dev.template_json("cluster")), "NodeClass")[0])
+    manifest = copy.deepcopy(of_kind(dev.manifests(), "NodeClass")[0])
     mutate(manifest)
     with pytest.raises(jsonschema.ValidationError):
         validate_custom(manifest)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.manifests import deployed_manifests, of_kind
+from tests.manifests import of_kind
 
 CALLS_THE_KUBERNETES_API = {"warmstart-agent"}  # the only pods that get a service-account token
 
 
 def _workloads(synthesized) -> list[dict]:
-    manifests = deployed_manifests(synthesized.template_json("cluster"))
+    manifests = synthesized.manifests()
     ours = [m for m in manifests if m["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "warmstart"]
     return of_kind(ours, "Deployment") + of_kind(ours, "DaemonSet")
 
@@ -121,7 +121,7 @@ def test_host_paths_carry_their_reason_and_weights_are_mounted_read_only(shipped
 
 @pytest.fixture
 def network_policies(shipped) -> dict[str, dict]:
-    manifests = deployed_manifests(shipped.template_json("cluster"))
+    manifests = shipped.manifests()
     return {p["metadata"]["namespace"]: p for p in of_kind(manifests, "NetworkPolicy")
             if p["metadata"]["namespace"] != "warmstart-system"}
 
@@ -130,7 +130,7 @@ def test_one_network_policy_per_model_admits_only_its_clients_on_the_serving_por
     from warmstart.catalog import default_catalog
     from warmstart.workload import plan_model
 
-    manifests = deployed_manifests(shipped.template_json("cluster"))
+    manifests = shipped.manifests()
     deployments = {d["metadata"]["namespace"]: d for d in of_kind(manifests, "Deployment")}
     assert set(network_policies) == {m.name for m in shipped.config.models}
     for model in shipped.config.models:
@@ -148,6 +148,6 @@ def test_one_network_policy_per_model_admits_only_its_clients_on_the_serving_por
 
 
 def test_nothing_may_connect_to_warmstarts_own_pods(shipped):
-    manifests = deployed_manifests(shipped.template_json("cluster"))
+    manifests = shipped.manifests()
     (policy,) = [p for p in of_kind(manifests, "NetworkPolicy") if p["metadata"]["namespace"] == "warmstart-system"]
     assert policy["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}  # every pod there, no ingress rule

@@ -18,12 +18,12 @@ def _resources(template: dict, kind: str) -> dict:
 
 
 def _node_class(synthesized) -> dict:
-    (node_class,) = of_kind(deployed_manifests(synthesized.template_json("cluster")), "EC2NodeClass")
+    (node_class,) = of_kind(synthesized.manifests(), "EC2NodeClass")
     return node_class["spec"]
 
 
 def test_one_gate_job_per_image_waits_for_its_pre_pull_daemon_set(shipped):
-    manifests = deployed_manifests(shipped.template_json("cluster"))
+    manifests = shipped.manifests()
     jobs = of_kind(manifests, "Job")
     images = {m.image for m in shipped.config.models}
     assert {j["metadata"]["annotations"]["warmstart.io/image"] for j in jobs} == images
@@ -58,9 +58,10 @@ def test_each_deployment_rolls_only_after_its_images_gate(shipped):
             "job", "warmstart-system", '.status.conditions[?(@.status=="True")].type')
         assert props["ObjectName"] in names
         assert job_deadline < int(props["TimeoutSeconds"]) <= 13 * 60  # inside one kubectl handler invocation
-    for logical_id, resource in _resources(template, "Custom::AWSCDK-EKS-KubernetesResource").items():
-        if '"Deployment"' in json.dumps(resource["Properties"]["Manifest"]):
-            assert set(resource["DependsOn"]) & set(gates), logical_id
+    # Each model's workload (in its own stack, deployed after the cluster stack) waits for its image's gate.
+    for model in shipped.config.models:
+        after = {d.node.path for d in shipped.stacks.models[model.name].workload.manifest.node.dependencies}
+        assert shipped.stacks.cluster.image_cache.gates[model.image].node.path in after, model.name
 
 
 def test_gate_job_name_changes_with_anything_in_the_job(shipped):
@@ -122,7 +123,7 @@ def test_the_node_class_names_the_snapshot_the_custom_resource_returns(snapshot_
 
 
 def test_snapshot_mode_puts_the_caches_on_bottlerockets_array(snapshot_env):
-    manifests = deployed_manifests(snapshot_env.template_json("cluster"))
+    manifests = snapshot_env.manifests()
     paths = [v["hostPath"]["path"] for d in of_kind(manifests, "Deployment")
              for v in d["spec"]["template"]["spec"]["volumes"] if "hostPath" in v]
     assert paths and all(p.startswith("/mnt/.ephemeral/") for p in paths)

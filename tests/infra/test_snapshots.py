@@ -6,7 +6,8 @@ import re
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from tests.synth import SHIPPED_ENVIRONMENTS
+from tests.synth import ROOT, SHIPPED_ENVIRONMENTS
+from warmstart.loader import load_config
 
 STACK_KINDS = ["network", "data", "cluster", "pruner"]
 ASSET_HASH = re.compile(r"[0-9a-f]{64}")
@@ -30,3 +31,12 @@ def snapshot_json(snapshot):
 @pytest.mark.parametrize("environment", SHIPPED_ENVIRONMENTS)
 def test_stack_snapshot(synthesized_env, environment, stack_kind, snapshot_json):
     assert scrub(synthesized_env(environment).template_json(stack_kind)) == snapshot_json
+
+
+MODEL_STACKS = [(env, model.name) for env in SHIPPED_ENVIRONMENTS
+                for model in load_config(ROOT / "config" / f"{env}.yaml").models]
+
+
+@pytest.mark.parametrize("environment, model", MODEL_STACKS)
+def test_model_stack_snapshot(synthesized_env, environment, model, snapshot_json):
+    assert scrub(synthesized_env(environment).model_template_json(model)) == snapshot_json

@@ -7,7 +7,7 @@ import yaml
 
 from k8s.render import render_workloads
 from tests.manifest_validation import validate_manifest
-from tests.manifests import deployed_manifests, of_kind
+from tests.manifests import of_kind
 from tests.synth import SHIPPED_ENVIRONMENTS
 
 PRUNE_LABEL = "aws.cdk.eks/prune-"
@@ -26,7 +26,7 @@ def dist(synthesized_env, tmp_path_factory):
 
 def _deployments(synthesized) -> dict[str, dict]:
     return {
-        d["metadata"]["namespace"]: d for d in of_kind(deployed_manifests(synthesized.template_json("cluster")), "Deployment")
+        d["metadata"]["namespace"]: d for d in of_kind(synthesized.manifests(), "Deployment")
     }
 
 
@@ -167,7 +167,7 @@ def test_probes_follow_the_reference_deployment(shipped):
 
 
 def test_service_and_disruption_budget_select_the_pods(shipped):
-    manifests = deployed_manifests(shipped.template_json("cluster"))
+    manifests = shipped.manifests()
     for deployment in of_kind(manifests, "Deployment"):
         namespace = deployment["metadata"]["namespace"]
         selector = deployment["spec"]["selector"]["matchLabels"]
@@ -180,13 +180,19 @@ def test_service_and_disruption_budget_select_the_pods(shipped):
 
 
 def test_workloads_wait_for_credentials_and_the_gpu_pool(shipped):
-    template = shipped.template_json("cluster")
-    for logical_id, resource in template["Resources"].items():
-        if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and '"Deployment"' in json.dumps(
-            resource["Properties"]["Manifest"]
-        ):
-            depends = " ".join(resource["DependsOn"])
-            assert "IdentityAssociation" in depends and "GpuNodes" in depends, logical_id
+    assembly = json.loads((shipped.outdir / "manifest.json").read_text())["artifacts"]
+    cluster_stack = shipped.stacks.cluster
+    for model in shipped.config.models:
+        stack = shipped.stacks.models[model.name]
+        template = shipped.model_template_json(model.name)
+        (manifest_id,) = [k for k, r in template["Resources"].items()
+                          if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"]
+        assert any("IdentityAssociation" in d or "ReaderIdentityAssociation" in d
+                   for d in template["Resources"][manifest_id]["DependsOn"]), model.name
+        # The GPU pool (and the image's rollout gate) live in the cluster stack: the model stack deploys after it.
+        assert cluster_stack.stack_name in assembly[stack.artifact_id]["dependencies"]
+        after = {d.node.path for d in stack.workload.manifest.node.dependencies}
+        assert cluster_stack.gpu_pool.manifest.node.path in after
 
 
 def _without_prune_labels(obj: dict) -> dict:
@@ -200,7 +206,7 @@ def _without_prune_labels(obj: dict) -> dict:
 def test_gitops_manifests_equal_what_cdk_deploys(shipped, dist):
     deployed = [
         _without_prune_labels(m)
-        for m in deployed_manifests(shipped.template_json("cluster"))
+        for m in shipped.manifests()
         if m["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "vllm"
     ]
     rendered = [obj for objects in dist[shipped.name].values() for obj in objects]
@@ -274,7 +280,7 @@ def test_the_entry_config_map_carries_the_entry_step_and_the_loopback_endpoint(s
 def test_one_image_cache_per_distinct_serving_image(shipped):
     from warmstart.workload import image_cache_name
 
-    manifests = deployed_manifests(shipped.template_json("cluster"))
+    manifests = shipped.manifests()
     caches = [d for d in of_kind(manifests, "DaemonSet") if d["metadata"]["name"].startswith("image-cache-")]
     images = {m.image for m in shipped.config.models}
     assert {d["metadata"]["name"] for d in caches} == {image_cache_name(i) for i in images}

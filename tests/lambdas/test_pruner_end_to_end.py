@@ -100,6 +100,33 @@ def test_missing_or_unreadable_active_set_deletes_nothing(s3_server, parameters)
     assert emitted == [emitted[0]] and emitted[0]["event"] == "active-set-unavailable"
 
 
+def test_an_active_set_in_parts_keeps_the_keys_of_every_part(s3_server):
+    """warmstart.active_set splits a set larger than one SSM parameter; the first part names the count."""
+    client, bucket = fast_client(s3_server), s3_server.new_bucket()
+    active, stale = _small_world(client, bucket)
+    half = len(active) // 2
+    ssm = StandInSsm({
+        PARAMETER: json.dumps({"version": 1, "keys": active[:half], "parts": 2}),
+        f"{PARAMETER}-2": json.dumps({"version": 1, "keys": active[half:], "part": 2}),
+    })
+    run(PrunerAws(client, ssm, bucket), settings(timedelta(0), timedelta(0)),
+        lambda: datetime.now(timezone.utc) + timedelta(days=30), lambda r: None)
+    assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
+
+
+def test_a_missing_part_of_the_active_set_deletes_nothing(s3_server):
+    client, bucket = fast_client(s3_server), s3_server.new_bucket()
+    active, _ = _small_world(client, bucket)
+    before = all_keys(client, bucket)
+    ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active[:5], "parts": 2})})  # part 2 absent
+    emitted = []
+    with pytest.raises(ActiveSetUnavailable):
+        run(PrunerAws(client, ssm, bucket), settings(timedelta(0), timedelta(0)),
+            lambda: datetime.now(timezone.utc) + timedelta(days=30), emitted.append)
+    assert all_keys(client, bucket) == before
+    assert emitted[0]["event"] == "active-set-unavailable" and emitted[0]["parameter"] == PARAMETER
+
+
 def test_dry_run_counts_but_deletes_nothing(s3_server):
     client, bucket = fast_client(s3_server), s3_server.new_bucket()
     active, stale = _small_world(client, bucket)

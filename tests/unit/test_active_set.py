@@ -32,15 +32,19 @@ def test_models_without_compile_cache_publish_no_key():
     assert json.loads(active_set_document(parse_config(document), default_catalog()))["keys"] == []
 
 
-def test_an_active_set_over_the_parameter_limit_is_refused():
+def test_an_active_set_beyond_the_parts_the_pruner_reads_is_refused():
     document = raw("prod")
-    document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4de.24xlarge"]
+    document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "p5e.48xlarge", "p6-b200.48xlarge",
+                                                         "p6-b300.48xlarge"]
     base = document["models"][0]
     document["models"] = [
-        {**base, "name": f"m{i:02d}", "s3_uri": f"s3://acme-llm-weights-prod/m{i:02d}/"} for i in range(40)
+        {**base, "name": f"model-with-a-long-name-{i:03d}", "s3_uri": f"s3://acme-llm-weights-prod/m{i:03d}/"}
+        for i in range(500)
     ]
     document["caches"]["weights"] = False
-    assert only_problem(document).field == "models"
+    document["compute"]["gpu_pool"]["gpu_limit"] = 500 * 2 * 8 + 8  # every replica on its own node, and a surge
+    problem = only_problem(document)
+    assert problem.field == "models" and "over the 20 the pruner reads" in problem.message
 
 
 def test_extra_active_set_names_are_checked():
@@ -49,3 +53,26 @@ def test_extra_active_set_names_are_checked():
     assert only_problem(document).field == "pruning.extra_active_set_parameters[0]"
     document["pruning"]["extra_active_set_parameters"] = ["/warmstart/qa/compile-cache/active-keys"]
     assert parse_config(document).pruning.extra_active_set_parameters == ["/warmstart/qa/compile-cache/active-keys"]
+
+
+def test_a_large_active_set_is_split_into_parameters_the_pruner_reads_whole():
+    from lambdas.compile_cache_pruner.selection import parse_active_set_part
+    from warmstart.active_set import ADVANCED_LIMIT, active_set_documents, active_set_part_name
+
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "p5e.48xlarge", "p6-b200.48xlarge"]
+    base = document["models"][0]
+    document["models"] = [
+        {**base, "name": f"m{i:02d}", "s3_uri": f"s3://acme-llm-weights-prod/m{i:02d}/"} for i in range(60)
+    ]
+    document["caches"]["weights"] = False
+    document["compute"]["gpu_pool"]["gpu_limit"] = 60 * 2 * 8 + 8
+    config = parse_config(document)
+    parts = active_set_documents(config, default_catalog())
+    assert len(parts) > 1 and all(len(p.encode()) <= ADVANCED_LIMIT for p in parts)
+    keys, count = parse_active_set_part(parts[0], "first")
+    assert count == len(parts)
+    for number, part in enumerate(parts[1:], start=2):
+        keys |= parse_active_set_part(part, active_set_part_name("/p", number))[0]
+    assert sorted(keys) == active_keys(config, default_catalog())
+    assert active_set_part_name("/warmstart/prod/compile-cache/active-keys", 2).endswith("active-keys-2")

@@ -2,7 +2,55 @@ import pytest
 
 from warmstart.catalog import Catalog, default_catalog
 
-FAMILIES = ("g5", "g6", "g6e", "p4d", "p4de", "p5", "p5e", "p5en")
+FAMILIES = ("g5", "g6", "g6e", "g7e", "gr6", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300")
+
+# The EC2 DescribeInstanceTypes figures as Karpenter's generated reference lists them (aws/karpenter-provider-aws
+# website/content/en/docs/reference/instance-types.md, commit 692ccdd0, v1.14.0): GPU name and count,
+# instance-local-nvme (GB), instance-cpu, instance-memory (MiB).
+EC2_REFERENCE = """
+p5.4xlarge h100 1 3800 16 262144
+p5.48xlarge h100 8 30400 192 2097152
+p5e.48xlarge h200 8 30400 192 2097152
+p5en.48xlarge h200 8 30400 192 2097152
+p6-b200.48xlarge b200 8 30400 192 2097152
+p6-b300.48xlarge b300 8 30400 192 4194304
+g7e.2xlarge rtx-pro-server-6000 1 1900 8 65536
+g7e.4xlarge rtx-pro-server-6000 1 1900 16 131072
+g7e.8xlarge rtx-pro-server-6000 1 1900 32 262144
+g7e.12xlarge rtx-pro-server-6000 2 3800 48 524288
+g7e.24xlarge rtx-pro-server-6000 4 7600 96 1048576
+g7e.48xlarge rtx-pro-server-6000 8 15200 192 2097152
+gr6.4xlarge l4 1 600 16 131072
+gr6.8xlarge l4 1 900 32 262144
+g5.xlarge a10g 1 250 4 16384
+g5.2xlarge a10g 1 450 8 32768
+g5.4xlarge a10g 1 600 16 65536
+g5.8xlarge a10g 1 900 32 131072
+g5.12xlarge a10g 4 3800 48 196608
+g5.16xlarge a10g 1 1900 64 262144
+g5.24xlarge a10g 4 3800 96 393216
+g5.48xlarge a10g 8 7600 192 786432
+g6.xlarge l4 1 250 4 16384
+g6.2xlarge l4 1 450 8 32768
+g6.4xlarge l4 1 600 16 65536
+g6.8xlarge l4 1 900 32 131072
+g6.12xlarge l4 4 3760 48 196608
+g6.16xlarge l4 1 1880 64 262144
+g6.24xlarge l4 4 3760 96 393216
+g6.48xlarge l4 8 7520 192 786432
+g6e.xlarge l40s 1 250 4 32768
+g6e.2xlarge l40s 1 450 8 65536
+g6e.4xlarge l40s 1 600 16 131072
+g6e.8xlarge l40s 1 900 32 262144
+g6e.12xlarge l40s 4 3800 48 393216
+g6e.16xlarge l40s 1 1900 64 524288
+g6e.24xlarge l40s 4 3800 96 786432
+g6e.48xlarge l40s 8 7600 192 1572864
+p4d.24xlarge a100 8 8000 96 1179648
+p4de.24xlarge a100 8 8000 96 1179648
+"""
+EC2_GPU_NAMES = {"h100": "H100", "h200": "H200", "b200": "B200", "b300": "B300", "rtx-pro-server-6000": "RTX-PRO-6000",
+                 "l4": "L4", "a10g": "A10G", "l40s": "L40S", "a100": ("A100-40GB", "A100-80GB")}
 
 
 def test_every_required_family_is_covered(catalog):
@@ -10,29 +58,29 @@ def test_every_required_family_is_covered(catalog):
     assert set(FAMILIES) <= families
 
 
+def test_every_instance_matches_the_ec2_api_figures(catalog):
+    rows = [line.split() for line in EC2_REFERENCE.strip().splitlines()]
+    assert {row[0] for row in rows} == set(catalog.instances)  # nothing in the catalog without its EC2 figures
+    for name, gpu, count, nvme_gb, vcpus, memory_mib in rows:
+        instance = catalog.instance(name)
+        names = EC2_GPU_NAMES[gpu]
+        assert instance.gpu_name in (names if isinstance(names, tuple) else (names,)), name
+        assert (instance.gpu_count, instance.nvme_gb, instance.vcpus, instance.memory_gib) == (
+            int(count), int(nvme_gb), int(vcpus), int(memory_mib) // 1024), name
+
+
 @pytest.mark.parametrize(
-    "instance_type, gpu, arch, count, memory_gb, nvme_gb",
-    [
-        ("g5.xlarge", "A10G", "sm_86", 1, 24, 250),
-        ("g5.12xlarge", "A10G", "sm_86", 4, 24, 3800),
-        ("g5.48xlarge", "A10G", "sm_86", 8, 24, 7600),
-        ("g6.xlarge", "L4", "sm_89", 1, 24, 250),
-        ("g6e.xlarge", "L40S", "sm_89", 1, 48, 250),
-        ("p4d.24xlarge", "A100-40GB", "sm_80", 8, 40, 8000),
-        ("p4de.24xlarge", "A100-80GB", "sm_80", 8, 80, 8000),
-        ("p5.48xlarge", "H100", "sm_90", 8, 80, 30720),
-        ("p5e.48xlarge", "H200", "sm_90", 8, 141, 30720),
-        ("p5en.48xlarge", "H200", "sm_90", 8, 141, 30720),
-    ],
+    "gpu, arch, memory_gb",
+    [("A10G", "sm_86", 24), ("L4", "sm_89", 24), ("L40S", "sm_89", 48), ("A100-40GB", "sm_80", 40),
+     ("A100-80GB", "sm_80", 80), ("H100", "sm_90", 80), ("H200", "sm_90", 141), ("B200", "sm_100", 180),
+     ("B300", "sm_103", 288), ("RTX-PRO-6000", "sm_120", 96)],
 )
-def test_facts_match_the_published_specifications(catalog, instance_type, gpu, arch, count, memory_gb, nvme_gb):
-    instance = catalog.instance(instance_type)
-    assert (instance.gpu_name, instance.architecture, instance.gpu_count) == (gpu, arch, count)
-    assert (instance.gpu_memory_gb, instance.nvme_gb) == (memory_gb, nvme_gb)
+def test_gpu_facts_match_nvidias_published_figures(catalog, gpu, arch, memory_gb):
+    assert (catalog.gpus[gpu].architecture, catalog.gpus[gpu].memory_gb) == (arch, memory_gb)
 
 
 def test_hyperpod_nvme_figures_agree_within_rounding(catalog):
-    # The brief's HyperPod table: ml.p5.48xlarge 30,000 GB (8 x 3,840 GB = 30,720 GB, rounded).
+    # The brief's HyperPod table: ml.p5.48xlarge 30,000 GB (EC2: 8 x 3,800 GB = 30,400 GB, rounded).
     assert 30_000 <= catalog.instance("p5.48xlarge").nvme_gb < 31_000
     assert catalog.instance("p4d.24xlarge").nvme_gb == 8000
 

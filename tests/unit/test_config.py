@@ -85,7 +85,7 @@ def test_tensor_parallel_accepts_int_or_auto_only():
     document["models"][0]["tensor_parallel_size"] = "two"
     problem = only_problem(document)
     assert problem.field == "models[0].tensor_parallel_size"
-    assert "integer" in problem.message and "'auto'" in problem.message
+    assert problem.message == "'two' is not a whole number or 'auto'"
 
 
 def test_ephemeral_storage_at_or_above_nvme_is_refused():
@@ -258,7 +258,7 @@ def test_error_message_lists_field_and_fix(tmp_path):
 
 
 def test_missing_and_malformed_files(tmp_path):
-    with pytest.raises(ConfigError, match="file not found"):
+    with pytest.raises(ConfigError, match="no such file"):
         load_config(tmp_path / "absent.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")
@@ -287,7 +287,7 @@ def test_selected_reservations_without_reserved_capacity_are_refused():
     ({"id": "cr-0123456789abcdef0", "tags": {"a": "b"}}, "either id"),
     ({"id": "cr-0123456789abcdef0", "owner_id": "123456789012"}, "owner_id goes with tags"),
     ({"id": "reservation-1"}, "cr-"),
-    ({"tags": {"team": ""}}, "must not be empty"),
+    ({"tags": {"team": ""}}, "an empty tag key or value"),
 ])
 def test_malformed_reservation_terms_are_refused(term, message):
     document = raw("prod")

@@ -118,7 +118,7 @@ def test_caches_image_moved_with_its_replacement_named():
     document["caches"]["image"] = True
     problem = only_problem(document)
     assert problem.field == "caches"
-    assert "image_preload.mode" in problem.message
+    assert "image_preload.mode" in problem.message and "mode: prepull" in problem.fix
 
 
 def test_lazy_is_refused_with_the_reason_and_the_alternative():
@@ -126,7 +126,7 @@ def test_lazy_is_refused_with_the_reason_and_the_alternative():
     document["image_preload"] = {"mode": "lazy"}
     problem = only_problem(document)
     assert problem.field == "image_preload"
-    assert "parallel_pull" in problem.message and "lazy loading is not available" in problem.message
+    assert "lazy loading is not available" in problem.message and "parallel_pull" in problem.fix
 
 
 def test_snapshot_is_refused_in_auto_mode():

@@ -14,7 +14,7 @@ def test_plan_prints_every_models_derived_settings(capsys, monkeypatch):
     assert "streamer concurrency   17" in block
     assert "distributed streaming  yes" in block
     assert "/mnt/k8s-disks/0/compile-cache" in block
-    assert "fits: needs 169 GB of 30720 GB" in block  # 67 x 2 + one image 25 + compile 10
+    assert "fits: needs 169 GB of 30400 GB" in block  # 67 x 2 + one image 25 + compile 10
     assert "weights cache          on: /mnt/k8s-disks/0/warmstart/weights/qwen3-6-35b-a3b/" in block
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from tests.unit.test_config import only_problem, problems, raw
 from warmstart.config import GIB
-from warmstart.loader import parse_config
+from warmstart.loader import ConfigError, parse_config
 from warmstart.workload import (
     default_requests,
     is_under,
@@ -296,19 +296,23 @@ def _plan_named(document, model_name):
     return plan_model(next(m for m in config.models if m.name == model_name), config, default_catalog())
 
 
-def test_rollout_surges_only_when_the_pool_has_a_node_to_spare():
+def test_rollout_surges_into_the_room_the_gpu_budget_keeps():
     # prod: two models x two replicas, each replica on its own 8-GPU p5: 32 GPUs held, a surge needs 8 more.
     roomy = _plan_named(_with_gpu_limit("prod", 40), "llama-3-3-70b")
     assert roomy.surge and "40 of the pool's 40 GPUs" in roomy.rollout
-    tight = _plan_named(_with_gpu_limit("prod", 39), "llama-3-3-70b")
+    with pytest.raises(ConfigError, match="set gpu_limit to at least 40"):
+        parse_config(_with_gpu_limit("prod", 39))
+
+
+def test_without_surge_rollouts_replace_one_pod_at_a_time_and_say_what_it_costs():
+    document = _with_gpu_limit("prod", 32)
+    document["compute"]["gpu_pool"]["surge"] = False
+    tight = _plan_named(document, "llama-3-3-70b")
     assert not tight.surge and "one pod at a time" in tight.rollout
-    assert "no room to surge: rollouts run one replica short" in tight.warnings
-
-
-def test_a_single_replica_without_room_to_surge_is_warned_offline_during_rollouts():
-    plan = _plan_named(_with_gpu_limit("dev", 1), "qwen3-4b")
-    assert not plan.surge
-    assert "no room to surge: the model is offline during every rollout" in plan.warnings
+    assert "no surge: rollouts run one replica short" in tight.warnings
+    single = _with_gpu_limit("dev", 1)
+    single["compute"]["gpu_pool"]["surge"] = False
+    assert "no surge: the model is offline during every rollout" in _plan_named(single, "qwen3-4b").warnings
 
 
 def test_the_deployment_strategy_follows_the_plan(tmp_path):
@@ -317,8 +321,10 @@ def test_the_deployment_strategy_follows_the_plan(tmp_path):
     from k8s.render import render_workloads
 
     strategies = {}
-    for limit in (1, 8):
-        (path,) = render_workloads(parse_config(_with_gpu_limit("dev", limit)), tmp_path / str(limit))
+    for surge in (False, True):
+        document = _with_gpu_limit("dev", 8)
+        document["compute"]["gpu_pool"]["surge"] = surge
+        (path,) = render_workloads(parse_config(document), tmp_path / str(surge))
         (deployment,) = [o for o in yaml.safe_load_all(path.read_text()) if o["kind"] == "Deployment"]
-        strategies[limit] = deployment["spec"]["strategy"]["rollingUpdate"]
-    assert strategies == {1: {"maxSurge": 0, "maxUnavailable": 1}, 8: {"maxSurge": 1, "maxUnavailable": 0}}
+        strategies[surge] = deployment["spec"]["strategy"]["rollingUpdate"]
+    assert strategies == {False: {"maxSurge": 0, "maxUnavailable": 1}, True: {"maxSurge": 1, "maxUnavailable": 0}}

@@ -1,0 +1,285 @@
+"""Every refusal is one readable message, the same through `warmstart plan` and the CDK app (`cdk synth`):
+exit status 2, the field, the bad value, the rule in words, a fix that works (or none), and no traceback."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.synth import ROOT, cdk_context
+from tests.unit.test_config import only_problem, raw
+from warmstart.__main__ import main
+from warmstart.config import EnvironmentConfig
+from warmstart.loader import PATTERN_WORDS
+from warmstart.naming import bucket_name_problems, moving_reference
+
+
+def _dump(document) -> str:
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def _with(change) -> str:
+    document = raw()
+    change(document)
+    return _dump(document)
+
+
+def _set(path: str, value):
+    def change(document):
+        *parents, last = path.split(".")
+        node = document
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = value
+    return change
+
+
+DEV = (ROOT / "config" / "dev.yaml").read_text()
+
+# (case, how the file is written: text, bytes or "dir"/"absent", expected text in the error output)
+FILE_CASES = [
+    ("missing file", "absent", ["<file>: no such file", "fix: pass an existing environment file"]),
+    ("directory", "dir", ["<file>: is a directory, not a file"]),
+    ("not UTF-8", DEV.encode().replace(b"name: dev", b"name: d\xe9v"), ["is not UTF-8 text (byte", "line 2)"]),
+    ("empty file", "", ["<root>: the file is empty"]),
+    ("list at the top", "- name: dev\n", ["<root>: expected a mapping of settings, found a list"]),
+    ("YAML syntax", DEV.replace("region: us-west-2", "region: [us-west-2"), ["not valid YAML at", ".yaml:"]),
+    ("duplicate key", DEV.replace("  gpu_limit: 8", "  gpu_limit: 8\n    gpu_limit: 16"),
+     ["gpu_limit: written twice in one mapping", "fix: keep one of them"]),
+    ("bucket name with two dots", _with(_set("buckets.compile_cache", "warmstart..dev-cache")),
+     ["buckets.compile_cache: bucket name 'warmstart..dev-cache' must not have two '.' in a row"]),
+    ("bucket name with a dash next to a dot", _with(_set("buckets.compile_cache", "warmstart-.dev")),
+     ["must not have '-' next to '.'"]),
+    ("misspelt key", _with(lambda d: d.update(modles=d["models"])), ["modles: unknown setting 'modles'",
+                                                                     "did you mean 'models'?"]),
+]
+
+
+def _write(tmp_path, content):
+    path = tmp_path / "env.yaml"
+    if content == "absent":
+        return path
+    if content == "dir":
+        path.mkdir()
+        return path
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("case, content, expected", FILE_CASES, ids=[c[0] for c in FILE_CASES])
+def test_plan_refuses_with_the_message_and_no_traceback(tmp_path, capsys, case, content, expected):
+    assert main(["plan", "--config", str(_write(tmp_path, content))]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for text in expected:
+        assert text in err, (case, err)
+
+
+# Through the CDK app as `cdk synth` runs it (context from CDK_CONTEXT_JSON): slow (a jsii process per case), so
+# the cases that used to crash it.
+APP_CASES = [c for c in FILE_CASES if c[0] in ("missing file", "directory", "not UTF-8", "list at the top",
+                                               "duplicate key", "bucket name with two dots")]
+
+
+@pytest.mark.parametrize("case, content, expected", APP_CASES, ids=[c[0] for c in APP_CASES])
+def test_the_cdk_app_refuses_the_same_way(tmp_path, case, content, expected):
+    path = _write(tmp_path, content)
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps({**cdk_context(), "warmstart:config": str(path)}),
+           "CDK_OUTDIR": str(tmp_path / "out")}
+    done = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    for text in expected:
+        assert text in done.stderr, (case, done.stderr)
+
+
+@pytest.mark.parametrize("change, field, message, fix", [
+    (_set("models.0.name", "Qwen_3"), "models[0].name",
+     "'Qwen_3' is not lowercase letters, digits and '-'", "write lowercase letters"),
+    (_set("models.0.replicas", 0), "models[0].replicas", "0 is out of range: the value must be above 0",
+     "use a value above 0"),
+    (_set("models.0.tensor_parallel_size", "two"), "models[0].tensor_parallel_size",
+     "'two' is not a whole number or 'auto'", "write a whole number or 'auto'"),
+    (_set("compute.gpu_pool.capacity_types", ["ondemand"]), "compute.gpu_pool.capacity_types[0]",
+     "'ondemand' is not one of 'on-demand', 'spot' or 'reserved'", "use one of"),
+    (_set("compute.karpenter_version", "1.14.1"), "compute.karpenter_version",
+     "a setting of compute.mode karpenter only (this environment is auto)", "set compute.mode: karpenter"),
+    (_set("caches.compile", "maybe"), "caches.compile", "'maybe': true or false expected", "write true or false"),
+    (_set("network.availability_zones", "us-west-2a"), "network.availability_zones",
+     "expected a list, found a string ('us-west-2a')", "write it as a list"),
+    (_set("region", "Oregon"), "region", "'Oregon' is not an AWS Region such as us-east-1", "write an AWS Region"),
+    (_set("network.vpc_cidr", "10.0.0.0/8"), "network.vpc_cidr", "a /8 block is outside /16 to /20",
+     "use a /16 to /20 block"),
+])
+def test_model_errors_echo_the_value_and_say_the_rule_in_words(change, field, message, fix):
+    document = raw()
+    change(document)
+    problem = only_problem(document)
+    assert problem.field == field
+    assert message in problem.message
+    assert fix in problem.fix
+    assert "correct the value as the message says" not in problem.fix
+
+
+def test_every_pattern_of_the_config_model_is_said_in_words():
+    patterns = set()
+
+    def collect(model):
+        for field in model.model_fields.values():
+            for meta in field.metadata:
+                if getattr(meta, "pattern", None):
+                    patterns.add(meta.pattern)
+            for arg in _types(field.annotation):
+                if isinstance(arg, type) and hasattr(arg, "model_fields"):
+                    collect(arg)
+                for meta in getattr(arg, "__metadata__", ()):
+                    if getattr(meta, "metadata", None):
+                        patterns.update(m.pattern for m in meta.metadata if getattr(m, "pattern", None))
+
+    collect(EnvironmentConfig)
+    assert len(patterns) > 15
+    assert patterns <= set(PATTERN_WORDS), sorted(patterns - set(PATTERN_WORDS))
+
+
+def _types(annotation):
+    yield annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        yield from _types(arg)
+
+
+@pytest.mark.parametrize("name, broken", [
+    ("warmstart-dev-compile-cache-123456789012", []),
+    ("a.b", []),
+    ("ab", ["is 2 characters long"]),
+    ("Warmstart", ["only lowercase letters"]),
+    ("-warmstart", ["must start and end"]),
+    ("warm..start", ["two '.' in a row"]),
+    ("warm-.start", ["'-' next to '.'"]),
+    ("warm.-start", ["'-' next to '.'"]),
+    ("192.168.5.4", ["formatted as an IP address"]),
+    ("xn--warmstart", ["must not start with 'xn--'"]),
+    ("sthree-warmstart", ["must not start with 'sthree-'"]),
+    ("amzn-s3-demo-bucket", ["must not start with 'amzn-s3-demo-'"]),
+    ("warmstart-s3alias", ["must not end with '-s3alias'"]),
+    ("warmstart--ol-s3", ["must not end with '--ol-s3'"]),
+    ("warmstart.mrap", ["must not end with '.mrap'"]),
+    ("warmstart--x-s3", ["must not end with '--x-s3'"]),
+    ("warmstart--table-s3", ["must not end with '--table-s3'"]),
+    ("a" * 64, ["is 64 characters long"]),
+])
+def test_s3_bucket_naming_rules_in_full(name, broken):
+    found = bucket_name_problems(name)
+    assert len(found) == len(broken), found
+    for expected, problem in zip(broken, found):
+        assert expected in problem
+
+
+def test_model_uri_buckets_follow_the_same_rules():
+    document = raw()
+    document["buckets"]["models"]["name"] = "models.-dev"
+    document["models"][0]["s3_uri"] = "s3://models.-dev/qwen3-4b/"
+    fields = {p.field for p in _problems(document)}
+    assert {"buckets.models.name", "models[0].s3_uri"} <= fields
+
+
+def _problems(document):
+    from tests.unit.test_config import problems
+
+    return problems(document)
+
+
+@pytest.mark.parametrize("image, moving", [
+    ("vllm/vllm-openai:v0.21.0", False),
+    ("vllm/vllm-openai:0.21.0", False),
+    ("vllm/vllm-openai@sha256:" + "a" * 64, False),
+    ("registry:5000/vllm:v1", False),
+    ("vllm/vllm-openai:nightly-2025-11-01", False),  # a dated nightly names one build
+    ("vllm/vllm-openai:main-3f2a9bc", False),  # a commit
+    ("vllm/vllm-openai", True),
+    ("registry:5000/vllm", True),
+    ("vllm/vllm-openai:latest", True),
+    ("vllm/vllm-openai:nightly", True),
+    ("vllm/vllm-openai:main", True),
+    ("vllm/vllm-openai:stable", True),
+    ("vllm/vllm-openai:latest-cu128", True),
+    ("vllm/vllm-openai:cuda", True),  # names no version
+])
+def test_image_references_must_name_a_fixed_release(image, moving):
+    assert (moving_reference(image) is not None) == moving
+    document = raw()
+    document["models"][0]["image"] = image
+    if moving:
+        problem = only_problem(document)
+        assert problem.field == "models[0].image" and "pin a release tag" in problem.fix
+    else:
+        from warmstart.loader import parse_config
+
+        parse_config(document)
+
+
+def test_the_pause_image_must_be_pinned_too():
+    document = raw()
+    document["caches"]["pause_image"] = "registry.k8s.io/pause:latest"
+    assert only_problem(document).field == "caches.pause_image"
+
+
+def test_a_gpu_limit_below_every_instance_type_launches_nothing():
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["gpu_limit"] = 4  # p5.48xlarge has 8
+    problem = only_problem(document)
+    assert problem.field == "compute.gpu_pool.gpu_limit"
+    assert "could never launch a node" in problem.message and "at least 8" in problem.fix
+
+
+def test_a_gpu_limit_below_the_replicas_and_the_surge_is_refused_with_the_number_that_works():
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["gpu_limit"] = 39  # 2 models x 2 replicas x one 8-GPU node, + 8 for a surge
+    problem = only_problem(document)
+    assert "32 GPUs of nodes for every replica on its own node, plus 8" in problem.message
+    assert "at least 40" in problem.fix and "surge: false" in problem.fix
+    document["compute"]["gpu_pool"]["surge"] = False
+    document["compute"]["gpu_pool"]["gpu_limit"] = 31
+    problem = only_problem(document)
+    assert "at least 32" in problem.fix and "surge: false" not in problem.fix
+    document["compute"]["gpu_pool"]["gpu_limit"] = 32
+    from warmstart.loader import parse_config
+
+    assert parse_config(document).compute.gpu_pool.gpu_limit == 32
+
+
+@pytest.mark.parametrize("size_gb, fix", [
+    (550, "raise weights_memory_fraction to at least 0.86"),  # 0.95 would fit: the hint can work
+    (700, "use instance types whose GPUs hold 700 GB at weights_memory_fraction 0.8, e.g. p5e.48xlarge"),
+    (5000, ""),  # no single node of the catalog holds it: no fix offered
+])
+def test_fit_hints_are_offered_only_where_they_work(size_gb, fix):
+    document = raw("prod")
+    document["models"][1]["size_gb"] = size_gb
+    document["caches"]["weights"] = False
+    problem = only_problem(document)
+    assert problem.field == "models[1].tensor_parallel_size"
+    assert (fix in problem.fix) if fix else (problem.fix == "" and "no instance type of the catalog" in problem.message)
+    assert "(at most 0.95)" not in problem.fix
+
+
+def test_an_explicit_tensor_parallel_size_too_small_suggests_the_size_that_fits():
+    document = raw("prod")
+    document["models"][1]["tensor_parallel_size"] = 2  # 140 GB on 2 x 80 GB
+    assert only_problem(document).fix == "raise tensor_parallel_size to 4 (or use 'auto')"
+
+
+def test_a_good_config_synthesizes_through_the_app_with_no_warning(tmp_path):
+    """`cdk synth` runs app.py so; jsii prints a deprecated API's use (e.g. Stack#addDependency) on stderr."""
+    # The CDK CLI hands the app cdk.json's context (feature flags) and --context values this way.
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps({**cdk_context(), "warmstart:config": "config/prod.yaml"}),
+           "CDK_OUTDIR": str(tmp_path / "out"), "JSII_DEPRECATED": "warn"}
+    done = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "deprecated" not in done.stderr.lower() and "Traceback" not in done.stderr
+    assert (tmp_path / "out" / "warmstart-prod-model-llama-3-3-70b.template.json").exists()
