@@ -83,12 +83,22 @@ class SeaweedS3:
             if self.process.poll() is not None:
                 raise RuntimeError(f"weed exited early; see {self.root / 'weed.log'}")
             try:
-                self.client().list_buckets()
+                self._answers_reads()
                 return self
             except Exception:
                 time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"SeaweedFS did not answer within {timeout} s; see {self.root / 'weed.log'}")
+
+    def _answers_reads(self) -> None:
+        """Ready means the filer answers and, after a restart over existing data, the volume servers serve the
+        objects again (they register their volumes a moment after the filer answers; until then a GET is an
+        InternalError)."""
+        client = self.client()
+        for bucket in client.list_buckets().get("Buckets", []):
+            listed = client.list_objects_v2(Bucket=bucket["Name"], MaxKeys=1).get("Contents", [])
+            if listed:
+                client.get_object(Bucket=bucket["Name"], Key=listed[0]["Key"])["Body"].read()
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
