@@ -26,7 +26,7 @@ from warmstart.image_preload import (
     DATA_VOLUME_RESERVE_GB,
     is_private_ecr,
 )
-from warmstart.naming import bucket_name_problems, moving_reference
+from warmstart.naming import bucket_name_problems, moving_reference, reference_problem
 from warmstart.sizing import (
     SizingError,
     ami_family,
@@ -175,6 +175,11 @@ def _alerts(config: EnvironmentConfig) -> list[Problem]:
     if config.alerts.topic_arn and config.alerts.emails:
         return [Problem("alerts.emails", "emails are for the topic warmstart creates; an existing topic is given too",
                         "subscribe the emails to your topic, or remove alerts.topic_arn")]
+    if config.alerts.topic_arn and config.alerts.topic_arn.split(":")[3] != config.region:
+        # CloudWatch user guide, "Using Amazon CloudWatch alarms": an alarm notifies topics of its own Region.
+        return [Problem("alerts.topic_arn", f"the topic is in {config.alerts.topic_arn.split(':')[3]}, the alarms in "
+                        f"{config.region}: an alarm only notifies a topic of its own Region",
+                        f"give a topic in {config.region}, or leave topic_arn out (warmstart creates one)")]
     return []
 
 
@@ -321,8 +326,17 @@ def _model_names(config: EnvironmentConfig) -> list[Problem]:
             problems.append(
                 Problem(f"models[{i}].name", f"{model.name!r} is used twice", "give every model a unique name")
             )
+        if model.name in RESERVED_NAMESPACES or model.name.startswith("kube-"):
+            problems.append(Problem(f"models[{i}].name", f"{model.name!r} would make the model's namespace a system "
+                                    "namespace, which the stack would then own and delete with the model",
+                                    "choose another name"))
         seen.add(model.name)
     return problems
+
+
+# Each model gets a namespace of its name: never one that Kubernetes, EKS or warmstart itself owns.
+RESERVED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "amazon-cloudwatch",
+                       "warmstart-system"}
 
 
 def _active_set_size(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
@@ -518,10 +532,23 @@ def _pod_memory(config: EnvironmentConfig, catalog: Catalog, model, at: str) -> 
             f"the streamer's buffers ({buffers} = {plan.streamer_buffer_bytes / GIB:.1f} GiB) plus "
             f"{config.streamer.process_headroom_gib} GiB for vLLM need {needed / GIB:.1f} GiB, more than the "
             f"pod's {plan.memory_gib} GiB request",
-            f"raise memory_gib to at least {math.ceil(needed / GIB)}, or lower streamer.max_concurrency, "
-            "streamer.chunk_bytes or streamer.memory_limit_bytes",
+            _memory_fix(config, catalog, model, math.ceil(needed / GIB)),
         )
     ]
+
+
+def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: int) -> str:
+    """Raise the request only where every candidate instance can allocate it; else name the pool's types that
+    can (a request above an instance's allocatable memory is refused in turn)."""
+    lower = "lower streamer.max_concurrency, streamer.chunk_bytes or streamer.memory_limit_bytes"
+    instances = candidate_instances(model, config, catalog)
+    if all(needed_gib <= math.floor(i.memory_gib * NODE_ALLOCATABLE) for i in instances):
+        return f"raise memory_gib to at least {needed_gib}, or {lower}"
+    roomy = [t for t in config.compute.gpu_pool.instance_types
+             if needed_gib <= math.floor(catalog.instance(t).memory_gib * NODE_ALLOCATABLE)]
+    if roomy:
+        return f"raise memory_gib to {needed_gib} with instance_types: {roomy} (they allocate it), or {lower}"
+    return lower
 
 
 def _requests_fit(model, instances, at: str) -> list[Problem]:
@@ -566,6 +593,10 @@ def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
 
 
 def _image_pinned(image: str, field: str) -> list[Problem]:
+    malformed = reference_problem(image)
+    if malformed:
+        return [Problem(field, f"{image!r} {malformed}", "write registry/repository:tag or "
+                        "registry/repository@sha256:<64 hex>, e.g. vllm/vllm-openai:v0.21.0")]
     why = moving_reference(image)
     if why is None:
         return []

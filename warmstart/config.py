@@ -11,6 +11,7 @@ import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -34,8 +35,36 @@ class Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def ipv4_cidr(value: str) -> ipaddress.IPv4Network:
+    """An IPv4 block written as its network address (the VPC and EKS public endpoint take IPv4 here)."""
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError("is not a CIDR block; fix: write an IPv4 block such as 10.20.0.0/16") from None
+    if network.version != 4:
+        raise ValueError("is an IPv6 block; fix: write an IPv4 block such as 10.20.0.0/16 (IPv6 is not supported)")
+    if str(network) != value:
+        raise ValueError(f"has host bits set; fix: write the block's network address, {network}")
+    return network
+
+
+def _cidr_block(value: str) -> str:
+    ipv4_cidr(value)
+    return value
+
+
+def _role_arn(value: str) -> str:
+    if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", value):
+        raise ValueError("is not an IAM role ARN; fix: write arn:aws:iam::<account>:role/<name>")
+    return value
+
+
+CidrBlock = Annotated[str, AfterValidator(_cidr_block)]
+RoleArn = Annotated[str, AfterValidator(_role_arn)]
+
+
 class NetworkConfig(Strict):
-    vpc_cidr: str = "10.0.0.0/16"
+    vpc_cidr: CidrBlock = "10.0.0.0/16"
     # Fixed in config: synth must never look AZs up.
     availability_zones: list[str] = Field(min_length=2)
     nat_gateways: PositiveInt = 1
@@ -43,8 +72,8 @@ class NetworkConfig(Strict):
 
     @field_validator("vpc_cidr")
     @classmethod
-    def _cidr(cls, value: str) -> str:
-        network = ipaddress.ip_network(value, strict=True)
+    def _vpc_size(cls, value: str) -> str:
+        network = ipv4_cidr(value)
         if not 16 <= network.prefixlen <= 20:
             raise ValueError(f"a /{network.prefixlen} block is outside /16 to /20; fix: use a /16 to /20 block, so that "
                              "each AZ gets room for GPU pods")
@@ -63,24 +92,24 @@ class ClusterConfig(Strict):
     kubernetes_version: Literal[SUPPORTED_KUBERNETES_VERSIONS] = "1.35"  # type: ignore[valid-type]
     endpoint_access: Literal["public_and_private", "private"] = "public_and_private"
     # Only with public_and_private; empty means the EKS default (0.0.0.0/0).
-    public_access_cidrs: list[str] = Field(default_factory=list)
+    public_access_cidrs: list[CidrBlock] = Field(default_factory=list)
     # IAM roles that get cluster-admin through an EKS access entry.
-    admin_role_arns: list[str] = Field(default_factory=list)
+    admin_role_arns: list[RoleArn] = Field(default_factory=list)
 
-    @field_validator("public_access_cidrs")
-    @classmethod
-    def _cidrs(cls, value: list[str]) -> list[str]:
-        for cidr in value:
-            ipaddress.ip_network(cidr, strict=True)
-        return value
 
-    @field_validator("admin_role_arns")
-    @classmethod
-    def _role_arns(cls, value: list[str]) -> list[str]:
-        for arn in value:
-            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", arn):
-                raise ValueError(f"{arn!r} is not an IAM role ARN; fix: write arn:aws:iam::<account>:role/<name>")
-        return value
+# AWS resource tags (Tagging AWS resources, "Tag naming limits and requirements"): keys of 1-128 and values of
+# 0-256 Unicode letters, digits, spaces and _ . : / = + - @; the aws: prefix is reserved for AWS.
+TAG_CHARACTERS = r"^[\w .:/=+\-@]*$"
+
+
+def _not_aws_reserved(value: str) -> str:
+    if value.lower().startswith("aws:"):
+        raise ValueError("starts with 'aws:', which AWS reserves; fix: choose another key")
+    return value
+
+
+TagKey = Annotated[str, Field(min_length=1, max_length=128, pattern=TAG_CHARACTERS), AfterValidator(_not_aws_reserved)]
+TagValue = Annotated[str, Field(max_length=256, pattern=TAG_CHARACTERS)]
 
 
 class CapacityReservationTerm(Strict):
@@ -88,7 +117,7 @@ class CapacityReservationTerm(Strict):
     ID alone, or tags (optionally of reservations shared by another account)."""
 
     id: str | None = Field(default=None, pattern=r"^cr-[0-9a-z]+$")
-    tags: dict[str, str] | None = Field(default=None, min_length=1, max_length=20)
+    tags: dict[TagKey, TagValue] | None = Field(default=None, min_length=1, max_length=20)
     owner_id: str | None = Field(default=None, pattern=r"^[0-9]{12}$")
 
     @model_validator(mode="after")
@@ -358,4 +387,5 @@ class EnvironmentConfig(Strict):
     pruning: PruningPolicy = PruningPolicy()
     serving: ServingAccess = ServingAccess()
     alerts: Alerts = Alerts()
-    tags: dict[str, str] = Field(default_factory=dict)
+    # AWS tags on every resource (at most 50 per resource, some added by CDK and EKS: keep well below).
+    tags: dict[TagKey, TagValue] = Field(default_factory=dict, max_length=40)

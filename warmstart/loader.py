@@ -9,6 +9,7 @@ model's own rules (pydantic) and the rules across fields (checks.py). `plan` and
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ PATTERN_WORDS = {
     r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$": "an SNS topic ARN (arn:aws:sns:<region>:"
                                                                      "<account>:<name>)",
     r"^cr-[0-9a-z]+$": "a capacity reservation ID (cr-...)",
+    r"^[\w .:/=+\-@]*$": "an AWS tag: letters, digits, spaces and _ . : / = + - @",
     r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$": "s3://<bucket>/<prefix>/, ending with '/'",
 }
 
@@ -93,7 +95,8 @@ def read_yaml(path: Path) -> Any:
         mark = error.problem_mark or error.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         what = " ".join(part for part in (error.context, error.problem) if part)
-        raise refuse(f"not valid YAML at {where}: {what}", "fix the YAML syntax at that line") from None
+        tabs = " (indent with spaces: YAML does not allow tabs)" if "\\t" in what or "\t" in what else ""
+        raise refuse(f"not valid YAML at {where}: {what}{tabs}", "fix the YAML syntax at that line") from None
     except yaml.YAMLError as error:
         raise refuse(f"not valid YAML: {error}", "fix the YAML syntax") from None
 
@@ -142,32 +145,49 @@ def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None 
 _BRANCH_TAGS = {"auto", "karpenter", "int", "str", "float", "bool", "literal['auto']"}
 
 
+_TYPE_TAG = re.compile(r"^(constrained-|lax-|strict-)?(int|str|float|bool|bytes|date|datetime|decimal|none)$")
+
+
+def _is_branch(part: Any) -> bool:
+    """A union branch pydantic names in an error location (int, constrained-int, literal['auto'], ...)."""
+    return isinstance(part, str) and (part in _BRANCH_TAGS or bool(_TYPE_TAG.match(part)) or "[" in part
+                                      or "(" in part)
+
+
 def _is_field(part: Any) -> bool:
     return isinstance(part, str) and part.isidentifier() and part not in _BRANCH_TAGS
 
 
 def _path(loc: tuple) -> str:
+    """models[0].name, tags["cost center"] (a mapping's key), tags["aws:x"] (key) for an error in the key."""
     text = ""
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif part == "[key]":
+            text += " (key)"
+        elif _is_branch(part):
+            continue
         elif _is_field(part):
             text += f".{part}" if text else part
+        else:
+            text += f"[{json.dumps(part)}]"
     return text or "<root>"
 
 
 def _problems(error: ValidationError) -> list[Problem]:
-    """One problem per field: the branches of a union (a number or 'auto') fail together."""
+    """One problem per error; the branches of a union (a number or 'auto') fail together and make one."""
     by_field: dict[str, list[dict]] = {}
     for detail in error.errors():
         by_field.setdefault(_path(detail["loc"]), []).append(detail)
     problems = []
     for field, details in by_field.items():
-        if len(details) == 1:
-            problems.append(_problem(field, details[0]))
-        else:
+        union = len(details) > 1 and any(_is_branch(part) for d in details for part in d["loc"])
+        if union:
             forms = " or ".join(_expected(d) for d in details)
             problems.append(Problem(field, f"{_echo(details[0].get('input'))} is not {forms}", f"write {forms}"))
+        else:
+            problems += [_problem(field, d) for d in details]
     return problems
 
 
@@ -188,12 +208,20 @@ def _expected(detail: dict) -> str:
 
 
 def _echo(value: Any) -> str:
-    text = repr(value)
+    import datetime
+
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = value.isoformat() if isinstance(value, datetime.date) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _kind(value: Any) -> str:
-    return {list: "list", str: "string", int: "number", float: "number", bool: "true/false"}.get(type(value), type(value).__name__)
+    import datetime
+
+    names = {list: "list", str: "string", int: "number", float: "number", bool: "true/false", type(None): "nothing",
+             dict: "mapping", datetime.date: "date", datetime.datetime: "date and time"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _problem(field: str, error: dict) -> Problem:
@@ -211,7 +239,11 @@ def _problem(field: str, error: dict) -> Problem:
         rule = words or f"of the form {ctx.get('pattern')}"
         return Problem(field, f"{value} is not {rule}", f"write {rule}")
     if kind == "literal_error":
-        return Problem(field, f"{value} is not {_expected(error)}", f"use {_expected(error)}")
+        read = _yaml_read_as(error.get("input"))
+        if read and isinstance(error.get("input"), bool):
+            read = " (YAML read off/on/no/yes as false/true)"
+        return Problem(field, f"{value} is not {_expected(error)}{read}",
+                       f"use {_expected(error)}" + (", in quotes" if read else ""))
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         bound = next(iter(ctx.values()))
         relation = {"greater_than": "above", "greater_than_equal": "at least", "less_than": "below",
@@ -224,16 +256,42 @@ def _problem(field: str, error: dict) -> Problem:
         return Problem(field, f"{ctx.get('actual_length')} item(s); {words} {limit} allowed",
                        f"give {words} {limit}")
     if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return Problem(field, f"expected a mapping of settings, found a {_kind(error.get('input'))} ({value})",
-                       "write it as 'key: value' lines under it")
+        found = "nothing" if error.get("input") is None else f"a {_kind(error.get('input'))} ({value})"
+        return Problem(field, f"expected a mapping of settings, found {found}", "write it as 'key: value' lines under it")
     if kind == "list_type":
-        return Problem(field, f"expected a list, found a {_kind(error.get('input'))} ({value})",
+        found = "nothing" if error.get("input") is None else f"a {_kind(error.get('input'))} ({value})"
+        return Problem(field, f"expected a list, found {found}",
                        "write it as a list ([a, b] or '- a' lines)")
     if kind == "value_error":
         text = str(ctx.get("error", error["msg"].removeprefix("Value error, ")))
         message, _, fix = text.partition("; fix: ")
-        return Problem(field, f"{value}: {message}" if not isinstance(error.get("input"), dict) else message, fix)
+        if isinstance(error.get("input"), dict):
+            return Problem(field, message, fix)
+        joint = " " if message.split(" ", 1)[0] in ("is", "has", "starts") else ": "
+        return Problem(field, f"{value}{joint}{message}", fix)
+    if kind == "string_too_short":
+        return Problem(field, "is empty" if not error.get("input") else f"{value} is too short "
+                       f"(at least {ctx.get('min_length')} characters)", "give a value")
+    if kind == "string_too_long":
+        return Problem(field, f"{value} has {len(str(error.get('input')))} characters; at most "
+                       f"{ctx.get('max_length')} allowed", f"shorten it to {ctx.get('max_length')} characters")
+    if kind == "string_type":
+        return Problem(field, f"{value} is not text" + _yaml_read_as(error.get("input")),
+                       f"write it in quotes: {_quoted(error.get('input'))}")
     return Problem(field, f"{value}: {_expected(error)} expected", f"write {_expected(error)}")
+
+
+def _yaml_read_as(value: Any) -> str:
+    """YAML turns unquoted 1.35, off, 2025-04-29 and 123456789012 into a number, false, a date and a number."""
+    if value is None or isinstance(value, (dict, list, str)):
+        return ""
+    return f" (YAML read it as {_kind(value)})"
+
+
+def _quoted(value: Any) -> str:
+    text = {True: "true", False: "false"}.get(value, value) if isinstance(value, bool) else value
+    return f'"{text}"'
+
 
 
 def _unknown_setting(field: str, loc: tuple) -> Problem:

@@ -41,7 +41,33 @@ MOVING_TAGS = frozenset({
     "unstable", "rolling", "current", "next", "preview", "testing", "experimental", "snapshot", "beta", "alpha",
 })
 DATE = re.compile(r"(?<!\d)(\d{8}|\d{4}-\d{2}-\d{2})(?!\d)")
+# A version: dotted numbers anywhere not glued to a word (0.21.0, v0.21.0, 2.11.0-cuda12.8), or a whole tag that
+# is a number with an optional v (v1, 16).
+VERSION = re.compile(r"(?<![a-z])v?\d+(\.\d+)+|^v?\d+$", re.IGNORECASE)
 COMMIT = re.compile(r"^(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}$")
+
+
+# distribution/reference grammar (what Kubernetes and containerd accept): an optional registry host (a first
+# component with a '.' or ':', or 'localhost'), lowercase path components joined by '.', '_', '__' or '-', an
+# optional tag of up to 128 word characters, '.' and '-', and an optional digest.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = re.compile(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?::[0-9]+)?$")
+_NAME = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@(?P<digest>[^@]+))?$")
+
+
+def reference_problem(image: str) -> str | None:
+    """Why Kubernetes would refuse the reference (InvalidImageName), or None."""
+    first, _, rest = image.partition("/")
+    host_given = bool(rest) and ("." in first or ":" in first or first == "localhost")
+    if host_given and not _HOST.match(first):
+        return f"has a malformed registry host {first!r}"
+    match = _NAME.match(rest if host_given else image)
+    if match is None:
+        return "is not a valid image reference (lowercase repository, no spaces, tag after ':', digest after '@')"
+    digest = match.group("digest")
+    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        return "has a malformed digest (sha256: and 64 hex digits)"
+    return None
 
 
 def image_tag(image: str) -> str | None:
@@ -62,7 +88,7 @@ def moving_reference(image: str) -> str | None:
     fixed = DATE.search(tag) is not None or any(COMMIT.match(t) for t in tokens)
     moving = sorted(set(tokens) & MOVING_TAGS)
     if moving and not fixed:
-        return f"has the moving tag '{tag}' ({', '.join(moving)})"
-    if not re.search(r"\d", tag):
-        return f"has the tag '{tag}', which names no version"
+        return f"has the moving tag '{tag}'" + (f" ({', '.join(moving)})" if moving != [tag.lower()] else "")
+    if not (fixed or VERSION.search(tag)):
+        return f"has the tag '{tag}', which names no version (such as 0.21.0, v0.21.0 or v1)"
     return None

@@ -283,3 +283,94 @@ def test_a_good_config_synthesizes_through_the_app_with_no_warning(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "deprecated" not in done.stderr.lower() and "Traceback" not in done.stderr
     assert (tmp_path / "out" / "warmstart-prod-model-llama-3-3-70b.template.json").exists()
+
+
+# From the acceptance run (about 160 configurations written as a new user would): each case once crashed the
+# CDK app while plan accepted it, was accepted though it cannot deploy, or got a misleading message or fix.
+@pytest.mark.parametrize("change, field, message, fix", [
+    (_set("network.vpc_cidr", "fd00::/16"), "network.vpc_cidr", "'fd00::/16' is an IPv6 block", "IPv4 block"),
+    (_set("network.vpc_cidr", "10.20.1.0/16"), "network.vpc_cidr", "'10.20.1.0/16' has host bits set",
+     "10.20.0.0/16"),
+    (_set("cluster.public_access_cidrs", ["203.0.113.0/24", "myhome"]), "cluster.public_access_cidrs[1]",
+     "'myhome' is not a CIDR block", "IPv4 block"),
+    (_set("tags", {"project": "warmstart", "aws:owner": "me"}), 'tags["aws:owner"] (key)',
+     "starts with 'aws:', which AWS reserves", "choose another key"),
+    (_set("tags", {"project": "warmstart", "cost center!": "x"}), 'tags["cost center!"] (key)',
+     "is not an AWS tag: letters, digits, spaces and", "write an AWS tag"),
+    (_set("tags", {"project": "v" * 300}), "tags.project", "has 300 characters; at most 256 allowed",
+     "shorten it to 256"),
+    (_set("tags", {"cost-center": 1234}), 'tags["cost-center"]', "1234 is not text (YAML read it as number)",
+     'write it in quotes: "1234"'),
+    (_set("cluster.kubernetes_version", 1.35), "cluster.kubernetes_version",
+     "(YAML read it as number)", "in quotes"),
+    (_set("image_preload", {"mode": False}), "image_preload.mode", "YAML read off/on/no/yes as false/true",
+     "in quotes"),
+    (_set("models.0.image", ""), "models[0].image", "is empty", "give a value"),
+    (_set("compute.gpu_pool", None), "compute.gpu_pool", "expected a mapping of settings, found nothing",
+     "'key: value' lines"),
+])
+def test_acceptance_cases_get_the_field_the_rule_and_a_working_fix(change, field, message, fix):
+    document = raw()
+    change(document)
+    problem = only_problem(document)
+    assert (problem.field, message in problem.message, fix in problem.fix) == (field, True, True), str(problem)
+
+
+def test_a_revision_yaml_reads_as_a_date_is_echoed_as_written():
+    import datetime
+
+    document = raw()
+    document["models"][0]["weights_revision"] = datetime.date(2025, 4, 29)  # what unquoted 2025-04-29 loads as
+    problem = only_problem(document)
+    assert problem.message == "2025-04-29 is not text (YAML read it as date)"
+    assert problem.fix == 'write it in quotes: "2025-04-29"'
+
+
+@pytest.mark.parametrize("image, message", [
+    ("VLLM/vllm-openai:v0.21.0", "is not a valid image reference"),
+    ("vllm/vllm-openai: v0.21.0", "is not a valid image reference"),
+    ("vllm/vllm-openai@sha256:abc", "has a malformed digest"),
+    ("vllm/vllm-openai:cuda12", "names no version"),
+])
+def test_image_references_kubernetes_would_refuse_are_refused(image, message):
+    document = raw()
+    document["models"][0]["image"] = image
+    problem = only_problem(document)
+    assert problem.field == "models[0].image" and message in problem.message
+
+
+@pytest.mark.parametrize("name", ["default", "kube-system", "kube-anything", "warmstart-system"])
+def test_a_model_cannot_take_a_system_namespace(name):
+    document = raw()
+    document["models"][0]["name"] = name
+    document["models"][0]["s3_uri"] = f"s3://warmstart-dev-models-123456789012/{name}/"
+    assert only_problem(document).field == "models[0].name"
+
+
+def test_an_alarm_topic_of_another_region_is_refused():
+    document = raw()
+    document["alerts"] = {"topic_arn": "arn:aws:sns:eu-west-1:123456789012:oncall"}
+    problem = only_problem(document)
+    assert problem.field == "alerts.topic_arn" and "us-west-2" in problem.fix
+
+
+def test_the_memory_fix_names_instance_types_that_allocate_it_and_works_when_applied():
+    from warmstart.loader import parse_config
+
+    document = raw()
+    document["models"][0]["size_gb"] = 30
+    document["models"][0]["weights_cache"] = True
+    problem = only_problem(document)
+    assert problem.field == "models[0].memory_gib"
+    assert "with instance_types: ['g6e.2xlarge']" in problem.fix  # g6e.xlarge allocates 28 GiB at most
+    needed = int(problem.fix.split("raise memory_gib to ")[1].split(" ")[0])
+    document["models"][0]["memory_gib"] = needed
+    document["models"][0]["instance_types"] = ["g6e.2xlarge"]
+    parse_config(document)  # the fix, applied, is accepted
+
+
+def test_a_tab_in_yaml_says_to_indent_with_spaces(tmp_path, capsys):
+    path = tmp_path / "tabs.yaml"
+    path.write_text(DEV.replace("  gpu_pool:", "\tgpu_pool:"))
+    assert main(["plan", "--config", str(path)]) == 2
+    assert "indent with spaces" in capsys.readouterr().err
