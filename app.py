@@ -20,8 +20,10 @@ CONFIG_CONTEXT = "warmstart:config"
 app = App()
 config_path = app.node.try_get_context(CONFIG_CONTEXT)
 if not config_path:
-    print(f"no environment file: pass --context {CONFIG_CONTEXT}=config/<env>.yaml (cdk.json names the default)",
-          file=sys.stderr)
+    print(
+        f"no environment file: pass --context {CONFIG_CONTEXT}=config/<env>.yaml (cdk.json names the default)",
+        file=sys.stderr,
+    )
     sys.exit(2)
 try:
     config = load_config(config_path)
@@ -30,8 +32,11 @@ except ConfigError as error:
     sys.exit(2)
 compose_environment(app, config)
 assembly = app.synth()
-problems = [p for stack in assembly.stacks
-            for p in template_problems(stack.stack_name, Path(stack.template_full_path).read_text())]
+problems = [
+    p
+    for stack in assembly.stacks
+    for p in template_problems(stack.stack_name, Path(stack.template_full_path).read_text())
+]
 if problems:
     print(ConfigError(config_path, problems), file=sys.stderr)
     sys.exit(2)

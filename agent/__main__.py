@@ -31,7 +31,9 @@ def main() -> None:
     client = boto3.client(
         "s3",
         region_name=settings.region,
-        config=Config(retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=4 * settings.download_threads),
+        config=Config(
+            retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=4 * settings.download_threads
+        ),
     )
     log = EventLog(time.time)
     layout = NodeCacheLayout(Path(settings.cache_root))
@@ -39,21 +41,29 @@ def main() -> None:
     weights = None
     if settings.weights_models:
         weights = WeightsCache(
-            source=WeightsSource(client, settings.model_bucket, part_bytes=settings.download_part_bytes,
-                                 threads=settings.download_threads, buffer_bytes=settings.download_buffer_bytes),
+            source=WeightsSource(
+                client,
+                settings.model_bucket,
+                part_bytes=settings.download_part_bytes,
+                threads=settings.download_threads,
+                buffer_bytes=settings.download_buffer_bytes,
+            ),
             layout=WeightsLayout(Path(settings.weights_root)),
             clock=time.time,
             log=log,
-            storage_problem=lambda: check_host_folder(container_path=settings.weights_root,
-                                                      host_path=settings.weights_host_path,
-                                                      nvme_mount=settings.nvme_mount),
+            storage_problem=lambda: check_host_folder(
+                container_path=settings.weights_root,
+                host_path=settings.weights_host_path,
+                nvme_mount=settings.nvme_mount,
+            ),
         )
         weights.clean_temp()
     agent = NodeAgent(
         settings=settings,
         node=os.environ["NODE_NAME"],
-        store=CacheStore(client, settings.bucket, part_bytes=settings.download_part_bytes,
-                         threads=settings.download_threads),
+        store=CacheStore(
+            client, settings.bucket, part_bytes=settings.download_part_bytes, threads=settings.download_threads
+        ),
         kube=KubeApi(InClusterTransport(os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])),
         layout=layout,
         clock=time.time,
@@ -67,7 +77,6 @@ def main() -> None:
     heartbeat = Path(os.environ.get("WARMSTART_HEARTBEAT", "/tmp/warmstart-agent-alive"))
     heartbeat.unlink(missing_ok=True)
     agent.start()
-
 
     def every(seconds: float, action, *, beat: bool = False) -> threading.Thread:
         def loop() -> None:

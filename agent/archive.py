@@ -58,8 +58,9 @@ def redact_factors(data: bytes) -> bytes:
         return data
     env = document.get("env") if isinstance(document, dict) else None
     if isinstance(env, dict):
-        document["env"] = {k: (REDACTED if _SECRET_NAME.search(k) and v not in (None, "") else v)
-                           for k, v in env.items()}
+        document["env"] = {
+            k: (REDACTED if _SECRET_NAME.search(k) and v not in (None, "") else v) for k, v in env.items()
+        }
     return json.dumps(document, indent=2, sort_keys=True).encode()
 
 
@@ -70,7 +71,7 @@ def pack(source: Path, destination: Path) -> PackedArchive:
     with open(destination, "wb") as raw:
         hashing = _HashingWriter(raw)
         compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-        with compressor.stream_writer(hashing, closefd=False) as compressed:
+        with compressor.stream_writer(hashing, closefd=False) as compressed:  # type: ignore[arg-type]  # a writer
             with tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 for folder, subfolders, names in os.walk(source):
                     subfolders.sort()

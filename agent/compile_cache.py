@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from agent.archive import FACTORS_FILE, UnsafeArchive, pack, unpack
 from agent.fs import remove_tree, rename_no_replace
@@ -153,14 +153,29 @@ def restore(
             archive.unlink()
             target.parent.mkdir(parents=True, exist_ok=True)
             if not rename_no_replace(staged, target):
-                return done("busy", "vLLM created the cache folder while the archive was downloading (the pod "
-                                    "started before the restore finished): left to it")
-            layout.record_origin(model, fingerprint, {"origin": "restored", "key": key.prefix, "time": clock(),
-                                                      "manifest": candidate.name, "hash_dirs": manifest["hash_dirs"]})
+                return done(
+                    "busy",
+                    "vLLM created the cache folder while the archive was downloading (the pod "
+                    "started before the restore finished): left to it",
+                )
+            layout.record_origin(
+                model,
+                fingerprint,
+                {
+                    "origin": "restored",
+                    "key": key.prefix,
+                    "time": clock(),
+                    "manifest": candidate.name,
+                    "hash_dirs": manifest["hash_dirs"],
+                },
+            )
             break
         else:
-            return done("miss", "every published manifest names an archive that is gone (the pruner removes them; "
-                                "the next Ready pod publishes again)")
+            return done(
+                "miss",
+                "every published manifest names an archive that is gone (the pruner removes them; "
+                "the next Ready pod publishes again)",
+            )
     except UnsafeArchive as error:
         return done("failed", f"unsafe archive: {error}")
     except Exception as error:  # server gone mid-download, disk full, corrupt stream
@@ -196,16 +211,28 @@ def publish(
         return done("empty", "vLLM has not written a compile cache on this node yet")
     try:
         candidates = published(store, key, log, model)
-        covering = next((p for p in candidates if set(local) <= p.hash_dirs and store.exists(p.manifest["archive"])),
-                        None)
+        covering = next(
+            (p for p in candidates if set(local) <= p.hash_dirs and store.exists(p.manifest["archive"])), None
+        )
         if covering is not None:
-            layout.record_origin(model, fingerprint, {"origin": "already-published", "key": key.prefix,
-                                                      "hash_dirs": sorted(covering.hash_dirs), "seen": local})
+            layout.record_origin(
+                model,
+                fingerprint,
+                {
+                    "origin": "already-published",
+                    "key": key.prefix,
+                    "hash_dirs": sorted(covering.hash_dirs),
+                    "seen": local,
+                },
+            )
             return done("exists", "a published cache already holds every vLLM hash folder of this node")
         name = key.manifest_key(local)
         if any(p.name == name for p in candidates):
-            return done("failed", "the manifest for this node's hash folders names an archive that is gone; "
-                                  "manifests are never replaced, the pruner removes it")
+            return done(
+                "failed",
+                "the manifest for this node's hash folders names an archive that is gone; "
+                "manifests are never replaced, the pruner removes it",
+            )
     except Exception as error:
         return done("failed", f"manifest check failed: {error}")
     temp = None
@@ -230,14 +257,27 @@ def publish(
         }
         if not store.put_json_if_absent(name, document):
             # Another node published the same hash folders first; our archive is the pruner's to collect.
-            layout.record_origin(model, fingerprint, {"origin": "already-published", "key": key.prefix,
-                                                      "hash_dirs": local, "seen": local})
+            layout.record_origin(
+                model,
+                fingerprint,
+                {"origin": "already-published", "key": key.prefix, "hash_dirs": local, "seen": local},
+            )
             return done("lost-race", "another node published these hash folders first")
         if not store.exists(uploaded):  # removed between upload and manifest (a pruner run): put it back
             store.upload_file_if_absent(packed.path, uploaded)
             log.event("archive-restored-after-manifest", model=model, key=key.prefix)
-        layout.record_origin(model, fingerprint, {"origin": "published", "key": key.prefix, "time": clock(),
-                                                  "manifest": name, "hash_dirs": local, "seen": local})
+        layout.record_origin(
+            model,
+            fingerprint,
+            {
+                "origin": "published",
+                "key": key.prefix,
+                "time": clock(),
+                "manifest": name,
+                "hash_dirs": local,
+                "seen": local,
+            },
+        )
     except Exception as error:
         return done("failed", f"{type(error).__name__}: {error}")
     finally:

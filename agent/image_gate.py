@@ -19,8 +19,8 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from agent.kube import InClusterTransport, KubeApi
 from agent.log import EventLog
@@ -39,7 +39,7 @@ class Progress:
         return self.observed_current and self.updated == self.desired and self.ready >= self.desired
 
     @classmethod
-    def of(cls, daemon_set: dict) -> "Progress":
+    def of(cls, daemon_set: dict) -> Progress:
         status = daemon_set.get("status", {})
         generation = daemon_set.get("metadata", {}).get("generation", 0)
         return cls(
@@ -68,8 +68,13 @@ def await_image(
             last = Progress.of(read())
             error = None
             if last.complete:
-                log.event("image-gate", outcome="ready", desired=last.desired, ready=last.ready,
-                          waited_s=round(clock() - start, 1))
+                log.event(
+                    "image-gate",
+                    outcome="ready",
+                    desired=last.desired,
+                    ready=last.ready,
+                    waited_s=round(clock() - start, 1),
+                )
                 return "ready"
         except Exception as exc:  # API unreachable or the object not there yet: retried until the deadline
             error = f"{type(exc).__name__}: {exc}"

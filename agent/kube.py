@@ -24,8 +24,9 @@ class KubeError(RuntimeError):
 
 
 class Transport(Protocol):
-    def request(self, method: str, path: str, *, body: dict | None = None, content_type: str | None = None) -> tuple[int, dict]:
-        ...
+    def request(
+        self, method: str, path: str, *, body: dict | None = None, content_type: str | None = None
+    ) -> tuple[int, dict]: ...
 
 
 class InClusterTransport:
@@ -35,7 +36,9 @@ class InClusterTransport:
         self._timeout = timeout
         self._tls = ssl.create_default_context(cafile=str(account_dir / "ca.crt"))
 
-    def request(self, method: str, path: str, *, body: dict | None = None, content_type: str | None = None) -> tuple[int, dict]:
+    def request(
+        self, method: str, path: str, *, body: dict | None = None, content_type: str | None = None
+    ) -> tuple[int, dict]:
         # Re-read each time: projected tokens rotate.
         token = (self._account_dir / "token").read_text().strip()
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
@@ -74,7 +77,9 @@ class KubeApi:
         )
 
     def daemon_set(self, namespace: str, name: str) -> dict:
-        return self._call("GET", f"/apis/apps/v1/namespaces/{urllib.parse.quote(namespace)}/daemonsets/{urllib.parse.quote(name)}")
+        return self._call(
+            "GET", f"/apis/apps/v1/namespaces/{urllib.parse.quote(namespace)}/daemonsets/{urllib.parse.quote(name)}"
+        )
 
     def pods_on_node(self, node: str, label_selector: str) -> list[dict]:
         query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}", "labelSelector": label_selector})

@@ -6,7 +6,8 @@ import json
 import sys
 import threading
 from collections import Counter, deque
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 # The agent runs for the node's lifetime: it keeps only the latest events in memory (the stream has them all).
 RECENT_EVENTS = 1000

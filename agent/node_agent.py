@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import posixpath
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from agent.compile_cache import (
+    VLLM_FOLDER,
     Observation,
     Outcome,
     judge,
@@ -24,7 +25,6 @@ from agent.compile_cache import (
     publish,
     restore,
     touch_last_use,
-    VLLM_FOLDER,
 )
 from agent.fs import remove_tree, write_atomic
 from agent.kube import KubeApi, host_paths, is_ready
@@ -113,7 +113,7 @@ class NodeAgent:
                 self._finish(state, outcomes[state.model.name])
             return outcomes
         for state in self.models.values():
-            compile_settings = state.model.compile
+            compile_settings = state.model.compile_cache
             factors = ModelFactors.from_dict(compile_settings.factors)
             state.key = compile_cache_key(factors, gpu=gpu.gpu, architecture=gpu.architecture)
             outcome = restore(
@@ -133,7 +133,7 @@ class NodeAgent:
     def _finish(self, state: ModelState, outcome: Outcome) -> None:
         """The done marker (pods wait for it) and the node label. A marker that cannot be written (a full
         disk) is retried on every tick; the agent keeps running."""
-        name, fingerprint = state.model.name, state.model.compile.fingerprint
+        name, fingerprint = state.model.name, state.model.compile_cache.fingerprint
         try:
             self.layout.mark_done(name, fingerprint, {"node": self.node, **outcome.as_dict()})
             self._unwritten_markers.pop(name, None)
@@ -157,7 +157,7 @@ class NodeAgent:
             mine = [pod for pod in pods if self._serves(pod, state)]
             if state.key is None or not any(is_ready(pod) for pod in mine):
                 continue
-            fingerprint = state.model.compile.fingerprint
+            fingerprint = state.model.compile_cache.fingerprint
             # Publish only once every running pod of this configuration is Ready: one still starting may be
             # compiling into the folder right now.
             settled = all(is_ready(pod) for pod in mine if pod.get("status", {}).get("phase") == "Running")
@@ -190,7 +190,7 @@ class NodeAgent:
 
     def _serves(self, pod: dict, state: ModelState) -> bool:
         """A vLLM pod of this model whose compile-cache volume is this configuration's folder."""
-        folder = posixpath.join(state.model.name, state.model.compile.fingerprint)
+        folder = posixpath.join(state.model.name, state.model.compile_cache.fingerprint)
         return _model_of(pod) == state.model.name and any(
             path.rstrip("/").endswith("/" + folder) for path in host_paths(pod)
         )
@@ -290,8 +290,8 @@ class NodeAgent:
         for model in self.settings.weights_models:
             outcome = self.weights.sync(
                 model.name,
-                model.weights.s3_uri,
-                model.weights.prefix,
+                model.weights_cache.s3_uri,
+                model.weights_cache.prefix,
                 in_use,
                 pause=lambda: bool(self.streaming_from_s3()),
             )
@@ -305,7 +305,7 @@ class NodeAgent:
         if self.weights is None:
             return {}
         return {
-            m.name: self.weights.confirm(m.name, m.weights.s3_uri, m.weights.prefix).status
+            m.name: self.weights.confirm(m.name, m.weights_cache.s3_uri, m.weights_cache.prefix).status
             for m in self.settings.weights_models
         }
 
@@ -341,14 +341,14 @@ class NodeAgent:
         except Exception as error:
             self.log.event("cleanup-failed", reason=str(error))
             return []
-        stale = {
+        stale: dict[str, str | None] = {
             key: None
             for key in labels
             if key.split("/", 1)[0] in LABEL_DOMAINS and key.split("/", 1)[1] not in configured
         }
         if stale:
             self._label(stale)
-        current = {m.name: m.compile.fingerprint for m in self.settings.compile_models}
+        current = {m.name: m.compile_cache.fingerprint for m in self.settings.compile_models}
         if self.layout.root.exists():
             for folder in sorted(p for p in self.layout.root.iterdir() if p.is_dir() and p.name != AGENT_STATE_FOLDER):
                 if folder.name not in configured:

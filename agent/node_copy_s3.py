@@ -185,7 +185,9 @@ class _Handler(BaseHTTPRequestHandler):
         if query.get("continuation-token"):
             after, skip_folder = _resume(query["continuation-token"])
         encode = query.get("encoding-type") == "url"
-        contents, common, truncated, last = [], [], False, ("", False)
+        contents: list = []
+        common: list[str] = []
+        truncated, last = False, ("", False)
         for key in self.server.keys:
             if not key.startswith(prefix) or key <= after or (skip_folder and key.startswith(after)):
                 continue

@@ -61,7 +61,7 @@ class PodRecords:
 
     def read(self) -> dict[str, PodRecord]:
         """uid -> record; unreadable files are skipped (a writer renames complete files into place)."""
-        records = {}
+        records: dict[str, PodRecord] = {}
         try:
             paths = sorted(self.folder.glob("*.json"))
         except OSError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import builtins
 import errno
 import hashlib
 import json
@@ -11,14 +12,15 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from agent.fs import sync_filesystem
 from awscrt import checksums
 from botocore.exceptions import ClientError
+
+from agent.fs import sync_filesystem
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
 DENIED = {"403", "AccessDenied", "Forbidden"}
@@ -99,8 +101,13 @@ class CacheStore:
         return True
 
     def put_json(self, key: str, document: dict, **condition) -> None:
-        self._s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(document, sort_keys=True).encode(),
-                            ContentType="application/json", **condition)
+        self._s3.put_object(
+            Bucket=self.bucket,
+            Key=key,
+            Body=json.dumps(document, sort_keys=True).encode(),
+            ContentType="application/json",
+            **condition,
+        )
 
     def put_json_if_absent(self, key: str, document: dict) -> bool:
         """Conditional create (If-None-Match: *): False when another writer got there first."""
@@ -135,20 +142,23 @@ class CacheStore:
             return True
         upload_id = self._s3.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         try:
+
             def part(number: int) -> dict:
                 offset = (number - 1) * self.part_bytes
                 with open(path, "rb") as handle:
                     handle.seek(offset)
                     data = handle.read(self.part_bytes)
-                answer = self._s3.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number,
-                                              Body=data)
+                answer = self._s3.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data
+                )
                 return {"PartNumber": number, "ETag": answer["ETag"]}
 
             count = (size + self.part_bytes - 1) // self.part_bytes
             with ThreadPoolExecutor(max_workers=min(self.threads, count)) as pool:
                 parts = list(pool.map(part, range(1, count + 1)))
-            self._s3.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id,
-                                               MultipartUpload={"Parts": parts}, IfNoneMatch="*")
+            self._s3.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+            )
         except ClientError as error:
             self._abort(key, upload_id)
             if _code(error) in PRECONDITION_FAILED:
@@ -190,7 +200,7 @@ class CacheStore:
                     pwrite_all(descriptor, chunk, offset)
                     offset += len(chunk)
                 if offset != end + 1:
-                    raise IOError(f"short read of {key} bytes {start}-{end}: got {offset - start}")
+                    raise OSError(f"short read of {key} bytes {start}-{end}: got {offset - start}")
                 if on_part:
                     on_part(end + 1 - start)
                 return end + 1 - start
@@ -198,7 +208,7 @@ class CacheStore:
             with ThreadPoolExecutor(max_workers=min(self.threads, max(1, len(ranges)))) as pool:
                 total = sum(pool.map(fetch, ranges))
             if total != size:
-                raise IOError(f"downloaded {total} of {size} bytes of {key}")
+                raise OSError(f"downloaded {total} of {size} bytes of {key}")
         finally:
             os.close(descriptor)
 
@@ -231,9 +241,11 @@ class _Check:
     parts: list[tuple[int, int]]  # the upload's part boundaries (composite and multipart kinds)
 
 
-_CRC = {"CRC64NVME": (checksums.crc64nvme, checksums.combine_crc64nvme, 8),
-        "CRC32C": (checksums.crc32c, checksums.combine_crc32c, 4),
-        "CRC32": (checksums.crc32, checksums.combine_crc32, 4)}
+_CRC = {
+    "CRC64NVME": (checksums.crc64nvme, checksums.combine_crc64nvme, 8),
+    "CRC32C": (checksums.crc32c, checksums.combine_crc32c, 4),
+    "CRC32": (checksums.crc32, checksums.combine_crc32, 4),
+}
 
 
 def _crc_bytes(value: int, width: int) -> bytes:
@@ -243,8 +255,9 @@ def _crc_bytes(value: int, width: int) -> bytes:
 class WeightsSource:
     """Reads one model bucket: paginated listings and verified, parallel, in-place downloads."""
 
-    def __init__(self, client, bucket: str, *, part_bytes: int = 64 * 2**20, threads: int = 8,
-                 buffer_bytes: int = 8 * 2**20) -> None:
+    def __init__(
+        self, client, bucket: str, *, part_bytes: int = 64 * 2**20, threads: int = 8, buffer_bytes: int = 8 * 2**20
+    ) -> None:
         self._s3 = client
         self.bucket = bucket
         self.part_bytes = part_bytes
@@ -292,7 +305,7 @@ class WeightsSource:
             "(aws s3 cp --checksum-algorithm CRC64NVME) so warmstart can verify it"
         )
 
-    def _part_ranges(self, item: ListedObject, count: int) -> list[tuple[int, int]]:
+    def _part_ranges(self, item: ListedObject, count: int) -> builtins.list[tuple[int, int]]:
         def part(number: int) -> int:
             return self._s3.head_object(Bucket=self.bucket, Key=item.key, PartNumber=number, IfMatch=item.etag)[
                 "ContentLength"
@@ -310,8 +323,14 @@ class WeightsSource:
 
     # -- the download --
 
-    def download_all(self, items: list[ListedObject], destination: Path, prefix: str,
-                     on_bytes: Callable[[int], None] | None = None, pause: Callable[[], bool] | None = None) -> None:
+    def download_all(
+        self,
+        items: builtins.list[ListedObject],
+        destination: Path,
+        prefix: str,
+        on_bytes: Callable[[int], None] | None = None,
+        pause: Callable[[], bool] | None = None,
+    ) -> None:
         """Downloads every object under `destination` (paths relative to `prefix`) and verifies each.
 
         Objects up to one part are fetched whole, their checksum taken from the GET itself; larger ones are
@@ -324,12 +343,12 @@ class WeightsSource:
         """
         large = [item for item in items if item.size > self.part_bytes]
         with ThreadPoolExecutor(max_workers=self.threads) as pool:
-            checks = dict(zip(large, pool.map(self._check, large)))
+            checks = dict(zip(large, pool.map(self._check, large), strict=False))
         files: dict[ListedObject, tuple[int, int | None]] = {}
         jobs = []
         try:
             for item in items:
-                path = destination / item.key[len(prefix):]
+                path = destination / item.key[len(prefix) :]
                 path.parent.mkdir(parents=True, exist_ok=True)
                 descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)  # RDWR: MD5 reads back
                 files[item] = (descriptor, None)
@@ -344,6 +363,7 @@ class WeightsSource:
                     jobs += [(item, start, end, False) for start, end in ranges]
                 else:
                     jobs.append((item, 0, item.size - 1, True))
+
             def run(job):
                 while pause is not None and pause():
                     time.sleep(PAUSE_POLL_SECONDS)
@@ -352,7 +372,7 @@ class WeightsSource:
             with ThreadPoolExecutor(max_workers=self.threads) as pool:
                 fetched = list(pool.map(run, jobs))
             results: dict[ListedObject, list] = {}
-            for (item, start, end, _), (check, digest) in zip(jobs, fetched):
+            for (item, start, end, _), (check, digest) in zip(jobs, fetched, strict=False):
                 checks[item] = check
                 results.setdefault(item, []).append((start, end, digest))
             for item, ranges in results.items():
@@ -377,9 +397,12 @@ class WeightsSource:
             raise
         check = self._check_from(response, item) if whole else checks[item]
         # What can be hashed in one pass here; the rest is verified from disk (see _verify).
-        crc_function = _CRC[check.algorithm][0] if check.kind == "crc" or (
-            check.kind == "composite-crc" and not whole) else None
-        md5 = hashlib.md5() if (check.kind == "md5" and whole) or (check.kind == "multipart-md5" and not whole) else None
+        crc_function = (
+            _CRC[check.algorithm][0] if check.kind == "crc" or (check.kind == "composite-crc" and not whole) else None
+        )
+        md5 = (
+            hashlib.md5() if (check.kind == "md5" and whole) or (check.kind == "multipart-md5" and not whole) else None
+        )
         buffer = getattr(self._local, "buffer", None)
         if buffer is None:  # page-aligned memory, as O_DIRECT requires
             buffer = self._local.buffer = memoryview(mmap.mmap(-1, self.buffer_bytes))
@@ -400,7 +423,7 @@ class WeightsSource:
                 count = read_into(buffer[filled:])
                 if not count:
                     break
-                chunk = buffer[filled:filled + count]
+                chunk = buffer[filled : filled + count]
                 if crc_function:
                     crc = crc_function(chunk, crc)
                 elif md5:
@@ -414,26 +437,32 @@ class WeightsSource:
             flush()
             offset += filled
         if offset != end + 1:
-            raise IOError(f"short read of {item.key} bytes {start}-{end}: got {offset - start}")
+            raise OSError(f"short read of {item.key} bytes {start}-{end}: got {offset - start}")
         digest = md5.digest() if md5 else (crc if crc_function else None)
         return check, digest
 
-    def _verify(self, item: ListedObject, check: _Check, ranges: list, descriptor: int) -> None:
+    def _verify(self, item: ListedObject, check: _Check, ranges: builtins.list, descriptor: int) -> None:
         if check.kind == "crc":
-            _, combine, width = _CRC[check.algorithm]
+            _, combine, width = _CRC[str(check.algorithm)]  # crc kinds always name their algorithm
             total = 0
             for start, end, crc in ranges:
                 total = combine(total, crc, end + 1 - start)
             actual = base64.b64encode(_crc_bytes(total, width)).decode()
         elif check.kind == "composite-crc":
-            function, _, width = _CRC[check.algorithm]
-            part_crcs = [crc for _, _, crc in ranges] if ranges[0][2] is not None else [
-                function(block) for block in _read_ranges(descriptor, check.parts)]
+            function, _, width = _CRC[str(check.algorithm)]
+            part_crcs = (
+                [crc for _, _, crc in ranges]
+                if ranges[0][2] is not None
+                else [function(block) for block in _read_ranges(descriptor, check.parts)]
+            )
             joined = b"".join(_crc_bytes(crc, width) for crc in part_crcs)
             actual = f"{base64.b64encode(_crc_bytes(function(joined), width)).decode()}-{len(part_crcs)}"
         elif check.kind == "multipart-md5":
-            digests = [d for _, _, d in ranges] if ranges[0][2] is not None else [
-                hashlib.md5(block).digest() for block in _read_ranges(descriptor, check.parts)]
+            digests = (
+                [d for _, _, d in ranges]
+                if ranges[0][2] is not None
+                else [hashlib.md5(block).digest() for block in _read_ranges(descriptor, check.parts)]
+            )
             actual = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
         elif ranges and ranges[0][2] is not None:  # single-part MD5, hashed while streaming
             actual = ranges[0][2].hex()
@@ -443,7 +472,9 @@ class WeightsSource:
                 digest.update(block)
             actual = digest.hexdigest()
         if actual != check.expected:
-            raise ObjectChanged(f"{item.key}: {check.kind} {check.algorithm or 'ETag'} is {actual}, S3 says {check.expected}")
+            raise ObjectChanged(
+                f"{item.key}: {check.kind} {check.algorithm or 'ETag'} is {actual}, S3 says {check.expected}"
+            )
 
 
 def _zero_copy_reader(body) -> Callable:
@@ -465,7 +496,7 @@ def _read_ranges(descriptor: int, ranges: list[tuple[int, int]], block: int = 8 
         while offset <= end:
             data = os.pread(descriptor, min(block, end + 1 - offset), offset)
             if not data:
-                raise IOError(f"file shorter than expected at {offset}")
+                raise OSError(f"file shorter than expected at {offset}")
             chunks.append(data)
             offset += len(data)
         yield b"".join(chunks)

@@ -161,7 +161,7 @@ def prepare(args: list[str], env: dict[str, str], now: float) -> tuple[dict[str,
         choice = choose_weights(
             name, s3_uri, Path(env["WARMSTART_WEIGHTS_ROOT"]), float(env.get("WARMSTART_WEIGHTS_MAX_AGE", "90")), now
         )
-        if choice.source == "node":
+        if choice.source == "node" and choice.key is not None:  # a node choice always names its copy
             bucket, _, prefix = s3_uri.removeprefix("s3://").partition("/")
             try:
                 endpoint = start_node_copy_endpoint(

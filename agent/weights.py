@@ -14,9 +14,9 @@ import shutil
 import threading
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from agent.fs import remove_tree, rename_no_replace, write_atomic
 from agent.log import EventLog
@@ -26,7 +26,7 @@ STATE = ".warmstart"
 
 
 def weights_key(listing: list[ListedObject], prefix: str) -> str:
-    entries = [[o.key[len(prefix):], o.size, o.etag] for o in sorted(listing, key=lambda o: o.key)]
+    entries = [[o.key[len(prefix) :], o.size, o.etag] for o in sorted(listing, key=lambda o: o.key)]
     return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
@@ -111,8 +111,9 @@ class WeightsCache:
 
         def done(status: str, key: str = "", reason: str = "", size: int = 0) -> SyncOutcome:
             outcome = SyncOutcome(status, key, reason, size, self.clock() - started)
-            self.log.event(event, model=model, key=key, status=status, reason=reason, bytes=size,
-                           seconds=round(outcome.seconds, 3))
+            self.log.event(
+                event, model=model, key=key, status=status, reason=reason, bytes=size, seconds=round(outcome.seconds, 3)
+            )
             return outcome
 
         return done
@@ -139,8 +140,14 @@ class WeightsCache:
         finally:
             lock.release()
 
-    def sync(self, model: str, s3_uri: str, prefix: str, in_use: Callable[[str, str], bool],
-             pause: Callable[[], bool] | None = None) -> SyncOutcome:
+    def sync(
+        self,
+        model: str,
+        s3_uri: str,
+        prefix: str,
+        in_use: Callable[[str, str], bool],
+        pause: Callable[[], bool] | None = None,
+    ) -> SyncOutcome:
         """Make the node's copy of `model` match S3 now; the pointer is current only when it does.
         `pause()` true holds the download back between parts (a pod of the node is streaming from S3)."""
         with self._locks[model]:
@@ -183,8 +190,10 @@ class WeightsCache:
                 remove_tree(target)
             if not rename_no_replace(staged, target):
                 return done("failed", key, "the key folder appeared during the download")
-            write_atomic(self.layout.complete_marker(model, key),
-                         json.dumps({"key": key, "files": len(listing), "bytes": size, "time": self.clock()}).encode())
+            write_atomic(
+                self.layout.complete_marker(model, key),
+                json.dumps({"key": key, "files": len(listing), "bytes": size, "time": self.clock()}).encode(),
+            )
         except Exception as error:
             return done("failed", key, f"{type(error).__name__}: {error}")
         finally:
@@ -197,8 +206,10 @@ class WeightsCache:
         current = self.layout.read_pointer(model)
         if current and current.get("key") != key:
             self._write_retired(model, current["key"])  # before the pointer moves: never unrecorded
-        write_atomic(self.layout.pointer(model), json.dumps(
-            {"key": key, "s3_uri": s3_uri, "checked_at": self.clock()}, sort_keys=True).encode())
+        write_atomic(
+            self.layout.pointer(model),
+            json.dumps({"key": key, "s3_uri": s3_uri, "checked_at": self.clock()}, sort_keys=True).encode(),
+        )
         self.layout.retired(model, key).unlink(missing_ok=True)  # current again
 
     def _write_retired(self, model: str, key: str) -> None:
@@ -217,17 +228,24 @@ class WeightsCache:
         except (FileNotFoundError, ValueError, KeyError):
             return None
 
-    def evict(self, in_use: Callable[[str, str], bool], *, needed_bytes: int | None = None,
-              current_models: set[str] | None = None) -> list[tuple[str, str]]:
+    def evict(
+        self,
+        in_use: Callable[[str, str], bool],
+        *,
+        needed_bytes: int | None = None,
+        current_models: set[str] | None = None,
+    ) -> list[tuple[str, str]]:
         """Delete folders no current model uses, least recently used first; never one a pod may be reading.
 
         `in_use(model, key)` says whether a pod on this node may read that copy. With `needed_bytes`, stops
         once that much is freed; otherwise removes every unused non-current copy (and incomplete folders).
         """
+
         def evictable(model: str, key: str) -> bool:
             pointer = self.layout.read_pointer(model)
-            is_current = pointer is not None and pointer["key"] == key and (
-                current_models is None or model in current_models)
+            is_current = (
+                pointer is not None and pointer["key"] == key and (current_models is None or model in current_models)
+            )
             return not is_current and not in_use(model, key)
 
         candidates = []

@@ -38,7 +38,9 @@ def make_cache(folder: Path, total_mb: int, seed: int) -> None:
     while remaining > 0:
         size = min(remaining, rng.choice([4_000, 60_000, 900_000, 8_000_000]))
         # Where vLLM 0.21.0 keeps Inductor's artifacts: inside its hash folder under VLLM_CACHE_ROOT.
-        path = folder / f"vllm/torch_compile_cache/0123456789/rank_0_0/inductor_cache/{index % 37:02x}/kernel_{index}.bin"
+        path = (
+            folder / f"vllm/torch_compile_cache/0123456789/rank_0_0/inductor_cache/{index % 37:02x}/kernel_{index}.bin"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(rng.randbytes(size))
         remaining -= size
@@ -46,10 +48,20 @@ def make_cache(folder: Path, total_mb: int, seed: int) -> None:
 
 
 def factors(size_mb: int) -> ModelFactors:
-    return ModelFactors(model=f"bench-{size_mb}mb", weights_revision="r1", image="vllm/vllm-openai:v0.21.0",
-                        torch_version="2.13.0", tensor_parallel=1, pipeline_parallel=1, max_model_len=8192,
-                        max_num_batched_tokens=None, dtype="auto", quantization=None, kv_cache_dtype="auto",
-                        compilation_config=None)
+    return ModelFactors(
+        model=f"bench-{size_mb}mb",
+        weights_revision="r1",
+        image="vllm/vllm-openai:v0.21.0",
+        torch_version="2.13.0",
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        max_model_len=8192,
+        max_num_batched_tokens=None,
+        dtype="auto",
+        quantization=None,
+        kv_cache_dtype="auto",
+        compilation_config=None,
+    )
 
 
 def main() -> None:
@@ -66,18 +78,36 @@ def main() -> None:
             key = compile_cache_key(f, gpu="H100", architecture="sm_90")
             source = NodeCacheLayout(work / f"source-{size_mb}")
             make_cache(source.model_dir(f.model, f.fingerprint()), size_mb, seed=size_mb)
-            publish_seconds, outcome = report.timed(lambda: publish(
-                store=store, layout=source, key=key, model=f.model, fingerprint=f.fingerprint(), node="bench",
-                clock=time.time, log=log))
+            publish_seconds, outcome = report.timed(
+                lambda: publish(
+                    store=store,
+                    layout=source,
+                    key=key,
+                    model=f.model,
+                    fingerprint=f.fingerprint(),
+                    node="bench",
+                    clock=time.time,
+                    log=log,
+                )
+            )
             assert outcome.status == "published", outcome
             (manifest_name,) = store.list_keys(key.manifest_prefix)  # one publisher: one manifest
             manifest = store.get_json(manifest_name)
             ours, plain = [], []
             for attempt in range(REPEATS):
                 node = NodeCacheLayout(work / f"node-{size_mb}-{attempt}")
-                seconds, restored = report.timed(lambda: restore(
-                    store=store, layout=node, key=key, model=f.model, fingerprint=f.fingerprint(), node="bench",
-                    clock=time.time, log=log))
+                seconds, restored = report.timed(
+                    lambda: restore(
+                        store=store,
+                        layout=node,
+                        key=key,
+                        model=f.model,
+                        fingerprint=f.fingerprint(),
+                        node="bench",
+                        clock=time.time,
+                        log=log,
+                    )
+                )
                 assert restored.status == "restored", restored
                 ours.append(seconds)
                 target = work / f"plain-{size_mb}-{attempt}"
@@ -109,8 +139,20 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     print("compile-cache restore: warmstart (verified, atomic) vs plain download + untar, median of", REPEATS)
-    print(report.table(rows, ["archive_mb", "files", "publish_s", "warmstart_restore_s", "plain_download_untar_s",
-                              "ratio", "warmstart_mb_per_s"]))
+    print(
+        report.table(
+            rows,
+            [
+                "archive_mb",
+                "files",
+                "publish_s",
+                "warmstart_restore_s",
+                "plain_download_untar_s",
+                "ratio",
+                "warmstart_mb_per_s",
+            ],
+        )
+    )
     print("wrote", report.write("compile_cache_restore", figures))
 
 

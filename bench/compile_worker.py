@@ -46,15 +46,19 @@ def main(sequence_length: int) -> None:
         if device == "cuda":
             torch.cuda.synchronize()
         steady = time.perf_counter()
-    print(json.dumps({
-        "device": device,
-        "torch": torch.__version__,
-        "import_s": imported - started,
-        "first_call_s": compiled_at - first,
-        "second_call_s": steady - compiled_at,
-        "checksum": float(output.double().sum()),
-        "consistent": bool(torch.allclose(output, second)),
-    }))
+    print(
+        json.dumps(
+            {
+                "device": device,
+                "torch": torch.__version__,
+                "import_s": imported - started,
+                "first_call_s": compiled_at - first,
+                "second_call_s": steady - compiled_at,
+                "checksum": float(output.double().sum()),
+                "consistent": bool(torch.allclose(output, second)),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

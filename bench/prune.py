@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,11 +43,19 @@ class ActiveSetParameter:
 
 
 def counting_client(server: SeaweedS3, counter: Counter):
-    client = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=ACCESS_KEY,
-                          aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
-                          config=Config(s3={"addressing_style": "path"}, max_pool_connections=32,
-                                        retries={"mode": "standard", "max_attempts": 3},
-                                        request_checksum_calculation="when_required"))
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name="us-east-1",
+        config=Config(
+            s3={"addressing_style": "path"},
+            max_pool_connections=32,
+            retries={"mode": "standard", "max_attempts": 3},
+            request_checksum_calculation="when_required",
+        ),
+    )
     client.meta.events.register("before-send.s3.*", lambda event_name, **_: counter.update([event_name.split(".")[-1]]))
     return client
 
@@ -73,29 +81,48 @@ def main() -> None:
         buckets = {"pruner": server.new_bucket(), "reference": server.new_bucket()}
         started = time.perf_counter()
         with ThreadPoolExecutor(24) as pool:
-            list(pool.map(lambda item: loader.put_object(Bucket=item[0], Key=item[1], Body=b""),
-                          ((b, k) for b in buckets.values() for k in everything)))
+            list(
+                pool.map(
+                    lambda item: loader.put_object(Bucket=item[0], Key=item[1], Body=b""),
+                    ((b, k) for b in buckets.values() for k in everything),
+                )
+            )
         load_s = time.perf_counter() - started
-        later = datetime.now(timezone.utc) + timedelta(days=30)
+        later = datetime.now(UTC) + timedelta(days=30)
 
         requests: Counter = Counter()
-        aws = PrunerAws(counting_client(server, requests), ActiveSetParameter(json.dumps(
-            {"version": 1, "keys": active_keys})), buckets["pruner"])
-        settings = Settings(active_set_parameters=(PARAMETER,), retention=timedelta(days=14),
-                            orphan_age=timedelta(days=1), max_deletions=TOTAL, dry_run=False)
+        aws = PrunerAws(
+            counting_client(server, requests),
+            ActiveSetParameter(json.dumps({"version": 1, "keys": active_keys})),
+            buckets["pruner"],
+        )
+        settings = Settings(
+            active_set_parameters=(PARAMETER,),
+            retention=timedelta(days=14),
+            orphan_age=timedelta(days=1),
+            max_deletions=TOTAL,
+            dry_run=False,
+        )
         pruner_s, summary = report.timed(lambda: run(aws, settings, lambda: later, lambda record: None))
 
         reference_requests: Counter = Counter()
         reference = counting_client(server, reference_requests)
 
         def reference_run() -> None:
-            listed = [o["Key"] for page in reference.get_paginator("list_objects_v2").paginate(
-                Bucket=buckets["reference"], Prefix="compile-cache/") for o in page.get("Contents", [])]
+            listed = [
+                o["Key"]
+                for page in reference.get_paginator("list_objects_v2").paginate(
+                    Bucket=buckets["reference"], Prefix="compile-cache/"
+                )
+                for o in page.get("Contents", [])
+            ]
             doomed = set(stale)
             chosen = [k for k in listed if k in doomed]
             for i in range(0, len(chosen), 1000):
-                reference.delete_objects(Bucket=buckets["reference"],
-                                         Delete={"Objects": [{"Key": k} for k in chosen[i:i + 1000]], "Quiet": True})
+                reference.delete_objects(
+                    Bucket=buckets["reference"],
+                    Delete={"Objects": [{"Key": k} for k in chosen[i : i + 1000]], "Quiet": True},
+                )
 
         reference_s, _ = report.timed(reference_run)
     finally:
@@ -119,8 +146,21 @@ def main() -> None:
     }
     assert summary.deleted_objects == len(stale), summary
     print(f"prune {len(everything):,} objects, {len(stale):,} stale, on a local S3 server")
-    print(report.table([figures], ["objects", "deleted_objects", "requests", "minimum_requests",
-                                   "requests_over_minimum", "pruner_s", "reference_s", "pruner_over_reference_time"]))
+    print(
+        report.table(
+            [figures],
+            [
+                "objects",
+                "deleted_objects",
+                "requests",
+                "minimum_requests",
+                "requests_over_minimum",
+                "pruner_s",
+                "reference_s",
+                "pruner_over_reference_time",
+            ],
+        )
+    )
     print("requests by operation:", dict(requests))
     print("wrote", report.write("prune", figures))
 

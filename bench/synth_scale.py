@@ -27,13 +27,21 @@ def main() -> None:
         config = many_models(count)
         runs = [report.timed(lambda: synthesize(config, Path(tempfile.mkdtemp()), f"{count}")) for _ in range(RUNS)]
         sizes = [p.stat().st_size for p in runs[0][1].template_paths()]
-        rows.append({"models": count, "seconds": report.median([r[0] for r in runs]), "stacks": len(sizes),
-                     "largest_template_kb": max(sizes) / 1000})
+        rows.append(
+            {
+                "models": count,
+                "seconds": report.median([r[0] for r in runs]),
+                "stacks": len(sizes),
+                "largest_template_kb": max(sizes) / 1000,
+            }
+        )
     per_model_low = (rows[1]["seconds"] - rows[0]["seconds"]) / (COUNTS[1] - COUNTS[0])
     per_model_high = (rows[2]["seconds"] - rows[1]["seconds"]) / (COUNTS[2] - COUNTS[1])
     print(report.table(rows, ["models", "seconds", "stacks", "largest_template_kb"]))
-    print(f"seconds per extra model: {per_model_low:.3f} (1 -> 10), {per_model_high:.3f} (10 -> 100); "
-          f"ratio {per_model_high / per_model_low:.2f} (1.0 = linear)")
+    print(
+        f"seconds per extra model: {per_model_low:.3f} (1 -> 10), {per_model_high:.3f} (10 -> 100); "
+        f"ratio {per_model_high / per_model_low:.2f} (1.0 = linear)"
+    )
     figures = {"rows": rows, "seconds_per_model_1_to_10": per_model_low, "seconds_per_model_10_to_100": per_model_high}
     print("wrote", report.write("synth_scale", figures))
 

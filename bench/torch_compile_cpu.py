@@ -49,22 +49,39 @@ def worker(folder: Path, max_model_len: int) -> dict:
     env = {
         **os.environ,
         "XDG_CACHE_HOME": str(folder),
-        "TORCHINDUCTOR_CACHE_DIR": str(folder / "vllm" / "torch_compile_cache" / vllm_hash / "rank_0_0" / "inductor_cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(
+            folder / "vllm" / "torch_compile_cache" / vllm_hash / "rank_0_0" / "inductor_cache"
+        ),
         "TRITON_CACHE_DIR": str(folder / "triton"),
     }
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "compile_worker.py"), str(SEQUENCE[max_model_len])],
-                          env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "compile_worker.py"), str(SEQUENCE[max_model_len])],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["process_s"] = time.perf_counter() - started
     return result
 
 
 def main() -> None:
-    factors = ModelFactors(model="toy-transformer", weights_revision="seed0", image="local/torch:2.13.0",
-                           torch_version="2.13.0", tensor_parallel=1, pipeline_parallel=1, max_model_len=8192,
-                           max_num_batched_tokens=None, dtype="float32", quantization=None, kv_cache_dtype="auto",
-                           compilation_config=None)
+    factors = ModelFactors(
+        model="toy-transformer",
+        weights_revision="seed0",
+        image="local/torch:2.13.0",
+        torch_version="2.13.0",
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        max_model_len=8192,
+        max_num_batched_tokens=None,
+        dtype="float32",
+        quantization=None,
+        kv_cache_dtype="auto",
+        compilation_config=None,
+    )
     changed = dataclasses.replace(factors, max_model_len=4096)
     work = Path(tempfile.mkdtemp(prefix="warmstart-bench-"))
     shutil.rmtree(NODE_ROOT.parent, ignore_errors=True)
@@ -77,16 +94,40 @@ def main() -> None:
         key = compile_cache_key(factors, gpu="cpu", architecture="sm_00")
         cold = worker(folder, 8192)
         local = worker(folder, 8192)
-        published = publish(store=store, layout=layout, key=key, model=factors.model,
-                            fingerprint=factors.fingerprint(), node="node-a", clock=time.time, log=log)
+        published = publish(
+            store=store,
+            layout=layout,
+            key=key,
+            model=factors.model,
+            fingerprint=factors.fingerprint(),
+            node="node-a",
+            clock=time.time,
+            log=log,
+        )
         shutil.rmtree(NODE_ROOT)  # a new node: same absolute path, nothing on it
-        restored = restore(store=store, layout=layout, key=key, model=factors.model,
-                           fingerprint=factors.fingerprint(), node="node-b", clock=time.time, log=log)
+        restored = restore(
+            store=store,
+            layout=layout,
+            key=key,
+            model=factors.model,
+            fingerprint=factors.fingerprint(),
+            node="node-b",
+            clock=time.time,
+            log=log,
+        )
         warm = worker(folder, 8192)
         changed_key = compile_cache_key(changed, gpu="cpu", architecture="sm_00")
         changed_folder = layout.model_dir(changed.model, changed.fingerprint())
-        miss = restore(store=store, layout=layout, key=changed_key, model=changed.model,
-                       fingerprint=changed.fingerprint(), node="node-b", clock=time.time, log=log)
+        miss = restore(
+            store=store,
+            layout=layout,
+            key=changed_key,
+            model=changed.model,
+            fingerprint=changed.fingerprint(),
+            node="node-b",
+            clock=time.time,
+            log=log,
+        )
         assert miss.status == "miss" and not changed_folder.exists(), miss
         recompiled = worker(changed_folder, 4096)
     finally:
@@ -98,16 +139,29 @@ def main() -> None:
     rows = [
         {"run": "cold (new node, no warmstart)", "first_call_s": cold["first_call_s"], "process_s": cold["process_s"]},
         {"run": "second pod, same node", "first_call_s": local["first_call_s"], "process_s": local["process_s"]},
-        {"run": "new node, restored by agent", "first_call_s": warm["first_call_s"], "process_s": warm["process_s"],
-         "restore_s": restored.seconds, "archive_bytes": restored.bytes},
-        {"run": f"changed key ({miss.status})", "first_call_s": recompiled["first_call_s"],
-         "process_s": recompiled["process_s"]},
+        {
+            "run": "new node, restored by agent",
+            "first_call_s": warm["first_call_s"],
+            "process_s": warm["process_s"],
+            "restore_s": restored.seconds,
+            "archive_bytes": restored.bytes,
+        },
+        {
+            "run": f"changed key ({miss.status})",
+            "first_call_s": recompiled["first_call_s"],
+            "process_s": recompiled["process_s"],
+        },
     ]
     figures = {
         "device": cold["device"],
         "torch": cold["torch"],
-        "cold": cold, "local_warm": local, "restored_warm": warm, "changed_key": recompiled,
-        "publish": published.as_dict(), "restore": restored.as_dict(), "changed_key_restore": miss.as_dict(),
+        "cold": cold,
+        "local_warm": local,
+        "restored_warm": warm,
+        "changed_key": recompiled,
+        "publish": published.as_dict(),
+        "restore": restored.as_dict(),
+        "changed_key_restore": miss.as_dict(),
         "warm_over_cold_first_call": warm["first_call_s"] / cold["first_call_s"],
         "warm_over_cold_process": warm["process_s"] / cold["process_s"],
         "restore_plus_warm_over_cold": (restored.seconds + warm["first_call_s"]) / cold["first_call_s"],
@@ -115,8 +169,10 @@ def main() -> None:
     }
     print(f"torch.compile on {cold['device']} (torch {cold['torch']}): cold vs restored by the warmstart agent")
     print(report.table(rows, ["run", "first_call_s", "process_s", "restore_s", "archive_bytes"]))
-    print(f"warm/cold first call: {figures['warm_over_cold_first_call']:.3f} "
-          f"(with the restore itself: {figures['restore_plus_warm_over_cold']:.3f}; brief on GPU: 6/53 = 0.113)")
+    print(
+        f"warm/cold first call: {figures['warm_over_cold_first_call']:.3f} "
+        f"(with the restore itself: {figures['restore_plus_warm_over_cold']:.3f}; brief on GPU: 6/53 = 0.113)"
+    )
     print("wrote", report.write("torch_compile_cpu", figures))
 
 

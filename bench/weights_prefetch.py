@@ -46,8 +46,12 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
         stdout, stderr = out.read().decode(), err.read().decode()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{command[0]} failed: {stderr[-2000:]}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
-            "stdout": stdout}
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_mb": usage.ru_maxrss / 1024,
+        "stdout": stdout,
+    }
 
 
 def make_model(folder: Path) -> int:
@@ -74,8 +78,13 @@ def upload_folder(server: SeaweedS3, source: Path, prefix: str) -> str:
     client = server.client(retries=3)
     upload = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=4)
     for path in sorted(p for p in source.rglob("*") if p.is_file()):
-        client.upload_file(str(path), bucket, f"{prefix}{path.relative_to(source)}",
-                           ExtraArgs={"ChecksumAlgorithm": "CRC64NVME"}, Config=upload)
+        client.upload_file(
+            str(path),
+            bucket,
+            f"{prefix}{path.relative_to(source)}",
+            ExtraArgs={"ChecksumAlgorithm": "CRC64NVME"},
+            Config=upload,
+        )
     return bucket
 
 
@@ -108,38 +117,72 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="warmstart-bench-", dir=os.environ.get("BENCH_DIR")))
     server = SeaweedS3(work / "s3").start()
     s5cmd = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
-    runs: dict[str, list[dict]] = {"warmstart": [], "warmstart_process": [], "s5cmd": [], "s5cmd_then_sync": [],
-                                   "dd": []}
+    runs: dict[str, list[dict]] = {
+        "warmstart": [],
+        "warmstart_process": [],
+        "s5cmd": [],
+        "s5cmd_then_sync": [],
+        "dd": [],
+    }
     try:
         source = work / "source"
         source.mkdir()
         total = make_model(source)
         bucket = upload_folder(server, source, "model/")
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1"}
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": "us-east-1",
+        }
         for attempt in range(REPEATS):
             settle()
             ours_root = work / f"warmstart-{attempt}"
-            result = run_measured([sys.executable, str(ROOT / "bench" / "weights_worker.py"), server.endpoint, ACCESS_KEY,
-                                   SECRET_KEY, bucket, "model/", str(ours_root), str(THREADS), str(PART_MIB),
-                                   str(BUFFER_BYTES)])
+            result = run_measured(
+                [
+                    sys.executable,
+                    str(ROOT / "bench" / "weights_worker.py"),
+                    server.endpoint,
+                    ACCESS_KEY,
+                    SECRET_KEY,
+                    bucket,
+                    "model/",
+                    str(ours_root),
+                    str(THREADS),
+                    str(PART_MIB),
+                    str(BUFFER_BYTES),
+                ]
+            )
             outcome = json.loads(result.pop("stdout").strip().splitlines()[-1])
             assert outcome["status"] == "downloaded", outcome
             verified = outcome["bytes"] == total and tree_equal(source, Path(outcome["folder"]))
             runs["warmstart_process"].append({**result, "verified": verified})
             # In the agent: the sync alone (the daemon's start-up is not part of any download).
-            runs["warmstart"].append({"wall_s": outcome["sync_s"], "cpu_s": result["cpu_s"], "peak_mb": result["peak_mb"],
-                                      "verified": verified})
+            runs["warmstart"].append(
+                {
+                    "wall_s": outcome["sync_s"],
+                    "cpu_s": result["cpu_s"],
+                    "peak_mb": result["peak_mb"],
+                    "verified": verified,
+                }
+            )
             shutil.rmtree(ours_root)
 
             settle()
             target = work / f"s5cmd-{attempt}"
-            result = run_measured([s5cmd, "--endpoint-url", server.endpoint, "cp", f"s3://{bucket}/model/*",
-                                   f"{target}/"], env=env)
+            result = run_measured(
+                [s5cmd, "--endpoint-url", server.endpoint, "cp", f"s3://{bucket}/model/*", f"{target}/"], env=env
+            )
             result.pop("stdout")
             # s5cmd returns with its bytes still in the page cache; what it takes to have them on disk:
             flushed = run_measured(["sync", "-f", str(target)])
-            runs["s5cmd_then_sync"].append({"wall_s": result["wall_s"] + flushed["wall_s"],
-                                            "cpu_s": result["cpu_s"] + flushed["cpu_s"], "peak_mb": result["peak_mb"]})
+            runs["s5cmd_then_sync"].append(
+                {
+                    "wall_s": result["wall_s"] + flushed["wall_s"],
+                    "cpu_s": result["cpu_s"] + flushed["cpu_s"],
+                    "peak_mb": result["peak_mb"],
+                }
+            )
             result["byte_equal"] = tree_equal(source, target)
             runs["s5cmd"].append(result)
             shutil.rmtree(target)
@@ -167,15 +210,32 @@ def main() -> None:
         "warmstart_over_dd": summary["warmstart"]["mb_per_s"] / summary["dd"]["mb_per_s"],
     }
     rows = [{"tool": tool, **values} for tool, values in summary.items()]
-    print(f"weights prefetch: {BIG_FILES} x 512 MiB + {SMALL_FILES} small files ({total / 1e6:.0f} MB), median of {REPEATS}")
+    print(
+        f"weights prefetch: {BIG_FILES} x 512 MiB + {SMALL_FILES} small files ({total / 1e6:.0f} MB), "
+        f"median of {REPEATS}"
+    )
     print(report.table(rows, ["tool", "mb_per_s", "wall_s", "cpu_s_per_gb", "peak_mb"]))
-    print(f"warmstart/s5cmd: {ratios['warmstart_over_s5cmd']:.3f} (with Python start-up: "
-          f"{ratios['warmstart_process_over_s5cmd']:.3f})   "
-          f"warmstart/(s5cmd + sync): {ratios['warmstart_over_s5cmd_then_sync']:.3f}   "
-          f"warmstart/dd: {ratios['warmstart_over_dd']:.3f}   "
-          f"every byte verified: {all(r['verified'] for r in runs['warmstart'])}")
-    print("wrote", report.write("weights_prefetch", {"total_bytes": total, "threads": THREADS, "part_mib": PART_MIB,
-                                                     "summary": summary, "ratios": ratios, "runs": runs}))
+    print(
+        f"warmstart/s5cmd: {ratios['warmstart_over_s5cmd']:.3f} (with Python start-up: "
+        f"{ratios['warmstart_process_over_s5cmd']:.3f})   "
+        f"warmstart/(s5cmd + sync): {ratios['warmstart_over_s5cmd_then_sync']:.3f}   "
+        f"warmstart/dd: {ratios['warmstart_over_dd']:.3f}   "
+        f"every byte verified: {all(r['verified'] for r in runs['warmstart'])}"
+    )
+    print(
+        "wrote",
+        report.write(
+            "weights_prefetch",
+            {
+                "total_bytes": total,
+                "threads": THREADS,
+                "part_mib": PART_MIB,
+                "summary": summary,
+                "ratios": ratios,
+                "runs": runs,
+            },
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -21,24 +21,56 @@ from agent.s3_store import WeightsSource  # noqa: E402
 from agent.weights import WeightsCache, WeightsLayout  # noqa: E402
 
 
-def main(endpoint: str, access_key: str, secret_key: str, bucket: str, prefix: str, root: str, threads: int,
-         part_mib: int, buffer_bytes: int, pause_file: str | None = None) -> None:
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=access_key, aws_secret_access_key=secret_key,
-                          region_name="us-east-1",
-                          config=Config(s3={"addressing_style": "path"}, max_pool_connections=2 * threads,
-                                        retries={"mode": "standard", "max_attempts": 3}))
+def main(
+    endpoint: str,
+    access_key: str,
+    secret_key: str,
+    bucket: str,
+    prefix: str,
+    root: str,
+    threads: int,
+    part_mib: int,
+    buffer_bytes: int,
+    pause_file: str | None = None,
+) -> None:
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name="us-east-1",
+        config=Config(
+            s3={"addressing_style": "path"},
+            max_pool_connections=2 * threads,
+            retries={"mode": "standard", "max_attempts": 3},
+        ),
+    )
     source = WeightsSource(client, bucket, part_bytes=part_mib * 2**20, threads=threads, buffer_bytes=buffer_bytes)
-    cache = WeightsCache(source=source, layout=WeightsLayout(Path(root)), clock=time.time,
-                         log=EventLog(time.time, stream=open("/dev/null", "w")), reserve_bytes=0)
+    cache = WeightsCache(
+        source=source,
+        layout=WeightsLayout(Path(root)),
+        clock=time.time,
+        log=EventLog(time.time, stream=open("/dev/null", "w")),
+        reserve_bytes=0,
+    )
     started = time.perf_counter()
     # The agent holds back while a pod of the node streams from S3 (it reads the pod's record before each
     # part); here the benchmark's pod announces itself with a file.
     pause = (lambda: Path(pause_file).exists()) if pause_file else None
     outcome = cache.sync("bench", f"s3://{bucket}/{prefix}", prefix, lambda m, k: False, pause=pause)
     cpu = time.process_time()
-    print(json.dumps({"status": outcome.status, "reason": outcome.reason, "bytes": outcome.bytes,
-                      "sync_s": time.perf_counter() - started, "process_cpu_s": cpu,
-                      "folder": str(cache.layout.key_dir("bench", outcome.key))}))
+    print(
+        json.dumps(
+            {
+                "status": outcome.status,
+                "reason": outcome.reason,
+                "bytes": outcome.bytes,
+                "sync_s": time.perf_counter() - started,
+                "process_cpu_s": cpu,
+                "folder": str(cache.layout.key_dir("bench", outcome.key)),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,11 @@ def gpu_node_pool_spec(pool: GpuPool, node_class_ref: dict[str, str]) -> dict[st
         # Only empty nodes go: consolidating busy GPU nodes would evict serving pods and throw away
         # warm node-local caches. Voluntary replacements (drift to a new AMI, emptiness) one node at a time;
         # drift starts the replacement node first.
-        "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": pool.consolidate_after,
-                       "budgets": [{"nodes": "1"}]},
+        "disruption": {
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": pool.consolidate_after,
+            "budgets": [{"nodes": "1"}],
+        },
         "limits": {"nvidia.com/gpu": pool.gpu_limit},
     }
 
@@ -123,13 +126,18 @@ class KarpenterGpuNodes(cdk8s.Chart):
 
 # Bottlerocket's OS volume, as Karpenter's Bottlerocket defaults size it (v1.14.1 amifamily/bottlerocket.go);
 # listing any mapping replaces all of Karpenter's defaults, so both volumes are listed.
-BOTTLEROCKET_OS_VOLUME = {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "4Gi", "volumeType": "gp3",
-                                                             "encrypted": True, "deleteOnTermination": True}}
+BOTTLEROCKET_OS_VOLUME = {
+    "deviceName": "/dev/xvda",
+    "ebs": {"volumeSize": "4Gi", "volumeType": "gp3", "encrypted": True, "deleteOnTermination": True},
+}
 # Snapshot mode: the NVMe array set up as Karpenter's RAID0 does it, but binding only the kubelet's folder and
 # the pod logs onto it, so /var/lib/containerd stays on the data volume made from the image snapshot
 # (`apiclient ephemeral-storage bind` mounts over a folder without copying it).
 SNAPSHOT_MODE_BOOTSTRAP = """[settings.bootstrap-commands.000-warmstart-instance-storage]
-commands = [["apiclient", "ephemeral-storage", "init"], ["apiclient", "ephemeral-storage", "bind", "--dirs", "/var/lib/kubelet", "/var/log/pods"]]
+commands = [
+  ["apiclient", "ephemeral-storage", "init"],
+  ["apiclient", "ephemeral-storage", "bind", "--dirs", "/var/lib/kubelet", "/var/log/pods"],
+]
 essential = true
 mode = "always"
 """
@@ -159,7 +167,11 @@ def karpenter_storage(compute: KarpenterCompute, preload: ImagePreload, snapshot
             # Without it Karpenter ignores the instance store and /mnt/k8s-disks/0 would not exist.
             "instanceStorePolicy": "RAID0",
             "blockDeviceMappings": [
-                {"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {"volumeSize": f"{compute.root_volume_gib}Gi", **gp3}}
+                {
+                    "deviceName": "/dev/xvda",
+                    "rootVolume": True,
+                    "ebs": {"volumeSize": f"{compute.root_volume_gib}Gi", **gp3},
+                }
             ],
             **({"userData": FAST_IMAGE_PULL_NODE_CONFIG} if preload.parallel_pull else {}),
         }
@@ -184,8 +196,11 @@ def karpenter_storage(compute: KarpenterCompute, preload: ImagePreload, snapshot
         # Encryption comes from the snapshot: a volume made from an encrypted snapshot is encrypted (EC2 user
         # guide, "Amazon EBS encryption"), and the builder encrypts its data volume.
         "deleteOnTermination": True,
-        **({"volumeInitializationRate": volume.volume_initialization_rate_mibps}
-           if volume.volume_initialization_rate_mibps else {}),
+        **(
+            {"volumeInitializationRate": volume.volume_initialization_rate_mibps}
+            if volume.volume_initialization_rate_mibps
+            else {}
+        ),
     }
     return {
         "blockDeviceMappings": [BOTTLEROCKET_OS_VOLUME, {"deviceName": "/dev/xvdb", "ebs": data}],
@@ -197,12 +212,12 @@ def _reservations(pool: GpuPool) -> dict[str, Any]:
     """Karpenter launches `reserved` capacity only from the reservations these terms select."""
     if not pool.capacity_reservations:
         return {}
-    terms = []
+    terms: list[dict[str, Any]] = []
     for term in pool.capacity_reservations:
         if term.id:
             terms.append({"id": term.id})
         else:
-            terms.append({"tags": dict(term.tags), **({"ownerID": term.owner_id} if term.owner_id else {})})
+            terms.append({"tags": dict(term.tags or {}), **({"ownerID": term.owner_id} if term.owner_id else {})})
     return {"capacityReservationSelectorTerms": terms}
 
 

@@ -56,10 +56,16 @@ def departure(check: tuple[str | None, tuple[str, ...]], reason: str) -> Departu
 
 
 # What every warmstart workload departs from, and why.
-CPU_REQUEST_ONLY = departure(NO_CPU_LIMIT, "CPU is requested (reserved for it); a CFS quota would only throttle "
-                                           "the weight streaming and download threads in bursts")
-PINNED_IMAGES = departure(PULL_IF_NOT_PRESENT, "images are pinned (floating tags are refused at synth) and pulled "
-                                               "once per node: IfNotPresent is what the image pre-pull relies on")
+CPU_REQUEST_ONLY = departure(
+    NO_CPU_LIMIT,
+    "CPU is requested (reserved for it); a CFS quota would only throttle "
+    "the weight streaming and download threads in bursts",
+)
+PINNED_IMAGES = departure(
+    PULL_IF_NOT_PRESENT,
+    "images are pinned (floating tags are refused at synth) and pulled "
+    "once per node: IfNotPresent is what the image pre-pull relies on",
+)
 
 
 def scanner_annotations(departures: list[Departure], host_paths: str | None = None) -> dict[str, str]:

@@ -34,20 +34,26 @@ from warmstart.workload import image_cache_name, image_gate_name
 
 IMAGE_CACHE_LABEL = "warmstart.io/image-cache"
 PAUSE_USER = 65535  # the pause image's own non-root user
-ANNOTATIONS = scanner_annotations([
-    departure(NO_LIVENESS, "its only container is the pause process: nothing to probe; it holds the image"),
-    departure(NO_READINESS, "no Service routes to it; it holds the image, nothing else"),
-])
+ANNOTATIONS = scanner_annotations(
+    [
+        departure(NO_LIVENESS, "its only container is the pause process: nothing to probe; it holds the image"),
+        departure(NO_READINESS, "no Service routes to it; it holds the image, nothing else"),
+    ]
+)
 
 
 GATE_SERVICE_ACCOUNT = "warmstart-image-gate"
 GATE_LABELS = {"app.kubernetes.io/name": "warmstart-image-gate", "app.kubernetes.io/part-of": "warmstart"}
-GATE_ANNOTATIONS = scanner_annotations([
-    departure(NEEDS_API_TOKEN, "it reads the status of the image pre-pull DaemonSets (get, by name, in its own "
-                               "namespace only)"),
-    departure(NO_LIVENESS, "a Job bounded by activeDeadlineSeconds; it exits by itself at its own deadline"),
-    departure(NO_READINESS, "a Job: no Service routes to it"),
-])
+GATE_ANNOTATIONS = scanner_annotations(
+    [
+        departure(
+            NEEDS_API_TOKEN,
+            "it reads the status of the image pre-pull DaemonSets (get, by name, in its own namespace only)",
+        ),
+        departure(NO_LIVENESS, "a Job bounded by activeDeadlineSeconds; it exits by itself at its own deadline"),
+        departure(NO_READINESS, "a Job: no Service routes to it"),
+    ]
+)
 # The Job's own deadline (activeDeadlineSeconds) beyond the gate's: time to schedule the pod, pull the agent image
 # and start Python. Past it the Job fails, which also ends the deploy's wait (stacks/components/image_cache.py).
 GATE_START_SECONDS = 120
@@ -55,8 +61,15 @@ GATE_START_SECONDS = 120
 
 class ImageCacheChart(cdk8s.Chart):
     def __init__(
-        self, scope: Construct, id: str, *, images: list[str], pause_image: str, gate_image: str,
-        gate_image_revision: str, gate_deadline_seconds: int,
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        images: list[str],
+        pause_image: str,
+        gate_image: str,
+        gate_image_revision: str,
+        gate_deadline_seconds: int,
     ) -> None:
         super().__init__(scope, id)
         images = sorted(set(images))
@@ -64,12 +77,22 @@ class ImageCacheChart(cdk8s.Chart):
         meta = lambda name: k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=GATE_LABELS)  # noqa: E731
         self.gate_account = k8s.KubeServiceAccount(self, "GateAccount", metadata=meta(GATE_SERVICE_ACCOUNT))
         self.gate_role = k8s.KubeRole(
-            self, "GateRole", metadata=meta(GATE_SERVICE_ACCOUNT),
-            rules=[k8s.PolicyRule(api_groups=["apps"], resources=["daemonsets"], verbs=["get"],
-                                  resource_names=[image_cache_name(image) for image in images])],
+            self,
+            "GateRole",
+            metadata=meta(GATE_SERVICE_ACCOUNT),
+            rules=[
+                k8s.PolicyRule(
+                    api_groups=["apps"],
+                    resources=["daemonsets"],
+                    verbs=["get"],
+                    resource_names=[image_cache_name(image) for image in images],
+                )
+            ],
         )
         self.gate_binding = k8s.KubeRoleBinding(
-            self, "GateBinding", metadata=meta(GATE_SERVICE_ACCOUNT),
+            self,
+            "GateBinding",
+            metadata=meta(GATE_SERVICE_ACCOUNT),
             role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=GATE_SERVICE_ACCOUNT),
             subjects=[k8s.Subject(kind="ServiceAccount", name=GATE_SERVICE_ACCOUNT, namespace=AGENT_NAMESPACE)],
         )
@@ -93,8 +116,12 @@ class ImageCacheChart(cdk8s.Chart):
         return k8s.KubeJob(
             self,
             image_cache_name(image).replace("image-cache-", "gate-"),
-            metadata=k8s.ObjectMeta(name="named-after-its-content", namespace=AGENT_NAMESPACE, labels=GATE_LABELS,
-                                    annotations={"warmstart.io/image": image, **GATE_ANNOTATIONS}),
+            metadata=k8s.ObjectMeta(
+                name="named-after-its-content",
+                namespace=AGENT_NAMESPACE,
+                labels=GATE_LABELS,
+                annotations={"warmstart.io/image": image, **GATE_ANNOTATIONS},
+            ),
             spec=k8s.JobSpec(
                 backoff_limit=3,
                 active_deadline_seconds=deadline_seconds + GATE_START_SECONDS,
@@ -110,8 +137,11 @@ class ImageCacheChart(cdk8s.Chart):
                                 image=gate_image,
                                 image_pull_policy="IfNotPresent",
                                 command=["python", "-m", "agent.image_gate"],
-                                args=[f"--namespace={AGENT_NAMESPACE}", f"--daemon-set={image_cache_name(image)}",
-                                      f"--deadline-seconds={deadline_seconds}"],
+                                args=[
+                                    f"--namespace={AGENT_NAMESPACE}",
+                                    f"--daemon-set={image_cache_name(image)}",
+                                    f"--deadline-seconds={deadline_seconds}",
+                                ],
                                 resources=small,
                                 security_context=locked_down(read_only_root=True),
                             )
@@ -123,33 +153,51 @@ class ImageCacheChart(cdk8s.Chart):
 
     def _daemon_set(self, image: str, pause_image: str) -> k8s.KubeDaemonSet:
         name = image_cache_name(image)
-        labels = {"app.kubernetes.io/name": "warmstart-image-cache", "app.kubernetes.io/part-of": "warmstart",
-                  IMAGE_CACHE_LABEL: name}
+        labels = {
+            "app.kubernetes.io/name": "warmstart-image-cache",
+            "app.kubernetes.io/part-of": "warmstart",
+            IMAGE_CACHE_LABEL: name,
+        }
         tiny = _memory_bound(cpu="1m", memory="16Mi")
         return k8s.KubeDaemonSet(
             self,
             name,
-            metadata=k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=labels,
-                                    annotations={"warmstart.io/image": image, **ANNOTATIONS}),
+            metadata=k8s.ObjectMeta(
+                name=name,
+                namespace=AGENT_NAMESPACE,
+                labels=labels,
+                annotations={"warmstart.io/image": image, **ANNOTATIONS},
+            ),
             spec=k8s.DaemonSetSpec(
                 selector=k8s.LabelSelector(match_labels=labels),
                 template=k8s.PodTemplateSpec(
                     metadata=k8s.ObjectMeta(labels=labels),
                     spec=k8s.PodSpec(
                         node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
-                        tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
+                        tolerations=[
+                            k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])
+                        ],
                         termination_grace_period_seconds=1,
                         automount_service_account_token=False,
                         security_context=pod_security(selinux_level=None),
                         init_containers=[
-                            k8s.Container(name="pull", image=image, image_pull_policy="IfNotPresent",
-                                          command=["/bin/sh", "-c", "exit 0"], resources=tiny,
-                                          security_context=locked_down(read_only_root=True))
+                            k8s.Container(
+                                name="pull",
+                                image=image,
+                                image_pull_policy="IfNotPresent",
+                                command=["/bin/sh", "-c", "exit 0"],
+                                resources=tiny,
+                                security_context=locked_down(read_only_root=True),
+                            )
                         ],
                         containers=[
-                            k8s.Container(name="hold", image=pause_image, image_pull_policy="IfNotPresent",
-                                          resources=tiny,
-                                          security_context=locked_down(read_only_root=True, run_as_user=PAUSE_USER))
+                            k8s.Container(
+                                name="hold",
+                                image=pause_image,
+                                image_pull_policy="IfNotPresent",
+                                resources=tiny,
+                                security_context=locked_down(read_only_root=True, run_as_user=PAUSE_USER),
+                            )
                         ],
                     ),
                 ),

@@ -39,15 +39,20 @@ HEARTBEAT_FILE = "/tmp/warmstart-agent-alive"
 HEARTBEAT_MAX_AGE_SECONDS = 900
 AGENT_ANNOTATIONS = scanner_annotations(
     [
-        departure(RUNS_AS_ROOT, "it creates and renames folders on root-owned node host paths (the caches the pods "
-                                "mount); no capabilities, no privilege escalation, read-only root, seccomp "
-                                "RuntimeDefault"),
-        departure(NEEDS_API_TOKEN, "it reads the pods of its node and labels its node through the Kubernetes API "
-                                   "(an admission policy limits it to its own node's warmstart labels)"),
+        departure(
+            RUNS_AS_ROOT,
+            "it creates and renames folders on root-owned node host paths (the caches the pods "
+            "mount); no capabilities, no privilege escalation, read-only root, seccomp "
+            "RuntimeDefault",
+        ),
+        departure(
+            NEEDS_API_TOKEN,
+            "it reads the pods of its node and labels its node through the Kubernetes API "
+            "(an admission policy limits it to its own node's warmstart labels)",
+        ),
         departure(NO_READINESS, "no Service routes to it; its liveness probe restarts a stuck main loop"),
     ],
-    host_paths="the node's compile cache, weights copies and the vLLM pods' entry records, which it fills and "
-               "cleans",
+    host_paths="the node's compile cache, weights copies and the vLLM pods' entry records, which it fills and cleans",
 )
 SETTINGS_MOUNT = "/etc/warmstart"
 AGENT_USER = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
@@ -65,13 +70,22 @@ _OTHER_LABELS_UNCHANGED = (
 
 def _unchanged(field: str, empty: str) -> str:
     """metadata.<field> equal before and after, an absent field counting as empty."""
-    return (f"(has(object.metadata.{field}) ? object.metadata.{field} : {empty}) == "
-            f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})")
+    return (
+        f"(has(object.metadata.{field}) ? object.metadata.{field} : {empty}) == "
+        f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})"
+    )
 
 
 class NodeAgentChart(cdk8s.Chart):
     def __init__(
-        self, scope: Construct, id: str, *, settings: AgentSettings, image: str, cache_root: str, weights_root: str,
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        settings: AgentSettings,
+        image: str,
+        cache_root: str,
+        weights_root: str,
         pod_records_root: str,
     ) -> None:
         super().__init__(scope, id)
@@ -111,7 +125,9 @@ class NodeAgentChart(cdk8s.Chart):
                     ]
                 ),
                 match_conditions=[
-                    k8s.MatchCondition(name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'")
+                    k8s.MatchCondition(
+                        name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'"
+                    )
                 ],
                 variables=[
                     k8s.Variable(name="ours", expression=repr([f"{domain}/" for domain in LABEL_DOMAINS])),
@@ -130,7 +146,8 @@ class NodeAgentChart(cdk8s.Chart):
                         expression=(
                             "has(request.userInfo.extra) && "
                             "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
-                            "request.userInfo.extra['authentication.kubernetes.io/node-name'][0] == object.metadata.name"
+                            "request.userInfo.extra['authentication.kubernetes.io/node-name'][0] "
+                            "== object.metadata.name"
                         ),
                         message="the warmstart agent may change only the node it runs on",
                     ),
@@ -139,8 +156,13 @@ class NodeAgentChart(cdk8s.Chart):
                         message="the warmstart agent may change only its own warmstart.io labels",
                     ),
                     k8s.Validation(
-                        expression=" && ".join([_unchanged("annotations", "{}"), _unchanged("finalizers", "[]"),
-                                                _unchanged("ownerReferences", "[]")]),
+                        expression=" && ".join(
+                            [
+                                _unchanged("annotations", "{}"),
+                                _unchanged("finalizers", "[]"),
+                                _unchanged("ownerReferences", "[]"),
+                            ]
+                        ),
                         message="the warmstart agent may not change a node's annotations, finalizers or owners",
                     ),
                     k8s.Validation(
@@ -161,8 +183,9 @@ class NodeAgentChart(cdk8s.Chart):
         self.daemon_set = k8s.KubeDaemonSet(
             self,
             "DaemonSet",
-            metadata=k8s.ObjectMeta(name="warmstart-agent", namespace=AGENT_NAMESPACE, labels=LABELS,
-                                    annotations=AGENT_ANNOTATIONS),
+            metadata=k8s.ObjectMeta(
+                name="warmstart-agent", namespace=AGENT_NAMESPACE, labels=LABELS, annotations=AGENT_ANNOTATIONS
+            ),
             spec=k8s.DaemonSetSpec(
                 selector=k8s.LabelSelector(match_labels=LABELS),
                 update_strategy=k8s.DaemonSetUpdateStrategy(
@@ -173,10 +196,13 @@ class NodeAgentChart(cdk8s.Chart):
                     metadata=k8s.ObjectMeta(
                         labels=LABELS,
                         # New settings (a changed model) roll the agents, which then restore the new keys.
-                        annotations={"warmstart.io/settings-sha256": hashlib.sha256(settings_json.encode()).hexdigest()},
+                        annotations={
+                            "warmstart.io/settings-sha256": hashlib.sha256(settings_json.encode()).hexdigest()
+                        },
                     ),
-                    spec=_agent_pod(image, cache_root, weights_root if settings.weights_models else None,
-                                    pod_records_root),
+                    spec=_agent_pod(
+                        image, cache_root, weights_root if settings.weights_models else None, pod_records_root
+                    ),
                 ),
             ),
         )
@@ -194,8 +220,9 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
     volumes = [
         k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
         k8s.Volume(name="compile-cache", host_path=k8s.HostPathVolumeSource(path=cache_root, type="DirectoryOrCreate")),
-        k8s.Volume(name="pod-records",
-                   host_path=k8s.HostPathVolumeSource(path=pod_records_root, type="DirectoryOrCreate")),
+        k8s.Volume(
+            name="pod-records", host_path=k8s.HostPathVolumeSource(path=pod_records_root, type="DirectoryOrCreate")
+        ),
         k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
     ]
     if weights_root:
@@ -215,7 +242,10 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
                 name="agent",
                 image=image,
                 env=[
-                    k8s.EnvVar(name="NODE_NAME", value_from=k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName"))),
+                    k8s.EnvVar(
+                        name="NODE_NAME",
+                        value_from=k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName")),
+                    ),
                     k8s.EnvVar(name="WARMSTART_AGENT_SETTINGS", value=f"{SETTINGS_MOUNT}/{SETTINGS_FILE}"),
                     k8s.EnvVar(name="WARMSTART_HEARTBEAT", value=HEARTBEAT_FILE),
                 ],
@@ -241,11 +271,14 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
 
 def _heartbeat_probe(*, period_seconds: int, failure_threshold: int) -> k8s.Probe:
     return k8s.Probe(
-        exec=k8s.ExecAction(command=[
-            "python", "-c",
-            f"import os, sys, time; sys.exit(time.time() - os.path.getmtime('{HEARTBEAT_FILE}') > "
-            f"{HEARTBEAT_MAX_AGE_SECONDS})",
-        ]),
+        exec=k8s.ExecAction(
+            command=[
+                "python",
+                "-c",
+                f"import os, sys, time; sys.exit(time.time() - os.path.getmtime('{HEARTBEAT_FILE}') > "
+                f"{HEARTBEAT_MAX_AGE_SECONDS})",
+            ]
+        ),
         period_seconds=period_seconds,
         failure_threshold=failure_threshold,
         timeout_seconds=10,  # a Python start on a node whose CPUs compile

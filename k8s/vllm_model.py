@@ -20,9 +20,9 @@ from warmstart.workload import (
     AGENT_STATE_FOLDER,
     COMPILE_CACHE_MOUNT,
     DONE_MARKERS,
+    POD_RECORDS_MOUNT,
     PROBE_INITIAL_DELAY_SECONDS,
     PROBE_PERIOD_SECONDS,
-    POD_RECORDS_MOUNT,
     VLLM_ASSETS_MOUNT,
     VLLM_PORT,
     ModelPlan,
@@ -162,13 +162,19 @@ class VllmModel(cdk8s.Chart):
 
 DEPLOYMENT_ANNOTATIONS = scanner_annotations(
     [
-        departure(RUNS_AS_ROOT, "the vLLM serving image runs as root (it has no other user); no capabilities, no "
-                                "privilege escalation, seccomp RuntimeDefault"),
-        departure(WRITABLE_ROOT, "vLLM, Triton, FlashInfer and torch write caches and IPC sockets under $HOME and the "
-                                 "temporary folder; not verified to run on a read-only root"),
+        departure(
+            RUNS_AS_ROOT,
+            "the vLLM serving image runs as root (it has no other user); no capabilities, no "
+            "privilege escalation, seccomp RuntimeDefault",
+        ),
+        departure(
+            WRITABLE_ROOT,
+            "vLLM, Triton, FlashInfer and torch write caches and IPC sockets under $HOME and the "
+            "temporary folder; not verified to run on a read-only root",
+        ),
     ],
     host_paths="node NVMe folders of warmstart: the torch.compile cache, the weights copy (read-only), the pods' "
-               "entry records; they are what makes a start on this node fast",
+    "entry records; they are what makes a start on this node fast",
 )
 
 
@@ -194,10 +200,13 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         )
     ]
     # vLLM pulls the model's config and tokenizer here (a fresh folder per pod: no stale file survives).
-    volumes.append(k8s.Volume(name="vllm-assets", empty_dir=k8s.EmptyDirVolumeSource(
-        size_limit=k8s.Quantity.from_string("2Gi"))))
-    mounts = [k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
-              k8s.VolumeMount(name="vllm-assets", mount_path=VLLM_ASSETS_MOUNT)]
+    volumes.append(
+        k8s.Volume(name="vllm-assets", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("2Gi")))
+    )
+    mounts = [
+        k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
+        k8s.VolumeMount(name="vllm-assets", mount_path=VLLM_ASSETS_MOUNT),
+    ]
     if plan.compile_host_path:
         volumes.append(
             k8s.Volume(
@@ -227,12 +236,20 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         env |= {"WARMSTART_POD_RECORDS": POD_RECORDS_MOUNT}
         if plan.compile_cache:
             env |= {"WARMSTART_FINGERPRINT": plan.factors.fingerprint()}
-        env_from_pod = [k8s.EnvVar(name=name, value_from=_field(path)) for name, path in (
-            ("POD_UID", "metadata.uid"), ("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"))]
+        env_from_pod = [
+            k8s.EnvVar(name=name, value_from=_field(path))
+            for name, path in (
+                ("POD_UID", "metadata.uid"),
+                ("POD_NAME", "metadata.name"),
+                ("POD_NAMESPACE", "metadata.namespace"),
+            )
+        ]
         volumes += [
             k8s.Volume(name="entry", config_map=k8s.ConfigMapVolumeSource(name="warmstart-entry")),
-            k8s.Volume(name="pod-records",
-                       host_path=k8s.HostPathVolumeSource(path=plan.pod_records_host_path, type="DirectoryOrCreate")),
+            k8s.Volume(
+                name="pod-records",
+                host_path=k8s.HostPathVolumeSource(path=plan.pod_records_host_path, type="DirectoryOrCreate"),
+            ),
         ]
         mounts += [
             k8s.VolumeMount(name="entry", mount_path=ENTRY_MOUNT, read_only=True),
@@ -240,8 +257,12 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         ]
     if plan.weights_cache:
         env |= {"WARMSTART_WEIGHTS_ROOT": WEIGHTS_MOUNT, "WARMSTART_WEIGHTS_MAX_AGE": str(plan.weights_max_age_seconds)}
-        volumes.append(k8s.Volume(
-            name="weights", host_path=k8s.HostPathVolumeSource(path=plan.weights_host_path, type="DirectoryOrCreate")))
+        volumes.append(
+            k8s.Volume(
+                name="weights",
+                host_path=k8s.HostPathVolumeSource(path=plan.weights_host_path, type="DirectoryOrCreate"),
+            )
+        )
         mounts.append(k8s.VolumeMount(name="weights", mount_path=WEIGHTS_MOUNT, read_only=True))
     gpus = k8s.Quantity.from_number(plan.gpus)
     container = k8s.Container(
@@ -305,10 +326,18 @@ def _spread(plan: ModelPlan) -> list[k8s.TopologySpreadConstraint] | None:
         return None
     selector = k8s.LabelSelector(match_labels=model_labels(plan.model.name))
     return [
-        k8s.TopologySpreadConstraint(max_skew=1, topology_key="kubernetes.io/hostname",
-                                     when_unsatisfiable="DoNotSchedule", label_selector=selector),
-        k8s.TopologySpreadConstraint(max_skew=1, topology_key="topology.kubernetes.io/zone",
-                                     when_unsatisfiable="ScheduleAnyway", label_selector=selector),
+        k8s.TopologySpreadConstraint(
+            max_skew=1,
+            topology_key="kubernetes.io/hostname",
+            when_unsatisfiable="DoNotSchedule",
+            label_selector=selector,
+        ),
+        k8s.TopologySpreadConstraint(
+            max_skew=1,
+            topology_key="topology.kubernetes.io/zone",
+            when_unsatisfiable="ScheduleAnyway",
+            label_selector=selector,
+        ),
     ]
 
 
@@ -343,7 +372,9 @@ def _node_affinity(plan: ModelPlan) -> k8s.Affinity | None:
                 k8s.NodeSelectorTerm(
                     match_expressions=[
                         k8s.NodeSelectorRequirement(
-                            key="node.kubernetes.io/instance-type", operator="In", values=list(plan.model.instance_types)
+                            key="node.kubernetes.io/instance-type",
+                            operator="In",
+                            values=list(plan.model.instance_types),
                         )
                     ]
                 )

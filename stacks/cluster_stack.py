@@ -5,24 +5,25 @@ from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from stacks.components.auto_mode import AutoModeCustomTags, AutoModeNodeRole
-from stacks.components.network_policy import NetworkPolicySupport
-from stacks.components.buckets import ArtifactBuckets
+from k8s.system import SystemNamespace
 from stacks.components.agent_image import AgentImage
-from stacks.components.image_cache import ImageCache
-from stacks.components.image_snapshot import ImageSnapshotBuild
-from stacks.components.node_agent import NodeAgent
+from stacks.components.auto_mode import AutoModeCustomTags, AutoModeNodeRole
+from stacks.components.buckets import ArtifactBuckets
 from stacks.components.control_plane import ControlPlane
 from stacks.components.gpu_pool import GpuNodePool
+from stacks.components.image_cache import ImageCache
+from stacks.components.image_snapshot import ImageSnapshotBuild
 from stacks.components.karpenter import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.network import WarmstartVpc
+from stacks.components.network_policy import NetworkPolicySupport
+from stacks.components.node_agent import NodeAgent
 from stacks.components.pod_identity import PodIdentityAgent
-from k8s.system import SystemNamespace
-from warmstart.catalog import default_catalog
-from warmstart.config import AutoModeCompute, EnvironmentConfig
 from warmstart.agent_settings import agent_settings
+from warmstart.catalog import default_catalog
+from warmstart.config import AutoModeCompute, EnvironmentConfig, KarpenterCompute
 from warmstart.image_preload import builder_ami_parameter, image_set_key, snapshot_images
 from warmstart.workload import compile_cache_root, pod_records_root, serving_images, weights_root
+
 
 class ClusterStack(Stack):
     """EKS cluster, GPU capacity for the configured compute mode, and the node-level caches; each model's
@@ -58,18 +59,28 @@ class ClusterStack(Stack):
         self.network_policy_support = NetworkPolicySupport(
             self, "NetworkPolicySupport", cluster=self.cluster, auto_mode=auto_mode
         )
+        gpu_pool_after: list[Construct]
         if auto_mode:
             node_role, gpu_pool_after = self.auto_node_role.role, []
             if config.tags:  # the NodeClass carries them: Auto Mode needs leave to apply them before any launch
                 self.custom_tags = AutoModeCustomTags(self, "AutoModeCustomTags", cluster_role=self.cluster.role)
                 gpu_pool_after = [self.custom_tags.policy]
         else:
+            assert isinstance(compute, KarpenterCompute)
             self.pod_identity_agent = PodIdentityAgent(self, "PodIdentityAgent", cluster=self.cluster)
             self.system_nodes = SystemNodes(
-                self, "SystemNodes", cluster=self.cluster, group=compute.system_node_group, subnets=network.private_subnets
+                self,
+                "SystemNodes",
+                cluster=self.cluster,
+                group=compute.system_node_group,
+                subnets=network.private_subnets,
             )
             self.karpenter = KarpenterController(
-                self, "Karpenter", cluster=self.cluster, cluster_name=config.cluster.name, version=compute.karpenter_version
+                self,
+                "Karpenter",
+                cluster=self.cluster,
+                cluster_name=config.cluster.name,
+                version=compute.karpenter_version,
             )
             self.karpenter.chart.node.add_dependency(self.pod_identity_agent, self.system_nodes)
             self.device_plugin = NvidiaDevicePlugin(
@@ -78,6 +89,7 @@ class ClusterStack(Stack):
             node_role, gpu_pool_after = self.karpenter.node_role, [self.karpenter.chart]
         self.image_snapshot = None
         if config.image_preload.mode == "snapshot":
+            assert isinstance(compute, KarpenterCompute)  # the config refuses a snapshot in Auto Mode
             self.image_snapshot = ImageSnapshotBuild(
                 self,
                 "ImageSnapshot",
@@ -105,15 +117,16 @@ class ClusterStack(Stack):
         catalog = default_catalog()
         settings = agent_settings(config, catalog)
         images = serving_images(config) if config.image_preload.mode != "off" else []
-        self.system_namespace = None
-        self.node_agent = None
-        self.image_cache = None
-        self.agent_image = None
-        if settings.models or images:
-            self.system_namespace = self.cluster.add_cdk8s_chart(
-                "WarmstartSystem", SystemNamespace(self.charts, "WarmstartSystem")
-            )
-            self.agent_image = AgentImage(self, "AgentImage")
+        self.system_namespace: eks.KubernetesManifest | None = None
+        self.node_agent: NodeAgent | None = None
+        self.image_cache: ImageCache | None = None
+        self.agent_image: AgentImage | None = None
+        if not (settings.models or images):
+            return  # no node-level cache: no agent image, no warmstart-system namespace
+        self.system_namespace = self.cluster.add_cdk8s_chart(
+            "WarmstartSystem", SystemNamespace(self.charts, "WarmstartSystem")
+        )
+        self.agent_image = AgentImage(self, "AgentImage")
         if settings.models:
             self.node_agent = NodeAgent(
                 self,
@@ -130,8 +143,13 @@ class ClusterStack(Stack):
             self.node_agent.manifest.node.add_dependency(self.system_namespace)
         if images:
             self.image_cache = ImageCache(
-                self, "ImageCache", cluster=self.cluster, charts=self.charts, images=images,
-                pause_image=config.caches.pause_image, gate_image=self.agent_image,
+                self,
+                "ImageCache",
+                cluster=self.cluster,
+                charts=self.charts,
+                images=images,
+                pause_image=config.caches.pause_image,
+                gate_image=self.agent_image,
                 rollout_wait_seconds=config.image_preload.rollout_wait_minutes * 60,
             )
             self.image_cache.manifest.node.add_dependency(self.system_namespace)

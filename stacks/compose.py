@@ -8,11 +8,11 @@ from aws_cdk import App, Environment, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.cluster_stack import ClusterStack
+from stacks.components.pruner import pruner_role_name
 from stacks.data_stack import DataStack
 from stacks.model_stack import ModelStack
 from stacks.nag_acknowledgments import acknowledge_findings
 from stacks.network_stack import NetworkStack
-from stacks.components.pruner import pruner_role_name
 from stacks.pruner_stack import PrunerStack
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig

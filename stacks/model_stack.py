@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
@@ -28,5 +28,6 @@ class ModelStack(Stack):
         **kwargs,
     ) -> None:
         super().__init__(scope, id, **kwargs)
-        self.workload = ModelWorkload(self, "Model", cluster=cluster, plan=plan, bucket_name=bucket_name,
-                                      kms_key_arn=kms_key_arn, after=after)
+        self.workload = ModelWorkload(
+            self, "Model", cluster=cluster, plan=plan, bucket_name=bucket_name, kms_key_arn=kms_key_arn, after=after
+        )

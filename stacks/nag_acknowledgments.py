@@ -37,7 +37,7 @@ def _acknowledge(scope: IConstruct, reason: str, *finding_ids: str) -> None:
         Validations.of(scope).acknowledge(Acknowledgment(id=plugin_id, reason=reason))
 
 
-def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig) -> None:
+def acknowledge_findings(stacks: EnvironmentStacks, config: EnvironmentConfig) -> None:
     _acknowledge(
         stacks.network,
         "The AZs are fixed in the environment's config on purpose: synth must never look them up (no "
@@ -71,8 +71,10 @@ def acknowledge_findings(stacks: "EnvironmentStacks", config: EnvironmentConfig)
                 "they exist; every creation must carry this cluster's eks:eks-cluster-name tag, and re-tagging "
                 "is limited to resources that already carry it.",
                 _wildcard("*"),
-                *(_wildcard(f"arn:aws:ec2:*:*:{kind}/*") for kind in
-                  ("volume", "snapshot", "instance", "network-interface", "launch-template")),
+                *(
+                    _wildcard(f"arn:aws:ec2:*:*:{kind}/*")
+                    for kind in ("volume", "snapshot", "instance", "network-interface", "launch-template")
+                ),
             )
         _acknowledge(
             cluster_stack.auto_node_role.role,
@@ -122,9 +124,9 @@ def _kubectl_provider(provider: IConstruct) -> None:
         _managed("service-role/AWSLambdaBasicExecutionRole"),
         _managed("service-role/AWSLambdaVPCAccessExecutionRole"),
         _managed("AmazonEC2ContainerRegistryReadOnly"),
-        "AwsSolutions-IAM4[Policy::{\"Fn::If\":[\"ControlPlaneClusterKubectlProviderHandlerHasEcrPublic6AA9E5D7\","
-        "{\"Fn::Join\":[\"\",[\"arn:\",{\"Ref\":\"AWS::Partition\"},\":iam::aws:policy/"
-        "AmazonElasticContainerRegistryPublicReadOnly\"]]},{\"Ref\":\"AWS::NoValue\"}]}]",
+        'AwsSolutions-IAM4[Policy::{"Fn::If":["ControlPlaneClusterKubectlProviderHandlerHasEcrPublic6AA9E5D7",'
+        '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
+        'AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]',
     )
     _acknowledge(
         provider,
@@ -169,7 +171,10 @@ def _karpenter(karpenter: KarpenterController, config: EnvironmentConfig) -> Non
         "reservations and placement groups that the EC2NodeClass selects at run time.",
         _wildcard(f"{ec2}::image/*"),
         _wildcard(f"{ec2}::snapshot/*"),
-        *(_wildcard(f"{ec2}:*:{kind}/*") for kind in ("security-group", "subnet", "capacity-reservation", "placement-group")),
+        *(
+            _wildcard(f"{ec2}:*:{kind}/*")
+            for kind in ("security-group", "subnet", "capacity-reservation", "placement-group")
+        ),
     )
     _acknowledge(
         iam_integration,
@@ -193,8 +198,10 @@ def _pruner(pruner: CompileCachePruner, config: EnvironmentConfig) -> None:
             pruner.policy,
             "Another environment's active set may be split into parts (<name>-2, ...) whose number only its "
             "first parameter tells at run time; read-only, under that environment's own parameter name.",
-            *(_wildcard(f"arn:aws:ssm:{config.region}:{config.account}:parameter{name}-*")
-              for name in config.pruning.extra_active_set_parameters),
+            *(
+                _wildcard(f"arn:aws:ssm:{config.region}:{config.account}:parameter{name}-*")
+                for name in config.pruning.extra_active_set_parameters
+            ),
         )
     _acknowledge(
         pruner.policy,

@@ -1,8 +1,8 @@
 """Which condition keys each IAM action we condition supports, after the Service Authorization Reference
 (docs.aws.amazon.com/service-authorization/latest/reference: "Actions, resources, and condition keys for"
-Amazon EC2, IAM, Amazon S3, AWS STS, Amazon SQS, Amazon SNS, AWS Systems Manager; read 2026-11). A condition on a key the action
-does not carry is evaluated as false (IAM user guide, "Condition keys that are not present in the request"),
-so an Allow with it never applies: that is how the pruner's multipart listing was always denied.
+Amazon EC2, IAM, Amazon S3, AWS STS, Amazon SQS, Amazon SNS, AWS Systems Manager; read 2026-11). A condition on
+a key the action does not carry is evaluated as false (IAM user guide, "Condition keys that are not present in
+the request"), so an Allow with it never applies: that is how the pruner's multipart listing was always denied.
 
 Global keys (aws:SecureTransport, aws:PrincipalArn, ...) apply to every action; tag keys and service keys do
 not. An action missing here fails the check: add it from the reference, do not guess."""
@@ -12,8 +12,16 @@ from __future__ import annotations
 import fnmatch
 
 GLOBAL_KEYS = {
-    "aws:SecureTransport", "aws:PrincipalArn", "aws:PrincipalAccount", "aws:PrincipalTag/*", "aws:SourceArn",
-    "aws:SourceAccount", "aws:RequestedRegion", "aws:SourceVpce", "aws:SourceVpc", "aws:CalledVia",
+    "aws:SecureTransport",
+    "aws:PrincipalArn",
+    "aws:PrincipalAccount",
+    "aws:PrincipalTag/*",
+    "aws:SourceArn",
+    "aws:SourceAccount",
+    "aws:RequestedRegion",
+    "aws:SourceVpce",
+    "aws:SourceVpc",
+    "aws:CalledVia",
 }
 TAGS = {"aws:RequestTag/*", "aws:TagKeys"}
 RESOURCE_TAGS = {"aws:ResourceTag/*"}

@@ -22,8 +22,16 @@ from botocore.config import Config
 ACCESS_KEY, SECRET_KEY = "warmstart-admin", "warmstart-admin-secret"
 READER_KEY, READER_SECRET = "warmstart-reader", "warmstart-reader-secret"
 PORT_FLAGS = (
-    "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
-    "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc",
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
 )
 
 
@@ -49,27 +57,44 @@ class SeaweedS3:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.data = root / "data"
-        self.ports = dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS))))
+        self.ports = dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS)), strict=False))
         self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 30.0) -> "SeaweedS3":
+    def start(self, timeout: float = 30.0) -> SeaweedS3:
         self.data.mkdir(parents=True, exist_ok=True)
         identities = {
             "identities": [
-                {"name": "admin", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                 "actions": ["Admin", "Read", "List", "Tagging", "Write"]},
-                {"name": "reader", "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
-                 "actions": ["Read", "List"]},
+                {
+                    "name": "admin",
+                    "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                },
+                {
+                    "name": "reader",
+                    "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
+                    "actions": ["Read", "List"],
+                },
             ]
         }
         (self.root / "s3.json").write_text(json.dumps(identities))
         command = [
-            weed_binary(), "mini", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-master.telemetry=false", f"-s3.config={self.root / 's3.json'}", "-webdav=false", "-admin.ui=false",
-            "-s3.port.iceberg=0", "-s3.port.lance=0", f"-filer.localSocket={self.data / 'filer.sock'}",
-            f"-s3.localSocket={self.data / 's3.sock'}", "-s3.allowDeleteBucketNotEmpty=false",
-            "-s3.autoCreateBucket=false", "-debug.port=0",
+            weed_binary(),
+            "mini",
+            f"-dir={self.data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            f"-s3.config={self.root / 's3.json'}",
+            "-webdav=false",
+            "-admin.ui=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-filer.localSocket={self.data / 'filer.sock'}",
+            f"-s3.localSocket={self.data / 's3.sock'}",
+            "-s3.allowDeleteBucketNotEmpty=false",
+            "-s3.autoCreateBucket=false",
+            "-debug.port=0",
             # Each bucket is a collection with volumes of its own; the automatic limit (free disk / volume size)
             # left a full test session with "no free volumes left" (InternalError) on a machine with 70 GB free.
             # Volumes are sparse files: a high count costs nothing until written.

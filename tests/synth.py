@@ -6,13 +6,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from aws_cdk import App
 from aws_cdk.assertions import Template
 
 from stacks.compose import EnvironmentStacks, compose_environment
 from warmstart.config import EnvironmentConfig
-import yaml
-
 from warmstart.loader import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent

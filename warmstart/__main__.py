@@ -1,6 +1,6 @@
 """warmstart command line:
-  python -m warmstart plan --env dev        each model's derived settings (the synth-time checks included)
-  python -m warmstart status --env prod     cache state per model, read through your kubeconfig (kubectl)
+python -m warmstart plan --env dev        each model's derived settings (the synth-time checks included)
+python -m warmstart status --env prod     cache state per model, read through your kubeconfig (kubectl)
 """
 
 from __future__ import annotations

@@ -53,8 +53,10 @@ def active_set_documents(config: EnvironmentConfig, catalog: Catalog) -> list[st
             groups.append([])
         groups[-1].append(key)
     count = len(groups)
-    return [_document(config.name, group, parts=count if index == 0 else None, part=index + 1)
-            for index, group in enumerate(groups)]
+    return [
+        _document(config.name, group, parts=count if index == 0 else None, part=index + 1)
+        for index, group in enumerate(groups)
+    ]
 
 
 def _document(environment: str, keys: list[str], *, parts: int | None, part: int = 1) -> str:

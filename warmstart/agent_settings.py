@@ -11,8 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
-from warmstart.sizing import candidate_instances
-from warmstart.sizing import nvme_mount
+from warmstart.sizing import candidate_instances, nvme_mount
 from warmstart.workload import plan_model, weights_cached, weights_root
 
 AGENT_NAMESPACE = "warmstart-system"
@@ -50,6 +49,20 @@ class AgentModel(_Strict):
     name: str
     compile: CompileSettings | None = None
     weights: WeightsSettings | None = None
+
+    @property
+    def compile_cache(self) -> CompileSettings:
+        """The compile settings of a model the agent caches compiles for (one of compile_models)."""
+        if self.compile is None:
+            raise ValueError(f"{self.name}: no compile cache")
+        return self.compile
+
+    @property
+    def weights_cache(self) -> WeightsSettings:
+        """The weights settings of a model the agent copies to the node (one of weights_models)."""
+        if self.weights is None:
+            raise ValueError(f"{self.name}: no weights cache")
+        return self.weights
 
 
 class AgentSettings(_Strict):

@@ -55,7 +55,7 @@ class Catalog(_Frozen):
     instances: dict[str, InstanceSpec]
 
     @model_validator(mode="after")
-    def _gpus_known(self) -> "Catalog":
+    def _gpus_known(self) -> Catalog:
         unknown = sorted({spec.gpu for spec in self.instances.values()} - set(self.gpus))
         if unknown:
             raise ValueError(f"instances name GPUs missing from 'gpus': {unknown}")

@@ -18,12 +18,12 @@ from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterC
 from warmstart.image_preload import (
     AL2023_FAST_IMAGE_PULL_SINCE,
     BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE,
+    DATA_VOLUME_RESERVE_GB,
     FAST_IMAGE_PULL_MIN_MEMORY_GIB,
     FAST_IMAGE_PULL_MIN_VCPUS,
     KUBELET_IMAGE_GC_LOW_PERCENT,
     data_volume_gb,
     data_volume_need_gb,
-    DATA_VOLUME_RESERVE_GB,
     is_private_ecr,
 )
 from warmstart.naming import bucket_name_problems, moving_reference, reference_problem
@@ -41,12 +41,12 @@ from warmstart.sizing import (
 )
 from warmstart.workload import (
     NVME_USABLE,
-    node_gpus,
-    steady_pool_gpus,
     is_under,
+    node_gpus,
     nvme_need_gb,
     plan_model,
     serving_images,
+    steady_pool_gpus,
     streaming_processes,
     weights_cached,
 )
@@ -115,8 +115,13 @@ def duration_hours(text: str) -> float:
 
 def _environment_name(config: EnvironmentConfig) -> list[Problem]:
     if len(config.name) > MAX_ENVIRONMENT_NAME:
-        return [Problem("name", f"{len(config.name)} characters: roles named after the environment would exceed "
-                        "IAM's 64", f"use at most {MAX_ENVIRONMENT_NAME} characters")]
+        return [
+            Problem(
+                "name",
+                f"{len(config.name)} characters: roles named after the environment would exceed IAM's 64",
+                f"use at most {MAX_ENVIRONMENT_NAME} characters",
+            )
+        ]
     return []
 
 
@@ -125,20 +130,33 @@ def _capacity_reservations(config: EnvironmentConfig) -> list[Problem]:
     reserved = "reserved" in pool.capacity_types
     if isinstance(config.compute, AutoModeCompute):
         if reserved or pool.capacity_reservations:
-            return [Problem("compute.gpu_pool.capacity_types", "capacity reservations are wired for the Karpenter "
-                            "mode only (its EC2NodeClass selects them)",
-                            "remove 'reserved' and capacity_reservations, or use compute.mode: karpenter")]
+            return [
+                Problem(
+                    "compute.gpu_pool.capacity_types",
+                    "capacity reservations are wired for the Karpenter mode only (its EC2NodeClass selects them)",
+                    "remove 'reserved' and capacity_reservations, or use compute.mode: karpenter",
+                )
+            ]
         return []
     if reserved and not pool.capacity_reservations:
-        return [Problem("compute.gpu_pool.capacity_types", "'reserved' is listed but no reservation is selected: "
-                        "Karpenter only launches reserved capacity from reservations its EC2NodeClass selects, "
-                        "so it would never use any",
-                        "add compute.gpu_pool.capacity_reservations (an id: cr-... or tags: {...}), or remove "
-                        "'reserved'")]
+        return [
+            Problem(
+                "compute.gpu_pool.capacity_types",
+                "'reserved' is listed but no reservation is selected: "
+                "Karpenter only launches reserved capacity from reservations its EC2NodeClass selects, "
+                "so it would never use any",
+                "add compute.gpu_pool.capacity_reservations (an id: cr-... or tags: {...}), or remove 'reserved'",
+            )
+        ]
     if pool.capacity_reservations and not reserved:
-        return [Problem("compute.gpu_pool.capacity_reservations", "reservations are selected but 'reserved' is not "
-                        "an allowed capacity type, so the pool never launches into them",
-                        "add 'reserved' to compute.gpu_pool.capacity_types, or remove capacity_reservations")]
+        return [
+            Problem(
+                "compute.gpu_pool.capacity_reservations",
+                "reservations are selected but 'reserved' is not "
+                "an allowed capacity type, so the pool never launches into them",
+                "add 'reserved' to compute.gpu_pool.capacity_types, or remove capacity_reservations",
+            )
+        ]
     return []
 
 
@@ -147,25 +165,37 @@ def _node_lifetime(config: EnvironmentConfig) -> list[Problem]:
     if not isinstance(config.compute, AutoModeCompute):
         return []
     if pool.expire_after == "Never":
-        return [Problem("compute.gpu_pool.expire_after", "Auto Mode nodes live at most 21 days; 'Never' is refused",
-                        "use at most 480h (with the default 24h termination_grace_period), e.g. 336h")]
+        return [
+            Problem(
+                "compute.gpu_pool.expire_after",
+                "Auto Mode nodes live at most 21 days; 'Never' is refused",
+                "use at most 480h (with the default 24h termination_grace_period), e.g. 336h",
+            )
+        ]
     total = duration_hours(pool.expire_after) + duration_hours(pool.termination_grace_period)
     if total > AUTO_MODE_MAX_LIFETIME_HOURS:
         most = AUTO_MODE_MAX_LIFETIME_HOURS - duration_hours(pool.termination_grace_period)
-        return [Problem("compute.gpu_pool.expire_after",
-                        f"{pool.expire_after} plus termination_grace_period {pool.termination_grace_period} is "
-                        f"{total:g}h; Auto Mode refuses node lifetimes above 21 days ({AUTO_MODE_MAX_LIFETIME_HOURS}h)",
-                        f"use at most {most:g}h, e.g. 336h (Auto Mode's default)")]
+        return [
+            Problem(
+                "compute.gpu_pool.expire_after",
+                f"{pool.expire_after} plus termination_grace_period {pool.termination_grace_period} is "
+                f"{total:g}h; Auto Mode refuses node lifetimes above 21 days ({AUTO_MODE_MAX_LIFETIME_HOURS}h)",
+                f"use at most {most:g}h, e.g. 336h (Auto Mode's default)",
+            )
+        ]
     return []
 
 
 def _single_replicas(config: EnvironmentConfig) -> list[Problem]:
     return [
-        Problem(f"models[{i}].replicas", "one replica goes offline whenever its node is replaced: nodes expire "
-                f"({config.compute.gpu_pool.expire_after}, forcefully, without starting a replacement first), "
-                "drift to a new AMI, or leave room for no surge during a rollout",
-                "use replicas: 2 or more (they run on separate nodes), or accept the downtime with "
-                "allow_single_replica_downtime: true")
+        Problem(
+            f"models[{i}].replicas",
+            "one replica goes offline whenever its node is replaced: nodes expire "
+            f"({config.compute.gpu_pool.expire_after}, forcefully, without starting a replacement first), "
+            "drift to a new AMI, or leave room for no surge during a rollout",
+            "use replicas: 2 or more (they run on separate nodes), or accept the downtime with "
+            "allow_single_replica_downtime: true",
+        )
         for i, model in enumerate(config.models)
         if model.replicas == 1 and not model.allow_single_replica_downtime
     ]
@@ -173,13 +203,23 @@ def _single_replicas(config: EnvironmentConfig) -> list[Problem]:
 
 def _alerts(config: EnvironmentConfig) -> list[Problem]:
     if config.alerts.topic_arn and config.alerts.emails:
-        return [Problem("alerts.emails", "emails are for the topic warmstart creates; an existing topic is given too",
-                        "subscribe the emails to your topic, or remove alerts.topic_arn")]
+        return [
+            Problem(
+                "alerts.emails",
+                "emails are for the topic warmstart creates; an existing topic is given too",
+                "subscribe the emails to your topic, or remove alerts.topic_arn",
+            )
+        ]
     if config.alerts.topic_arn and config.alerts.topic_arn.split(":")[3] != config.region:
         # CloudWatch user guide, "Using Amazon CloudWatch alarms": an alarm notifies topics of its own Region.
-        return [Problem("alerts.topic_arn", f"the topic is in {config.alerts.topic_arn.split(':')[3]}, the alarms in "
-                        f"{config.region}: an alarm only notifies a topic of its own Region",
-                        f"give a topic in {config.region}, or leave topic_arn out (warmstart creates one)")]
+        return [
+            Problem(
+                "alerts.topic_arn",
+                f"the topic is in {config.alerts.topic_arn.split(':')[3]}, the alarms in "
+                f"{config.region}: an alarm only notifies a topic of its own Region",
+                f"give a topic in {config.region}, or leave topic_arn out (warmstart creates one)",
+            )
+        ]
     return []
 
 
@@ -196,74 +236,121 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
     problems = []
     if preload.parallel_pull:
         if isinstance(compute, AutoModeCompute):
-            problems.append(Problem("image_preload.parallel_pull", "Auto Mode has no setting for the container "
-                                    "runtime's snapshotter (its NodeClass takes no user data)",
-                                    "remove parallel_pull, or use compute.mode: karpenter with an AL2023 ami_alias"))
+            problems.append(
+                Problem(
+                    "image_preload.parallel_pull",
+                    "Auto Mode has no setting for the container "
+                    "runtime's snapshotter (its NodeClass takes no user data)",
+                    "remove parallel_pull, or use compute.mode: karpenter with an AL2023 ami_alias",
+                )
+            )
         elif ami_family(compute) == "bottlerocket" and preload.mode != "snapshot":  # refused below for snapshot
-            problems.append(Problem(
-                "image_preload.parallel_pull", "not wired for Bottlerocket: its SOCI store would have to move onto "
-                "the NVMe array with the rest of containerd's data, which this project has not verified",
-                "remove parallel_pull (image_preload.mode: snapshot puts the images on disk before boot instead), "
-                "or use an AL2023 ami_alias"))
+            problems.append(
+                Problem(
+                    "image_preload.parallel_pull",
+                    "not wired for Bottlerocket: its SOCI store would have to move onto "
+                    "the NVMe array with the rest of containerd's data, which this project has not verified",
+                    "remove parallel_pull (image_preload.mode: snapshot puts the images on disk before boot instead), "
+                    "or use an AL2023 ami_alias",
+                )
+            )
         elif ami_family(compute) == "al2023" and ami_version(compute) < AL2023_FAST_IMAGE_PULL_SINCE:
-            problems.append(Problem(
-                "image_preload.parallel_pull", f"{compute.ami_alias} predates v{_version(AL2023_FAST_IMAGE_PULL_SINCE)}"
-                ", from which the AL2023 AMI keeps SOCI's store on the NVMe array (earlier releases lack FastImagePull "
-                "or unpack every image onto the root EBS volume)",
-                f"pin compute.ami_alias to al2023@v{_version(AL2023_FAST_IMAGE_PULL_SINCE)} or later, or remove "
-                "parallel_pull"))
+            problems.append(
+                Problem(
+                    "image_preload.parallel_pull",
+                    f"{compute.ami_alias} predates v{_version(AL2023_FAST_IMAGE_PULL_SINCE)}"
+                    ", from which the AL2023 AMI keeps SOCI's store on the NVMe array (earlier releases lack "
+                    "FastImagePull or unpack every image onto the root EBS volume)",
+                    f"pin compute.ami_alias to al2023@v{_version(AL2023_FAST_IMAGE_PULL_SINCE)} or later, or remove "
+                    "parallel_pull",
+                )
+            )
     if preload.mode != "snapshot":
         return problems
     field = "image_preload.mode"
     if isinstance(compute, AutoModeCompute):
-        return problems + [Problem(field, "Auto Mode nodes cannot start from an image snapshot: its NodeClass takes "
-                                   "no AMI, user data or block device mapping",
-                                   "use image_preload.mode: prepull, or compute.mode: karpenter with a Bottlerocket "
-                                   "ami_alias")]
+        return problems + [
+            Problem(
+                field,
+                "Auto Mode nodes cannot start from an image snapshot: its NodeClass takes "
+                "no AMI, user data or block device mapping",
+                "use image_preload.mode: prepull, or compute.mode: karpenter with a Bottlerocket ami_alias",
+            )
+        ]
     if ami_family(compute) != "bottlerocket":
-        return problems + [Problem(field, f"{compute.ami_alias}: on AL2023 containerd keeps its images on the root "
-                                   "volume (or the NVMe array), which a data-volume snapshot cannot fill",
-                                   "use a Bottlerocket ami_alias (bottlerocket@v1.22.0 or later), or "
-                                   "image_preload.mode: prepull")]
+        return problems + [
+            Problem(
+                field,
+                f"{compute.ami_alias}: on AL2023 containerd keeps its images on the root "
+                "volume (or the NVMe array), which a data-volume snapshot cannot fill",
+                "use a Bottlerocket ami_alias (bottlerocket@v1.22.0 or later), or image_preload.mode: prepull",
+            )
+        ]
     if ami_version(compute) < BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE:
-        problems.append(Problem("compute.ami_alias", f"{compute.ami_alias} predates Bottlerocket's bootstrap "
-                                f"commands (v{_version(BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE)}), which set up the "
-                                "NVMe array without moving the image store",
-                                f"pin bottlerocket@v{_version(BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE)} or later"))
+        problems.append(
+            Problem(
+                "compute.ami_alias",
+                f"{compute.ami_alias} predates Bottlerocket's bootstrap "
+                f"commands (v{_version(BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE)}), which set up the "
+                "NVMe array without moving the image store",
+                f"pin bottlerocket@v{_version(BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE)} or later",
+            )
+        )
     if preload.parallel_pull:
-        problems.append(Problem("image_preload.parallel_pull", "the snapshot already holds the images; pulls are "
-                                "only the fallback", "remove parallel_pull, or use image_preload.mode: prepull"))
+        problems.append(
+            Problem(
+                "image_preload.parallel_pull",
+                "the snapshot already holds the images; pulls are only the fallback",
+                "remove parallel_pull, or use image_preload.mode: prepull",
+            )
+        )
     for index, model in enumerate(config.models):
         if is_private_ecr(model.image):
-            problems.append(Problem(f"models[{index}].image", f"{model.image!r} is in a private ECR registry: the "
-                                    "snapshot builder would need a registry token in its SSM command (kept in "
-                                    "the command history)",
-                                    "serve the image from a registry that allows anonymous pulls (e.g. "
-                                    "public.ecr.aws), or use image_preload.mode: prepull"))
+            problems.append(
+                Problem(
+                    f"models[{index}].image",
+                    f"{model.image!r} is in a private ECR registry: the "
+                    "snapshot builder would need a registry token in its SSM command (kept in "
+                    "the command history)",
+                    "serve the image from a registry that allows anonymous pulls (e.g. "
+                    "public.ecr.aws), or use image_preload.mode: prepull",
+                )
+            )
     need, have = data_volume_need_gb(config), data_volume_gb(config)
     if have < need:
-        problems.append(Problem(
-            "image_preload.snapshot.data_volume_gib",
-            f"{len(serving_images(config))} serving image(s) of {config.caches.image_size_gb:g} GB "
-            f"(caches.image_size_gb) and {DATA_VOLUME_RESERVE_GB} GB for the rest of the volume "
-            f"need {need:g} GB of data volume so that they stay below the kubelet's image GC threshold "
-            f"({KUBELET_IMAGE_GC_LOW_PERCENT}%), which would otherwise delete them before any pod runs them; "
-            f"{have:g} GB given",
-            f"set data_volume_gib to at least {math.ceil(need * 10**9 / GIB)}"))
+        problems.append(
+            Problem(
+                "image_preload.snapshot.data_volume_gib",
+                f"{len(serving_images(config))} serving image(s) of {config.caches.image_size_gb:g} GB "
+                f"(caches.image_size_gb) and {DATA_VOLUME_RESERVE_GB} GB for the rest of the volume "
+                f"need {need:g} GB of data volume so that they stay below the kubelet's image GC threshold "
+                f"({KUBELET_IMAGE_GC_LOW_PERCENT}%), which would otherwise delete them before any pod runs them; "
+                f"{have:g} GB given",
+                f"set data_volume_gib to at least {math.ceil(need * 10**9 / GIB)}",
+            )
+        )
     return problems
 
 
 def _fast_image_pull_nodes(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     if not config.image_preload.parallel_pull:
         return []
-    small = [name for name in config.compute.gpu_pool.instance_types
-             if catalog.instance(name).vcpus < FAST_IMAGE_PULL_MIN_VCPUS
-             or catalog.instance(name).memory_gib < FAST_IMAGE_PULL_MIN_MEMORY_GIB]
+    small = [
+        name
+        for name in config.compute.gpu_pool.instance_types
+        if catalog.instance(name).vcpus < FAST_IMAGE_PULL_MIN_VCPUS
+        or catalog.instance(name).memory_gib < FAST_IMAGE_PULL_MIN_MEMORY_GIB
+    ]
     if not small:
         return []
-    return [Problem("image_preload.parallel_pull", f"{', '.join(small)}: nodeadm silently skips FastImagePull below "
-                    f"{FAST_IMAGE_PULL_MIN_VCPUS} vCPUs or {FAST_IMAGE_PULL_MIN_MEMORY_GIB} GiB of memory",
-                    "remove those instance types from the pool, or remove parallel_pull")]
+    return [
+        Problem(
+            "image_preload.parallel_pull",
+            f"{', '.join(small)}: nodeadm silently skips FastImagePull below "
+            f"{FAST_IMAGE_PULL_MIN_VCPUS} vCPUs or {FAST_IMAGE_PULL_MIN_MEMORY_GIB} GiB of memory",
+            "remove those instance types from the pool, or remove parallel_pull",
+        )
+    ]
 
 
 def _availability_zones(config: EnvironmentConfig) -> list[Problem]:
@@ -327,16 +414,27 @@ def _model_names(config: EnvironmentConfig) -> list[Problem]:
                 Problem(f"models[{i}].name", f"{model.name!r} is used twice", "give every model a unique name")
             )
         if model.name in RESERVED_NAMESPACES or model.name.startswith("kube-"):
-            problems.append(Problem(f"models[{i}].name", f"{model.name!r} would make the model's namespace a system "
-                                    "namespace, which the stack would then own and delete with the model",
-                                    "choose another name"))
+            problems.append(
+                Problem(
+                    f"models[{i}].name",
+                    f"{model.name!r} would make the model's namespace a system "
+                    "namespace, which the stack would then own and delete with the model",
+                    "choose another name",
+                )
+            )
         seen.add(model.name)
     return problems
 
 
 # Each model gets a namespace of its name: never one that Kubernetes, EKS or warmstart itself owns.
-RESERVED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "amazon-cloudwatch",
-                       "warmstart-system"}
+RESERVED_NAMESPACES = {
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "amazon-cloudwatch",
+    "warmstart-system",
+}
 
 
 def _active_set_size(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
@@ -460,7 +558,8 @@ def _nvme_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     for name in config.compute.gpu_pool.instance_types:
         instance = catalog.instance(name)
         sharing = [
-            m for m in config.models
+            m
+            for m in config.models
             if weights_cached(m, config) and name in (m.instance_types or config.compute.gpu_pool.instance_types)
         ]
         need = nvme_need_gb(config, sharing)
@@ -544,8 +643,11 @@ def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: 
     instances = candidate_instances(model, config, catalog)
     if all(needed_gib <= math.floor(i.memory_gib * NODE_ALLOCATABLE) for i in instances):
         return f"raise memory_gib to at least {needed_gib}, or {lower}"
-    roomy = [t for t in config.compute.gpu_pool.instance_types
-             if needed_gib <= math.floor(catalog.instance(t).memory_gib * NODE_ALLOCATABLE)]
+    roomy = [
+        t
+        for t in config.compute.gpu_pool.instance_types
+        if needed_gib <= math.floor(catalog.instance(t).memory_gib * NODE_ALLOCATABLE)
+    ]
     if roomy:
         return f"raise memory_gib to {needed_gib} with instance_types: {roomy} (they allocate it), or {lower}"
     return lower
@@ -595,14 +697,24 @@ def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
 def _image_pinned(image: str, field: str) -> list[Problem]:
     malformed = reference_problem(image)
     if malformed:
-        return [Problem(field, f"{image!r} {malformed}", "write registry/repository:tag or "
-                        "registry/repository@sha256:<64 hex>, e.g. vllm/vllm-openai:v0.21.0")]
+        return [
+            Problem(
+                field,
+                f"{image!r} {malformed}",
+                "write registry/repository:tag or registry/repository@sha256:<64 hex>, e.g. vllm/vllm-openai:v0.21.0",
+            )
+        ]
     why = moving_reference(image)
     if why is None:
         return []
-    return [Problem(field, f"{image!r} {why}: nodes would pull different images over time, and the image cache "
-                    "and the compile-cache key would not match what runs",
-                    "pin a release tag (vllm/vllm-openai:v0.21.0) or a digest (...@sha256:<64 hex>)")]
+    return [
+        Problem(
+            field,
+            f"{image!r} {why}: nodes would pull different images over time, and the image cache "
+            "and the compile-cache key would not match what runs",
+            "pin a release tag (vllm/vllm-openai:v0.21.0) or a digest (...@sha256:<64 hex>)",
+        )
+    ]
 
 
 def _agent_policies(config: EnvironmentConfig) -> list[Problem]:
@@ -612,20 +724,33 @@ def _agent_policies(config: EnvironmentConfig) -> list[Problem]:
     groups = len(prefix_groups(config.buckets.models.name, prefixes))
     if groups <= MANAGED_POLICIES_PER_ROLE:
         return []
-    return [Problem("caches.weights", f"{len(prefixes)} weights-cached models need {groups} IAM managed policies on "
-                    f"the node agent's role, over the {MANAGED_POLICIES_PER_ROLE} a role takes",
-                    "turn the weights cache off for some models (weights_cache: false), or split the environment")]
+    return [
+        Problem(
+            "caches.weights",
+            f"{len(prefixes)} weights-cached models need {groups} IAM managed policies on "
+            f"the node agent's role, over the {MANAGED_POLICIES_PER_ROLE} a role takes",
+            "turn the weights cache off for some models (weights_cache: false), or split the environment",
+        )
+    ]
 
 
 def _bucket_names(config: EnvironmentConfig) -> list[Problem]:
-    named = [("buckets.compile_cache", config.buckets.compile_cache), ("buckets.models.name", config.buckets.models.name)]
+    named = [
+        ("buckets.compile_cache", config.buckets.compile_cache),
+        ("buckets.models.name", config.buckets.models.name),
+    ]
     named += [(f"models[{i}].s3_uri", m.bucket) for i, m in enumerate(config.models)]
     problems = []
     for field, name in named:
         broken = bucket_name_problems(name)
         if broken:
-            problems.append(Problem(field, f"bucket name {name!r} " + "; ".join(broken) + " (S3 bucket naming rules)",
-                                    "choose a name S3 accepts, e.g. warmstart-<env>-<purpose>-<account>"))
+            problems.append(
+                Problem(
+                    field,
+                    f"bucket name {name!r} " + "; ".join(broken) + " (S3 bucket naming rules)",
+                    "choose a name S3 accepts, e.g. warmstart-<env>-<purpose>-<account>",
+                )
+            )
     return problems
 
 
@@ -636,27 +761,46 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     field = "compute.gpu_pool.gpu_limit"
     smallest = min(catalog.instance(t).gpu_count for t in pool.instance_types)
     if pool.gpu_limit < smallest:
-        return [Problem(field, f"{pool.gpu_limit} is below the {smallest} GPUs of the smallest pool instance type: "
-                        "Karpenter could never launch a node, and every pod would wait forever",
-                        f"set gpu_limit to at least {smallest}")]
+        return [
+            Problem(
+                field,
+                f"{pool.gpu_limit} is below the {smallest} GPUs of the smallest pool instance type: "
+                "Karpenter could never launch a node, and every pod would wait forever",
+                f"set gpu_limit to at least {smallest}",
+            )
+        ]
     problems = []
     for index, model in enumerate(config.models):
         types = model.instance_types or pool.instance_types
         if all(catalog.instance(t).gpu_count > pool.gpu_limit for t in types):
-            problems.append(Problem(f"models[{index}].instance_types", f"every instance type of {model.name} has more "
-                                    f"than the pool's {pool.gpu_limit} GPUs: its pods could never be placed",
-                                    f"raise {field}, or list smaller instance types"))
+            problems.append(
+                Problem(
+                    f"models[{index}].instance_types",
+                    f"every instance type of {model.name} has more "
+                    f"than the pool's {pool.gpu_limit} GPUs: its pods could never be placed",
+                    f"raise {field}, or list smaller instance types",
+                )
+            )
     if any(t not in pool.instance_types for m in config.models for t in (m.instance_types or [])):
         return problems  # a model outside the pool is refused on its own; its GPUs are not the pool's
     steady = steady_pool_gpus(config, catalog)
     surge = max(node_gpus(m, config, catalog) for m in config.models) if pool.surge else 0
     if steady + surge > pool.gpu_limit:
         need = f"{steady} GPUs of nodes for every replica on its own node" + (
-            f", plus {surge} for the node a rollout starts first" if surge else "")
-        problems.append(Problem(field, f"{pool.gpu_limit} is below what the models need: {need}",
-                                f"set gpu_limit to at least {steady + surge}" + (
-                                    ", or set surge: false (rollouts then replace one pod at a time)" if surge else
-                                    ", or lower replicas")))
+            f", plus {surge} for the node a rollout starts first" if surge else ""
+        )
+        problems.append(
+            Problem(
+                field,
+                f"{pool.gpu_limit} is below what the models need: {need}",
+                f"set gpu_limit to at least {steady + surge}"
+                + (
+                    ", or set surge: false (rollouts then replace one pod at a time)"
+                    if surge
+                    else ", or lower replicas"
+                ),
+            )
+        )
     return problems
 
 
@@ -667,8 +811,12 @@ def _tensor_parallel(model, instances, at: str, catalog: Catalog) -> list[Proble
             smallest_tensor_parallel(model.size_gb, instances, model.weights_memory_fraction)
         except SizingError as error:
             fix = _fit_fix(model, instances, catalog)
-            message = str(error) + ("" if fix else "; no instance type of the catalog holds these weights on one "
-                                               "node (serving across nodes is out of scope)")
+            message = str(error) + (
+                ""
+                if fix
+                else "; no instance type of the catalog holds these weights on one "
+                "node (serving across nodes is out of scope)"
+            )
             return [Problem(field, message, fix)]
         return []
     size = model.tensor_parallel_size
@@ -712,20 +860,32 @@ def _fit_fix(model, instances, catalog: Catalog, size: int | None = None) -> str
     where 0.95 is enough), or instance types that hold the weights (named from the catalog)."""
     fraction = model.weights_memory_fraction
     if size is not None:
-        larger = [s for s in valid_tensor_parallel_sizes(instances[0])
-                  if s > size and weights_fit(model.size_gb, s, instances[0], fraction)]
+        larger = [
+            s
+            for s in valid_tensor_parallel_sizes(instances[0])
+            if s > size and weights_fit(model.size_gb, s, instances[0], fraction)
+        ]
         if larger:
             return f"raise tensor_parallel_size to {larger[0]} (or use 'auto')"
-    sizes = [size] if size is not None else sorted(
-        set.intersection(*(set(valid_tensor_parallel_sizes(i)) for i in instances)))
+    sizes = (
+        [size]
+        if size is not None
+        else sorted(set.intersection(*(set(valid_tensor_parallel_sizes(i)) for i in instances)))
+    )
     needed = min((max(model.size_gb / (s * i.gpu_memory_gb) for i in instances) for s in sizes), default=1.0)
     if needed <= MAX_WEIGHTS_FRACTION:
-        return (f"raise weights_memory_fraction to at least {math.ceil(needed * 100) / 100:g} (it leaves "
-                f"{1 - needed:.0%} of GPU memory for the KV cache), or use instance types with more GPU memory")
+        return (
+            f"raise weights_memory_fraction to at least {math.ceil(needed * 100) / 100:g} (it leaves "
+            f"{1 - needed:.0%} of GPU memory for the KV cache), or use instance types with more GPU memory"
+        )
     every = (catalog.instance(name) for name in catalog.instances)
-    holders = sorted((i for i in every if i.total_gpu_memory_gb * fraction >= model.size_gb),
-                     key=lambda i: (i.total_gpu_memory_gb, i.instance_type))
+    holders = sorted(
+        (i for i in every if i.total_gpu_memory_gb * fraction >= model.size_gb),
+        key=lambda i: (i.total_gpu_memory_gb, i.instance_type),
+    )
     if not holders:
         return ""  # no single node in the catalog holds these weights: multi-node serving is out of scope
-    return (f"use instance types whose GPUs hold {model.size_gb:g} GB at weights_memory_fraction {fraction:g}, "
-            f"e.g. {', '.join(i.instance_type for i in holders[:3])}")
+    return (
+        f"use instance types whose GPUs hold {model.size_gb:g} GB at weights_memory_fraction {fraction:g}, "
+        f"e.g. {', '.join(i.instance_type for i in holders[:3])}"
+    )

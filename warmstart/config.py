@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -75,8 +75,10 @@ class NetworkConfig(Strict):
     def _vpc_size(cls, value: str) -> str:
         network = ipv4_cidr(value)
         if not 16 <= network.prefixlen <= 20:
-            raise ValueError(f"a /{network.prefixlen} block is outside /16 to /20; fix: use a /16 to /20 block, so that "
-                             "each AZ gets room for GPU pods")
+            raise ValueError(
+                f"a /{network.prefixlen} block is outside /16 to /20; fix: use a /16 to /20 block, so that "
+                "each AZ gets room for GPU pods"
+            )
         return value
 
     @field_validator("availability_zones")
@@ -121,7 +123,7 @@ class CapacityReservationTerm(Strict):
     owner_id: str | None = Field(default=None, pattern=r"^[0-9]{12}$")
 
     @model_validator(mode="after")
-    def _one_selector(self) -> "CapacityReservationTerm":
+    def _one_selector(self) -> CapacityReservationTerm:
         if (self.id is None) == (self.tags is None):
             raise ValueError("a reservation term needs exactly one selector; fix: give either id (cr-...) or tags")
         if self.id is not None and self.owner_id is not None:
@@ -185,7 +187,7 @@ class KarpenterCompute(Strict):
     system_node_group: SystemNodeGroup = SystemNodeGroup()
 
 
-Compute = Annotated[Union[AutoModeCompute, KarpenterCompute], Field(discriminator="mode")]
+Compute = Annotated[AutoModeCompute | KarpenterCompute, Field(discriminator="mode")]
 
 
 class ModelBucket(Strict):
@@ -208,7 +210,7 @@ class ModelSpec(Strict):
     name: str = Field(pattern=DNS_LABEL)
     s3_uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$")
     size_gb: PositiveFloat
-    tensor_parallel_size: Union[PositiveInt, Literal["auto"]] = "auto"
+    tensor_parallel_size: PositiveInt | Literal["auto"] = "auto"
     # Share of one GPU's memory the weights may take; the rest is KV cache and activations.
     weights_memory_fraction: float = Field(default=0.8, gt=0, le=0.95)
     max_model_len: PositiveInt = 8192
@@ -296,8 +298,10 @@ class CacheSwitches(Strict):
     @classmethod
     def _moved(cls, data: Any) -> Any:
         if isinstance(data, dict) and "image" in data:
-            raise ValueError("caches.image moved to image_preload.mode; fix: write image_preload: {mode: prepull} "
-                             "(for true) or {mode: off} (for false)")
+            raise ValueError(
+                "caches.image moved to image_preload.mode; fix: write image_preload: {mode: prepull} "
+                "(for true) or {mode: off} (for false)"
+            )
         return data
 
 

@@ -102,31 +102,46 @@ def image_route(config: EnvironmentConfig) -> str:
     """How a model's image reaches a new GPU node, in words (warmstart plan)."""
     preload = config.image_preload
     faster = " with SOCI parallel pull and unpack" if preload.parallel_pull else ""
-    gate = (f"a new image reaches the running GPU nodes before its pods roll (the deploy waits up to "
-            f"{preload.rollout_wait_minutes} min for its pre-pull DaemonSet)")
+    gate = (
+        f"a new image reaches the running GPU nodes before its pods roll (the deploy waits up to "
+        f"{preload.rollout_wait_minutes} min for its pre-pull DaemonSet)"
+    )
     if preload.mode == "off":
         return f"pulled by each pod on its node{faster} (image_preload off); " + snapshot_unavailable(config)
     if preload.mode == "prepull":
-        return "; ".join([
-            f"the pre-pull DaemonSet pulls it{faster} when a new node joins, alongside the first pod that lands "
-            "there (that pod still waits for the pull)", snapshot_unavailable(config), gate,
-        ])
+        return "; ".join(
+            [
+                f"the pre-pull DaemonSet pulls it{faster} when a new node joins, alongside the first pod that lands "
+                "there (that pod still waits for the pull)",
+                snapshot_unavailable(config),
+                gate,
+            ]
+        )
     snapshot = preload.snapshot
-    rate = (f", its blocks initialized at {snapshot.volume_initialization_rate_mibps} MiB/s"
-            if snapshot.volume_initialization_rate_mibps else ", its blocks fetched from S3 on first read")
-    return (f"on disk when a new node boots: its {snapshot.data_volume_gib} GiB data volume starts from the image "
-            f"snapshot the stack builds{rate}; {gate}; nodes older than a new snapshot get it from the pre-pull "
-            "DaemonSet")
+    rate = (
+        f", its blocks initialized at {snapshot.volume_initialization_rate_mibps} MiB/s"
+        if snapshot.volume_initialization_rate_mibps
+        else ", its blocks fetched from S3 on first read"
+    )
+    return (
+        f"on disk when a new node boots: its {snapshot.data_volume_gib} GiB data volume starts from the image "
+        f"snapshot the stack builds{rate}; {gate}; nodes older than a new snapshot get it from the pre-pull "
+        "DaemonSet"
+    )
 
 
 def snapshot_unavailable(config: EnvironmentConfig) -> str:
     """Whether new nodes could boot with the image on disk in this compute mode / OS, and how."""
     if isinstance(config.compute, AutoModeCompute):
-        return ("no way to boot new nodes with it on disk in Auto Mode (its NodeClass takes no AMI, user data or "
-                "block device mapping)")
+        return (
+            "no way to boot new nodes with it on disk in Auto Mode (its NodeClass takes no AMI, user data or "
+            "block device mapping)"
+        )
     if ami_family(config.compute) == "al2023":
-        return ("no way to boot new nodes with it on disk on AL2023 (containerd's store is on the root volume or "
-                "the NVMe array); a Bottlerocket ami_alias allows image_preload.mode: snapshot")
+        return (
+            "no way to boot new nodes with it on disk on AL2023 (containerd's store is on the root volume or "
+            "the NVMe array); a Bottlerocket ami_alias allows image_preload.mode: snapshot"
+        )
     return "image_preload.mode: snapshot would boot new nodes with it on disk"
 
 

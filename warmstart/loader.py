@@ -22,14 +22,14 @@ from warmstart.checks import Problem, check_environment
 from warmstart.config import DNS_LABEL, DURATION, S3_BUCKET_NAME, AutoModeCompute, EnvironmentConfig, KarpenterCompute
 
 EXAMPLE = "config/dev.yaml"
-MODES = {"auto": AutoModeCompute, "karpenter": KarpenterCompute}
+MODES: dict[str, type[BaseModel]] = {"auto": AutoModeCompute, "karpenter": KarpenterCompute}
 
 # Each pattern of the config model, in words (tests/unit/test_config_messages.py checks that none is missing).
 PATTERN_WORDS = {
     DNS_LABEL: "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters",
     DURATION: "a duration such as 30s, 10m, 1h or 1h30m",
     S3_BUCKET_NAME: "an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-', starting and ending with a "
-                    "letter or digit",
+    "letter or digit",
     r"^(([0-9]+(s|m|h))+|Never)$": "a duration such as 336h or 1h30m, or Never",
     r"^(al2023|bottlerocket)@v?\d+(\.\d+)*$": "a pinned EKS AMI alias: al2023@v<release> or bottlerocket@v<x.y.z>",
     r"^(rate\(.+\)|cron\(.+\))$": "an EventBridge Scheduler expression: rate(1 day) or cron(...)",
@@ -37,7 +37,7 @@ PATTERN_WORDS = {
     r"^[0-9]{12}$": "a 12-digit AWS account ID",
     r"^\d{12}$": "a 12-digit AWS account ID",
     r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$": "a revision: letters, digits, '.', '_' and '-', starting with a letter "
-                                          "or digit, at most 64 characters",
+    "or digit, at most 64 characters",
     r"^[^@\s]+@[^@\s]+\.[^@\s]+$": "an email address",
     r"^[a-z0-9_]+$": "lowercase letters, digits and '_'",
     r"^[a-zA-Z][-a-zA-Z0-9]{0,99}$": "letters, digits and '-', starting with a letter, at most 100 characters",
@@ -46,9 +46,9 @@ PATTERN_WORDS = {
     r"^\d+\.\d+(\.\d+)?([+a-z0-9.]*)$": "a PyTorch version such as 2.11.0 or 2.11.0+cu128",
     r"^\d+\.\d+\.\d+$": "a version such as 1.14.1",
     r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$": "a KMS key ARN (arn:aws:kms:<region>:<account>:"
-                                                                "key/<key id>)",
+    "key/<key id>)",
     r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$": "an SNS topic ARN (arn:aws:sns:<region>:"
-                                                                     "<account>:<name>)",
+    "<account>:<name>)",
     r"^cr-[0-9a-z]+$": "a capacity reservation ID (cr-...)",
     r"^[\w .:/=+\-@]*$": "an AWS tag: letters, digits, spaces and _ . : / = + - @",
     r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$": "s3://<bucket>/<prefix>/, ending with '/'",
@@ -116,9 +116,14 @@ def _loader(name: str) -> type[yaml.SafeLoader]:
                 key = self.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
                 if key in seen:
-                    raise _DuplicateKey(Problem(
-                        str(key), f"written twice in one mapping ({name} lines {seen[key]} and {line}); YAML would "
-                        "silently keep only the last value", "keep one of them"))
+                    raise _DuplicateKey(
+                        Problem(
+                            str(key),
+                            f"written twice in one mapping ({name} lines {seen[key]} and {line}); YAML would "
+                            "silently keep only the last value",
+                            "keep one of them",
+                        )
+                    )
                 seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
@@ -129,8 +134,16 @@ def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None 
     if raw is None:
         raise ConfigError(source, [Problem("<root>", "the file is empty", f"start from {EXAMPLE}")])
     if not isinstance(raw, dict):
-        raise ConfigError(source, [Problem("<root>", f"expected a mapping of settings, found a {_kind(raw)}",
-                                           f"write settings as 'key: value' lines, as {EXAMPLE} does")])
+        raise ConfigError(
+            source,
+            [
+                Problem(
+                    "<root>",
+                    f"expected a mapping of settings, found a {_kind(raw)}",
+                    f"write settings as 'key: value' lines, as {EXAMPLE} does",
+                )
+            ],
+        )
     try:
         config = EnvironmentConfig.model_validate(raw)
     except ValidationError as error:
@@ -150,8 +163,7 @@ _TYPE_TAG = re.compile(r"^(constrained-|lax-|strict-)?(int|str|float|bool|bytes|
 
 def _is_branch(part: Any) -> bool:
     """A union branch pydantic names in an error location (int, constrained-int, literal['auto'], ...)."""
-    return isinstance(part, str) and (part in _BRANCH_TAGS or bool(_TYPE_TAG.match(part)) or "[" in part
-                                      or "(" in part)
+    return isinstance(part, str) and (part in _BRANCH_TAGS or bool(_TYPE_TAG.match(part)) or "[" in part or "(" in part)
 
 
 def _is_field(part: Any) -> bool:
@@ -177,7 +189,7 @@ def _path(loc: tuple) -> str:
 
 def _problems(error: ValidationError) -> list[Problem]:
     """One problem per error; the branches of a union (a number or 'auto') fail together and make one."""
-    by_field: dict[str, list[dict]] = {}
+    by_field: dict[str, list[Any]] = {}
     for detail in error.errors():
         by_field.setdefault(_path(detail["loc"]), []).append(detail)
     problems = []
@@ -219,8 +231,17 @@ def _echo(value: Any) -> str:
 def _kind(value: Any) -> str:
     import datetime
 
-    names = {list: "list", str: "string", int: "number", float: "number", bool: "true/false", type(None): "nothing",
-             dict: "mapping", datetime.date: "date", datetime.datetime: "date and time"}
+    names = {
+        list: "list",
+        str: "string",
+        int: "number",
+        float: "number",
+        bool: "true/false",
+        type(None): "nothing",
+        dict: "mapping",
+        datetime.date: "date",
+        datetime.datetime: "date and time",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -232,8 +253,11 @@ def _problem(field: str, error: dict) -> Problem:
     if kind == "missing":
         return Problem(field, "required setting is missing", f"add it (see {EXAMPLE} for an example)")
     if kind in ("union_tag_invalid", "union_tag_not_found"):
-        return Problem(field, f"compute.mode is {_echo(ctx.get('tag'))}, not one of 'auto' or 'karpenter'",
-                       "set compute.mode to 'auto' (EKS Auto Mode) or 'karpenter'")
+        return Problem(
+            field,
+            f"compute.mode is {_echo(ctx.get('tag'))}, not one of 'auto' or 'karpenter'",
+            "set compute.mode to 'auto' (EKS Auto Mode) or 'karpenter'",
+        )
     if kind == "string_pattern_mismatch":
         words = PATTERN_WORDS.get(ctx.get("pattern", ""))
         rule = words or f"of the form {ctx.get('pattern')}"
@@ -242,26 +266,34 @@ def _problem(field: str, error: dict) -> Problem:
         read = _yaml_read_as(error.get("input"))
         if read and isinstance(error.get("input"), bool):
             read = " (YAML read off/on/no/yes as false/true)"
-        return Problem(field, f"{value} is not {_expected(error)}{read}",
-                       f"use {_expected(error)}" + (", in quotes" if read else ""))
+        return Problem(
+            field,
+            f"{value} is not {_expected(error)}{read}",
+            f"use {_expected(error)}" + (", in quotes" if read else ""),
+        )
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         bound = next(iter(ctx.values()))
-        relation = {"greater_than": "above", "greater_than_equal": "at least", "less_than": "below",
-                    "less_than_equal": "at most"}[kind]
-        return Problem(field, f"{value} is out of range: the value must be {relation} {bound}",
-                       f"use a value {relation} {bound}")
+        relation = {
+            "greater_than": "above",
+            "greater_than_equal": "at least",
+            "less_than": "below",
+            "less_than_equal": "at most",
+        }[kind]
+        return Problem(
+            field, f"{value} is out of range: the value must be {relation} {bound}", f"use a value {relation} {bound}"
+        )
     if kind in ("too_short", "too_long"):
         limit = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
         words = "at least" if kind == "too_short" else "at most"
-        return Problem(field, f"{ctx.get('actual_length')} item(s); {words} {limit} allowed",
-                       f"give {words} {limit}")
+        return Problem(field, f"{ctx.get('actual_length')} item(s); {words} {limit} allowed", f"give {words} {limit}")
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         found = "nothing" if error.get("input") is None else f"a {_kind(error.get('input'))} ({value})"
-        return Problem(field, f"expected a mapping of settings, found {found}", "write it as 'key: value' lines under it")
+        return Problem(
+            field, f"expected a mapping of settings, found {found}", "write it as 'key: value' lines under it"
+        )
     if kind == "list_type":
         found = "nothing" if error.get("input") is None else f"a {_kind(error.get('input'))} ({value})"
-        return Problem(field, f"expected a list, found {found}",
-                       "write it as a list ([a, b] or '- a' lines)")
+        return Problem(field, f"expected a list, found {found}", "write it as a list ([a, b] or '- a' lines)")
     if kind == "value_error":
         text = str(ctx.get("error", error["msg"].removeprefix("Value error, ")))
         message, _, fix = text.partition("; fix: ")
@@ -270,14 +302,25 @@ def _problem(field: str, error: dict) -> Problem:
         joint = " " if message.split(" ", 1)[0] in ("is", "has", "starts") else ": "
         return Problem(field, f"{value}{joint}{message}", fix)
     if kind == "string_too_short":
-        return Problem(field, "is empty" if not error.get("input") else f"{value} is too short "
-                       f"(at least {ctx.get('min_length')} characters)", "give a value")
+        return Problem(
+            field,
+            "is empty"
+            if not error.get("input")
+            else f"{value} is too short (at least {ctx.get('min_length')} characters)",
+            "give a value",
+        )
     if kind == "string_too_long":
-        return Problem(field, f"{value} has {len(str(error.get('input')))} characters; at most "
-                       f"{ctx.get('max_length')} allowed", f"shorten it to {ctx.get('max_length')} characters")
+        return Problem(
+            field,
+            f"{value} has {len(str(error.get('input')))} characters; at most {ctx.get('max_length')} allowed",
+            f"shorten it to {ctx.get('max_length')} characters",
+        )
     if kind == "string_type":
-        return Problem(field, f"{value} is not text" + _yaml_read_as(error.get("input")),
-                       f"write it in quotes: {_quoted(error.get('input'))}")
+        return Problem(
+            field,
+            f"{value} is not text" + _yaml_read_as(error.get("input")),
+            f"write it in quotes: {_quoted(error.get('input'))}",
+        )
     return Problem(field, f"{value}: {_expected(error)} expected", f"write {_expected(error)}")
 
 
@@ -293,7 +336,6 @@ def _quoted(value: Any) -> str:
     return f'"{text}"'
 
 
-
 def _unknown_setting(field: str, loc: tuple) -> Problem:
     key = loc[-1]
     parent, mode = _model_for(loc[:-1])
@@ -301,8 +343,11 @@ def _unknown_setting(field: str, loc: tuple) -> Problem:
     if mode is not None:
         other = "karpenter" if mode == "auto" else "auto"
         if key in MODES[other].model_fields and key not in MODES[mode].model_fields:
-            return Problem(field, f"'{key}' is a setting of compute.mode {other} only (this environment is {mode})",
-                           f"remove it, or set compute.mode: {other}")
+            return Problem(
+                field,
+                f"'{key}' is a setting of compute.mode {other} only (this environment is {mode})",
+                f"remove it, or set compute.mode: {other}",
+            )
     close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
     hint = f"did you mean '{close[0]}'? " if close else ""
     listing = ", ".join(allowed) if allowed else f"see {EXAMPLE}"

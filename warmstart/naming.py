@@ -36,10 +36,31 @@ def bucket_name_problems(name: str) -> list[str]:
 
 
 # Tags that name a moving target: whatever the registry points them at today.
-MOVING_TAGS = frozenset({
-    "latest", "nightly", "main", "master", "dev", "develop", "devel", "edge", "stable", "head", "canary",
-    "unstable", "rolling", "current", "next", "preview", "testing", "experimental", "snapshot", "beta", "alpha",
-})
+MOVING_TAGS = frozenset(
+    {
+        "latest",
+        "nightly",
+        "main",
+        "master",
+        "dev",
+        "develop",
+        "devel",
+        "edge",
+        "stable",
+        "head",
+        "canary",
+        "unstable",
+        "rolling",
+        "current",
+        "next",
+        "preview",
+        "testing",
+        "experimental",
+        "snapshot",
+        "beta",
+        "alpha",
+    }
+)
 DATE = re.compile(r"(?<!\d)(\d{8}|\d{4}-\d{2}-\d{2})(?!\d)")
 # A version: dotted numbers anywhere not glued to a word (0.21.0, v0.21.0, 2.11.0-cuda12.8), or a whole tag that
 # is a number with an optional v (v1, 16).
@@ -51,7 +72,9 @@ COMMIT = re.compile(r"^(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}$")
 # component with a '.' or ':', or 'localhost'), lowercase path components joined by '.', '_', '__' or '-', an
 # optional tag of up to 128 word characters, '.' and '-', and an optional digest.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_HOST = re.compile(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?::[0-9]+)?$")
+_HOST = re.compile(
+    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?::[0-9]+)?$"
+)
 _NAME = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@(?P<digest>[^@]+))?$")
 
 

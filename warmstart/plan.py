@@ -27,12 +27,20 @@ def key_rows(plan: ModelPlan, config: EnvironmentConfig, catalog: Catalog) -> li
     for instance in candidate_instances(plan.model, config, catalog):
         by_gpu.setdefault((instance.gpu_name, instance.architecture), []).append(instance.instance_type)
     rows = [
-        ("compile-cache key", f"s3://{config.buckets.compile_cache}/"
-         f"{compile_cache_key(plan.factors, gpu=gpu, architecture=arch).prefix} ({', '.join(types)})")
+        (
+            "compile-cache key",
+            f"s3://{config.buckets.compile_cache}/"
+            f"{compile_cache_key(plan.factors, gpu=gpu, architecture=arch).prefix} ({', '.join(types)})",
+        )
         for (gpu, arch), types in by_gpu.items()
     ]
     factors = {k: v for k, v in json.loads(plan.factors.canonical()).items() if v not in (None, {}, [])}
-    rows.append(("key factors", ", ".join(f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in sorted(factors.items()))))
+    rows.append(
+        (
+            "key factors",
+            ", ".join(f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in sorted(factors.items())),
+        )
+    )
     return rows
 
 
@@ -49,18 +57,36 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
         ("distributed streaming", "yes" if plan.distributed else "no (TP 1)"),
         ("streamer concurrency", concurrency),
         ("chunk", f"{plan.chunk_bytes / GIB:g} GiB"),
-        ("streamer buffers", f"{plan.streamer_buffer_bytes / GIB:.1f} GiB (limit {plan.memory_limit_bytes / GIB:.1f} GiB/process)"),
+        (
+            "streamer buffers",
+            f"{plan.streamer_buffer_bytes / GIB:.1f} GiB (limit {plan.memory_limit_bytes / GIB:.1f} GiB/process)",
+        ),
         ("requests", f"cpu {plan.cpu:g}, memory {plan.memory_gib} GiB (also its limit), nvidia.com/gpu {plan.gpus}"),
-        ("replicas", f"{model.replicas}" + (", each on its own node (spread over zones where possible)"
-                                            if model.replicas > 1 else ", offline while its node is replaced")),
+        (
+            "replicas",
+            f"{model.replicas}"
+            + (
+                ", each on its own node (spread over zones where possible)"
+                if model.replicas > 1
+                else ", offline while its node is replaced"
+            ),
+        ),
         ("rollout", plan.rollout),
-        ("startup budget", f"{plan.startup_budget_seconds} s (startup probe: {plan.startup_failure_threshold} x 10 s "
-         f"after 30 s)" + (" (set)" if model.startup_budget_seconds else "")),
+        (
+            "startup budget",
+            f"{plan.startup_budget_seconds} s (startup probe: {plan.startup_failure_threshold} x 10 s "
+            f"after 30 s)" + (" (set)" if model.startup_budget_seconds else ""),
+        ),
         ("clients", "namespaces " + ", ".join([model.name, *plan.client_namespaces]) + f", port {VLLM_PORT} only"),
         ("compile cache", plan.compile_host_path or "off"),
         ("NVMe", f"{plan.nvme_mount}; {nvme}"),
-        ("weights cache", f"on: {plan.weights_host_path}/{model.name}/<listing key>/, served to the pod's streamer "
-         "on its loopback under the same S3 URI while fresh, else streamed from S3" if plan.weights_cache else "off"),
+        (
+            "weights cache",
+            f"on: {plan.weights_host_path}/{model.name}/<listing key>/, served to the pod's streamer "
+            "on its loopback under the same S3 URI while fresh, else streamed from S3"
+            if plan.weights_cache
+            else "off",
+        ),
         ("image", f"{model.image}: {image_route(config)}"),
         ("warnings", "; ".join(plan.warnings) or "none"),
     ]
@@ -77,15 +103,21 @@ def image_preload_lines(config: EnvironmentConfig) -> list[str]:
         f"{line}: {', '.join(snapshot_images(config))} on a {snapshot.data_volume_gib} GiB data volume "
         f"(needs {data_volume_need_gb(config):g} GB), built by {snapshot.builder_instance_type} when the image set "
         f"changes (key {image_set_key(config)}), recorded in {snapshot_parameter_name(config.name)}",
-        "  a new node's data volume is local within " + (f"~{init} s (its size at the initialization rate; sooner "
-                                                              "when the images take less)" if init
-                                                              else "its first reads (no initialization rate set)"),
+        "  a new node's data volume is local within "
+        + (
+            f"~{init} s (its size at the initialization rate; sooner when the images take less)"
+            if init
+            else "its first reads (no initialization rate set)"
+        ),
     ]
 
 
 def render_plan(config: EnvironmentConfig, catalog: Catalog, source: str) -> str:
-    lines = [f"environment {config.name} ({source}): compute {config.compute.mode}, region {config.region}",
-             *image_preload_lines(config), ""]
+    lines = [
+        f"environment {config.name} ({source}): compute {config.compute.mode}, region {config.region}",
+        *image_preload_lines(config),
+        "",
+    ]
     for model in config.models:
         plan = plan_model(model, config, catalog)
         rows = plan_rows(plan, config) + key_rows(plan, config, catalog)

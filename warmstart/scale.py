@@ -34,8 +34,13 @@ def template_problems(stack_name: str, template_text: str) -> list[Problem]:
         ("outputs", len(template.get("Outputs", {})), TEMPLATE_OUTPUTS),
     ):
         if count > limit:
-            problems.append(Problem(field, f"the template has {count} {what}, over CloudFormation's {limit}",
-                                    "split the environment (fewer models or instance types per environment)"))
+            problems.append(
+                Problem(
+                    field,
+                    f"the template has {count} {what}, over CloudFormation's {limit}",
+                    "split the environment (fewer models or instance types per environment)",
+                )
+            )
     return problems
 
 

@@ -59,7 +59,8 @@ def smallest_tensor_parallel(size_gb: float, instances: list[GpuInstance], fract
             return size
     limits = ", ".join(
         f"{i.instance_type}: {i.gpu_count} x {i.gpu_memory_gb} GB x {fraction:g} = "
-        f"{i.total_gpu_memory_gb * fraction:g} GB" for i in instances
+        f"{i.total_gpu_memory_gb * fraction:g} GB"
+        for i in instances
     )
     raise SizingError(f"{size_gb:g} GB of weights do not fit any tensor parallel size ({limits})")
 
@@ -78,4 +79,3 @@ def ephemeral_storage_bytes(compute: AutoModeCompute) -> int:
 def ephemeral_storage_below_nvme(compute: AutoModeCompute, instance: GpuInstance) -> bool:
     """Auto Mode mounts instance store only when the requested root size is smaller than the NVMe."""
     return ephemeral_storage_bytes(compute) < instance.nvme_bytes
-

@@ -50,9 +50,11 @@ def _count(target: int, ready: int, refused: int = 0) -> CacheCount:
 def model_status(
     config: EnvironmentConfig, catalog: Catalog, nodes: dict, daemon_sets: dict
 ) -> dict[str, dict[str, CacheCount | CompileUse]]:
-    gpu_nodes = [n for n in nodes.get("items", []) if n["metadata"].get("labels", {}).get(GPU_POOL_LABEL[0]) == GPU_POOL_LABEL[1]]
+    gpu_nodes = [
+        n for n in nodes.get("items", []) if n["metadata"].get("labels", {}).get(GPU_POOL_LABEL[0]) == GPU_POOL_LABEL[1]
+    ]
     by_name = {d["metadata"]["name"]: d for d in daemon_sets.get("items", [])}
-    result = {}
+    result: dict[str, dict[str, CacheCount | CompileUse]] = {}
     for model in config.models:
         plan = plan_model(model, config, catalog)
         types = set(model.instance_types or config.compute.gpu_pool.instance_types)
@@ -66,7 +68,9 @@ def model_status(
             ready, refused = labelled(WEIGHTS_LABEL_DOMAIN, {"ready"}), labelled(WEIGHTS_LABEL_DOMAIN, {"no-nvme"})
             weights = _count(len(targets), ready, refused)
         compile_cache = (
-            _count(len(targets), labelled(NODE_LABEL_DOMAIN, COMPILE_READY)) if plan.compile_cache else CacheCount("off")
+            _count(len(targets), labelled(NODE_LABEL_DOMAIN, COMPILE_READY))
+            if plan.compile_cache
+            else CacheCount("off")
         )
         if config.image_preload.mode == "off":
             image = CacheCount("off")
@@ -79,10 +83,11 @@ def model_status(
 
 
 def render_status(config: EnvironmentConfig, statuses: dict[str, dict[str, CacheCount | CompileUse]]) -> str:
-    rows = [("MODEL", "WEIGHTS", "COMPILE CACHE", "LAST POD PER NODE", "IMAGE")]
-    rows += [(name, *(str(s[column]) for column in ("weights", "compile", "use", "image")))
-             for name, s in statuses.items()]
+    rows: list[tuple[str, ...]] = [("MODEL", "WEIGHTS", "COMPILE CACHE", "LAST POD PER NODE", "IMAGE")]
+    rows += [
+        (name, *(str(s[column]) for column in ("weights", "compile", "use", "image"))) for name, s in statuses.items()
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"environment {config.name}: READY/TARGET GPU nodes per cache"]
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip() for row in rows]
     return "\n".join(lines)

@@ -271,12 +271,16 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
     # With surge on, the synth checks keep room in gpu_limit for one more node beside the steady ones.
     surge = config.compute.gpu_pool.surge
     if surge:
-        rollout = (f"new pod first (one more node of {extra} GPU(s): {steady + extra} of the pool's "
-                   f"{config.compute.gpu_pool.gpu_limit} GPUs)")
+        rollout = (
+            f"new pod first (one more node of {extra} GPU(s): {steady + extra} of the pool's "
+            f"{config.compute.gpu_pool.gpu_limit} GPUs)"
+        )
     else:
         rollout = "one pod at a time (compute.gpu_pool.surge: false)"
-        warnings.append("no surge: " + ("the model is offline during every rollout" if model.replicas == 1
-                                        else "rollouts run one replica short"))
+        warnings.append(
+            "no surge: "
+            + ("the model is offline during every rollout" if model.replicas == 1 else "rollouts run one replica short")
+        )
     return ModelPlan(
         model=model,
         region=config.region,
@@ -312,8 +316,9 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         startup_budget_seconds=startup_budget_seconds(model, tensor_parallel),
         surge=surge,
         rollout=rollout,
-        client_namespaces=sorted(set(model.client_namespaces if model.client_namespaces is not None
-                                     else config.serving.client_namespaces)),
+        client_namespaces=sorted(
+            set(model.client_namespaces if model.client_namespaces is not None else config.serving.client_namespaces)
+        ),
         warnings=warnings,
     )
 
@@ -339,7 +344,9 @@ def vllm_args(plan: ModelPlan) -> list[str]:
     if model.kv_cache_dtype != "auto":
         args.append(f"--kv-cache-dtype={model.kv_cache_dtype}")
     if model.compilation_config is not None:
-        args.append(f"--compilation-config={json.dumps(model.compilation_config, sort_keys=True, separators=(',', ':'))}")
+        args.append(
+            f"--compilation-config={json.dumps(model.compilation_config, sort_keys=True, separators=(',', ':'))}"
+        )
     if model.enforce_eager:
         args.append("--enforce-eager")
     return args

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable, Iterator
 
 from botocore.exceptions import ClientError
 
@@ -104,8 +104,8 @@ class PrunerAws:
                     self._delete_one(item, result)
                 return
             retry = {}
-            for error in response.get("Errors", []):
-                code, key = error.get("Code", ""), error["Key"]
+            for failure in response.get("Errors", []):
+                code, key = failure.get("Code", ""), failure["Key"]
                 if code in CHANGED:
                     result.changed.add(key)
                 elif code in GONE:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import boto3
 from botocore.config import Config
@@ -14,9 +14,21 @@ from lambdas.compile_cache_pruner.aws import PrunerAws
 from lambdas.compile_cache_pruner.pruner import Settings, run
 
 NAMESPACE = "Warmstart/CompileCachePruner"
-METRICS = ("scanned", "keys", "kept_active", "kept_recent", "deleted_keys", "deleted_objects", "orphans_deleted",
-           "repaired_manifests", "bytes_freed", "deferred_objects", "changed_since_listing", "malformed",
-           "aborted_uploads")
+METRICS = (
+    "scanned",
+    "keys",
+    "kept_active",
+    "kept_recent",
+    "deleted_keys",
+    "deleted_objects",
+    "orphans_deleted",
+    "repaired_manifests",
+    "bytes_freed",
+    "deferred_objects",
+    "changed_since_listing",
+    "malformed",
+    "aborted_uploads",
+)
 
 
 def settings_from_environment() -> Settings:
@@ -41,11 +53,15 @@ def emit(record: dict) -> None:
             "Environment": os.environ.get("WARMSTART_ENVIRONMENT", "unknown"),
             "_aws": {
                 "Timestamp": int(time.time() * 1000),
-                "CloudWatchMetrics": [{
-                    "Namespace": NAMESPACE,
-                    "Dimensions": [["Environment"]],
-                    "Metrics": [{"Name": name, "Unit": "Bytes" if name == "bytes_freed" else "Count"} for name in metrics],
-                }],
+                "CloudWatchMetrics": [
+                    {
+                        "Namespace": NAMESPACE,
+                        "Dimensions": [["Environment"]],
+                        "Metrics": [
+                            {"Name": name, "Unit": "Bytes" if name == "bytes_freed" else "Count"} for name in metrics
+                        ],
+                    }
+                ],
             },
         }
     print(json.dumps(record, default=str), flush=True)
@@ -54,6 +70,7 @@ def emit(record: dict) -> None:
 def handler(event, context) -> dict:
     config = Config(retries={"mode": "standard", "max_attempts": 8})
     aws = PrunerAws(boto3.client("s3", config=config), boto3.client("ssm", config=config), os.environ["BUCKET"])
-    summary = run(aws, settings_from_environment(), lambda: datetime.now(timezone.utc), emit,
-                  run_id=getattr(context, "aws_request_id", ""))
+    summary = run(
+        aws, settings_from_environment(), lambda: datetime.now(UTC), emit, run_id=getattr(context, "aws_request_id", "")
+    )
     return {"deleted_objects": summary.deleted_objects, "bytes_freed": summary.bytes_freed}

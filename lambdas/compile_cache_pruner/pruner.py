@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Callable, Iterable
 
 from lambdas.compile_cache_pruner.aws import DELETE_BATCH, PrunerAws
 from lambdas.compile_cache_pruner.selection import Decision, Summary, count_done, parse_active_set_part, select
@@ -60,8 +60,9 @@ def execute(aws: PrunerAws, decisions: Iterable[Decision], summary: Summary, *, 
         flush()
 
 
-def run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: Callable[[dict], None],
-        run_id: str = "") -> Summary:
+def run(
+    aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: Callable[[dict], None], run_id: str = ""
+) -> Summary:
     run_id = run_id or uuid.uuid4().hex
     started = now()
     if not aws.take_lock(run_id, started, started + LOCK_LIFETIME):

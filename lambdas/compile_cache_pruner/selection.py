@@ -17,10 +17,10 @@ first and the rest only once they are gone, so a run cut short never leaves a ma
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
-from typing import Callable, Iterable, Iterator
 
 from warmstart.cache_key import ARCHIVE_STEM, MANIFEST_STEM, parse_key_prefix
 
@@ -125,8 +125,8 @@ def decide(
 
 def group_by_key(listing: Iterable[Listed], summary: Summary) -> Iterator[tuple[str, list[Listed]]]:
     """Consecutive objects of one key (S3 lists in key order); malformed objects are reported, not grouped."""
-    for prefix, items in groupby(listing, key=lambda item: parse_key_prefix(item.key)):
-        items = list(items)
+    for prefix, group in groupby(listing, key=lambda item: parse_key_prefix(item.key)):
+        items = list(group)
         summary.scanned += len(items)
         if prefix is None:
             summary.malformed += [item.key for item in items]

@@ -25,30 +25,42 @@ class AlertTopic(Construct):
             return
         # A key of our own: CloudWatch must be let use it to publish an alarm to an encrypted topic, which the
         # AWS-managed SNS key's policy never allows (SNS developer guide, "Configure SSE for CloudWatch alarms").
-        self.key = kms.Key(self, "Key", enable_key_rotation=True, removal_policy=RemovalPolicy.DESTROY,
-                           description=f"warmstart {environment} alarm topic")
-        self.key.add_to_resource_policy(iam.PolicyStatement(
-            sid="CloudWatchAlarmsPublish",
-            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-            actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-            resources=["*"],
-        ))
-        self.topic = sns.Topic(self, "Topic", display_name=f"warmstart {environment} alarms", master_key=self.key,
-                               enforce_ssl=True)
+        self.key = kms.Key(
+            self,
+            "Key",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.DESTROY,
+            description=f"warmstart {environment} alarm topic",
+        )
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+            )
+        )
+        self.topic = sns.Topic(
+            self, "Topic", display_name=f"warmstart {environment} alarms", master_key=self.key, enforce_ssl=True
+        )
         # The topic policy CDK writes (TLS only) replaces SNS's default one, and an alarm action grants nothing:
         # without this statement CloudWatch is refused SNS:Publish and no alarm is ever delivered. Only this
         # account's alarms (SNS developer guide, "Preventing cross-service confused deputy").
         stack = Stack.of(self)
-        self.topic.add_to_resource_policy(iam.PolicyStatement(
-            sid="CloudWatchAlarmsPublish",
-            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-            actions=["sns:Publish"],
-            resources=[self.topic.topic_arn],
-            conditions={
-                "StringEquals": {"aws:SourceAccount": stack.account},
-                "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:cloudwatch:{stack.region}:{stack.account}:alarm:*"},
-            },
-        ))
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": f"arn:{stack.partition}:cloudwatch:{stack.region}:{stack.account}:alarm:*"
+                    },
+                },
+            )
+        )
         for email in alerts.emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
 

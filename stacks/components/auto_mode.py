@@ -7,7 +7,6 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-
 # Built-in pools kept next to ours: "system" runs cluster add-ons, "general-purpose" small workloads.
 BUILT_IN_NODE_POOLS = ["system", "general-purpose"]
 
@@ -58,8 +57,10 @@ class AutoModeCustomTags(Construct):
                     resources=["*"],
                     conditions={
                         "StringEquals": this_cluster,
-                        "StringLike": {"aws:RequestTag/eks:kubernetes-node-class-name": "*",
-                                       "aws:RequestTag/eks:kubernetes-node-pool-name": "*"},
+                        "StringLike": {
+                            "aws:RequestTag/eks:kubernetes-node-class-name": "*",
+                            "aws:RequestTag/eks:kubernetes-node-pool-name": "*",
+                        },
                     },
                 ),
                 iam.PolicyStatement(
@@ -72,19 +73,25 @@ class AutoModeCustomTags(Construct):
                     sid="Networking",
                     actions=["ec2:CreateNetworkInterface"],
                     resources=["*"],
-                    conditions={"StringEquals": this_cluster,
-                                "StringLike": {"aws:RequestTag/eks:kubernetes-cni-node-name": "*"}},
+                    conditions={
+                        "StringEquals": this_cluster,
+                        "StringLike": {"aws:RequestTag/eks:kubernetes-cni-node-name": "*"},
+                    },
                 ),
                 # A changed `tags` setting updates the tags of what already runs; without this those updates
                 # fail with an authorization error (same guide). Only on this cluster's own resources.
                 iam.PolicyStatement(
                     sid="RetagThisClustersResources",
                     actions=["ec2:CreateTags", "ec2:DeleteTags"],
-                    resources=[f"arn:aws:ec2:*:*:{kind}/*" for kind in
-                               ("instance", "volume", "snapshot", "network-interface", "launch-template")],
-                    conditions={"StringEquals": {
-                        "aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
-                    }},
+                    resources=[
+                        f"arn:aws:ec2:*:*:{kind}/*"
+                        for kind in ("instance", "volume", "snapshot", "network-interface", "launch-template")
+                    ],
+                    conditions={
+                        "StringEquals": {
+                            "aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
+                        }
+                    },
                 ),
             ],
         )

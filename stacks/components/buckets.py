@@ -27,16 +27,33 @@ def first_writer_wins(bucket: s3.Bucket, *, pruner_role_arn: str) -> None:
     them: they are created only with If-None-Match (the parts of a multipart upload are exempt through
     s3:ObjectCreationOperation; its completion carries the condition), and only the pruner deletes them.
     last-use.json stays writable. S3 user guide, "Enforce conditional writes on Amazon S3 buckets"."""
-    shared = [bucket.arn_for_objects(f"{KEY_ROOT}/*/{MANIFEST_STEM}*"), bucket.arn_for_objects(f"{KEY_ROOT}/*/{ARCHIVE_STEM}*")]
+    shared = [
+        bucket.arn_for_objects(f"{KEY_ROOT}/*/{MANIFEST_STEM}*"),
+        bucket.arn_for_objects(f"{KEY_ROOT}/*/{ARCHIVE_STEM}*"),
+    ]
     for sid, action, conditions in (
-        ("CreateCacheObjectsOnlyIfAbsent", "s3:PutObject",
-         {"Null": {"s3:if-none-match": "true"}, "Bool": {"s3:ObjectCreationOperation": "true"}}),
-        ("OnlyThePrunerDeletesCacheObjects", "s3:DeleteObject", {"ArnNotEquals": {"aws:PrincipalArn": pruner_role_arn}}),
+        (
+            "CreateCacheObjectsOnlyIfAbsent",
+            "s3:PutObject",
+            {"Null": {"s3:if-none-match": "true"}, "Bool": {"s3:ObjectCreationOperation": "true"}},
+        ),
+        (
+            "OnlyThePrunerDeletesCacheObjects",
+            "s3:DeleteObject",
+            {"ArnNotEquals": {"aws:PrincipalArn": pruner_role_arn}},
+        ),
     ):
-        bucket.add_to_resource_policy(iam.PolicyStatement(
-            sid=sid, effect=iam.Effect.DENY, principals=[iam.AnyPrincipal()], actions=[action], resources=shared,
-            conditions=conditions,
-        ))
+        bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=sid,
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=[action],
+                resources=shared,
+                conditions=conditions,
+            )
+        )
+
 
 class ArtifactBuckets(Construct):
     def __init__(self, scope: Construct, id: str, *, buckets: BucketsConfig, pruner_role_arn: str) -> None:
@@ -77,9 +94,7 @@ class ArtifactBuckets(Construct):
                 server_access_logs_prefix="models/",
                 lifecycle_rules=[
                     abort_multipart,
-                    s3.LifecycleRule(
-                        id="expire-noncurrent-weights", noncurrent_version_expiration=Duration.days(30)
-                    ),
+                    s3.LifecycleRule(id="expire-noncurrent-weights", noncurrent_version_expiration=Duration.days(30)),
                 ],
             )
         else:

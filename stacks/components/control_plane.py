@@ -65,4 +65,3 @@ class ControlPlane(Construct):
         )
         for index, role_arn in enumerate(cluster.admin_role_arns):
             self.cluster.grant_access(f"Admin{index}", role_arn, [cluster_admin])
-

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import cdk8s
 from aws_cdk import aws_ec2 as ec2
@@ -31,18 +31,31 @@ class GpuNodePool(Construct):
         after: Sequence[Construct] = (),
     ) -> None:
         super().__init__(scope, id)
-        placement = dict(
-            compute=compute,
-            node_role_name=node_role.role_name,
-            subnet_ids=[subnet.subnet_id for subnet in subnets],
-            security_group_ids=[cluster.cluster_security_group_id],
-            tags=tags,
-        )
+        role, subnet_ids = node_role.role_name, [subnet.subnet_id for subnet in subnets]
+        groups = [cluster.cluster_security_group_id]
+        self.chart: AutoModeGpuNodes | KarpenterGpuNodes
         if isinstance(compute, AutoModeCompute):
-            self.chart = AutoModeGpuNodes(charts, "GpuNodes", **placement)
+            self.chart = AutoModeGpuNodes(
+                charts,
+                "GpuNodes",
+                compute=compute,
+                node_role_name=role,
+                subnet_ids=subnet_ids,
+                security_group_ids=groups,
+                tags=tags,
+            )
         else:
-            self.chart = KarpenterGpuNodes(charts, "GpuNodes", **placement, image_preload=image_preload,
-                                           data_volume_snapshot_id=data_volume_snapshot_id)
+            self.chart = KarpenterGpuNodes(
+                charts,
+                "GpuNodes",
+                compute=compute,
+                node_role_name=role,
+                subnet_ids=subnet_ids,
+                security_group_ids=groups,
+                tags=tags,
+                image_preload=image_preload,
+                data_volume_snapshot_id=data_volume_snapshot_id,
+            )
         self.manifest = cluster.add_cdk8s_chart("GpuNodes", self.chart)
         for dependency in after:  # e.g. the Karpenter chart, which installs the CRDs
             self.manifest.node.add_dependency(dependency)

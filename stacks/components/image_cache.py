@@ -10,6 +10,7 @@ from constructs import Construct
 
 from k8s.image_cache import GATE_START_SECONDS, ImageCacheChart
 from stacks.components.agent_image import AgentImage
+from stacks.components.source import cluster_ref
 from warmstart.agent_settings import AGENT_NAMESPACE
 
 # The kubectl provider's handler runs for at most 15 minutes (aws-cdk-lib 2.275 aws-eks-v2 KubectlProvider), and
@@ -25,22 +26,42 @@ class ImageCache(Construct):
     """Exposes `gates`: per serving image, the value a Deployment of that image must depend on."""
 
     def __init__(
-        self, scope: Construct, id: str, *, cluster: eks.Cluster, charts: cdk8s.App, images: list[str],
-        pause_image: str, gate_image: AgentImage, rollout_wait_seconds: int,
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        cluster: eks.Cluster,
+        charts: cdk8s.App,
+        images: list[str],
+        pause_image: str,
+        gate_image: AgentImage,
+        rollout_wait_seconds: int,
     ) -> None:
         super().__init__(scope, id)
         wait = rollout_wait_seconds + GATE_START_SECONDS + 60  # the Job's deadline, and a minute for its status
         if wait > KUBECTL_WAIT_LIMIT_SECONDS:
             raise ValueError(f"a {rollout_wait_seconds} s rollout wait does not fit the kubectl handler's 15 minutes")
-        self.chart = ImageCacheChart(charts, "ImageCache", images=images, pause_image=pause_image,
-                                     gate_image=gate_image.uri, gate_image_revision=gate_image.revision,
-                                     gate_deadline_seconds=rollout_wait_seconds)
+        self.chart = ImageCacheChart(
+            charts,
+            "ImageCache",
+            images=images,
+            pause_image=pause_image,
+            gate_image=gate_image.uri,
+            gate_image_revision=gate_image.revision,
+            gate_deadline_seconds=rollout_wait_seconds,
+        )
         self.manifest = cluster.add_cdk8s_chart("ImageCache", self.chart)
         self.gates: dict[str, eks.KubernetesObjectValue] = {}
         for index, image in enumerate(sorted(self.chart.gate_names)):
             gate = eks.KubernetesObjectValue(
-                self, f"Gate{index}", cluster=cluster, object_type="job", object_name=self.chart.gate_names[image],
-                object_namespace=AGENT_NAMESPACE, json_path=FINISHED, timeout=Duration.seconds(wait),
+                self,
+                f"Gate{index}",
+                cluster=cluster_ref(cluster),
+                object_type="job",
+                object_name=self.chart.gate_names[image],
+                object_namespace=AGENT_NAMESPACE,
+                json_path=FINISHED,
+                timeout=Duration.seconds(wait),
             )
             gate.node.add_dependency(self.manifest)
             self.gates[image] = gate

@@ -13,7 +13,7 @@ them (see lambdas/image_snapshot/build.py).
 from __future__ import annotations
 
 import base64
-from typing import Sequence
+from collections.abc import Sequence
 
 from aws_cdk import CustomResource, Duration, IgnoreMode, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -62,7 +62,9 @@ class ImageSnapshotBuild(Construct):
         stack = Stack.of(self)
         self.parameter_name = snapshot_parameter_name(environment)
         self.builder_role = iam.Role(
-            self, "BuilderRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            self,
+            "BuilderRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=f"warmstart {environment} image snapshot builder: SSM, and Bottlerocket's own host containers",
             managed_policies=[
                 iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"),
@@ -73,7 +75,10 @@ class ImageSnapshotBuild(Construct):
         )
         self.instance_profile = iam.InstanceProfile(self, "BuilderProfile", role=self.builder_role)
         self.security_group = ec2.SecurityGroup(
-            self, "BuilderSecurityGroup", vpc=vpc, allow_all_outbound=True,
+            self,
+            "BuilderSecurityGroup",
+            vpc=vpc,
+            allow_all_outbound=True,
             description="image snapshot builder: no inbound; outbound to registries, SSM and S3",
         )
         self.log_group = logs.LogGroup(self, "Logs", retention=retention_days(90), removal_policy=RemovalPolicy.DESTROY)
@@ -82,21 +87,38 @@ class ImageSnapshotBuild(Construct):
         # Every permission of the workflow is written out in `workflow_statements` (conditions included); the
         # state machine gets the role as immutable, so CDK adds no unconditioned statement per task.
         self.workflow_role = iam.Role(
-            self, "WorkflowRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+            self,
+            "WorkflowRole",
+            assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
             description=f"warmstart {environment} image snapshot workflow: one tagged builder, its snapshot",
         )
-        self.workflow_policy = iam.Policy(self, "WorkflowAccess", roles=[self.workflow_role], statements=workflow_statements(
-            stack=stack, environment=environment, ami_parameter=ami_parameter, subnet_id=subnet.subnet_id,
-            security_group_id=self.security_group.security_group_id, builder_role_arn=self.builder_role.role_arn,
-            parameter_name=self.parameter_name,
-        ))
+        self.workflow_policy = iam.Policy(
+            self,
+            "WorkflowAccess",
+            roles=[self.workflow_role],
+            statements=workflow_statements(
+                stack=stack,
+                environment=environment,
+                ami_parameter=ami_parameter,
+                subnet_id=subnet.subnet_id,
+                security_group_id=self.security_group.security_group_id,
+                builder_role_arn=self.builder_role.role_arn,
+                parameter_name=self.parameter_name,
+            ),
+        )
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
-            definition_body=sfn.DefinitionBody.from_chainable(self._definition(
-                settings=settings, ami_parameter=ami_parameter, subnet=subnet, tags=tags,
-                commands=commands, environment=environment,
-            )),
+            definition_body=sfn.DefinitionBody.from_chainable(
+                self._definition(
+                    settings=settings,
+                    ami_parameter=ami_parameter,
+                    subnet=subnet,
+                    tags=tags,
+                    commands=commands,
+                    environment=environment,
+                )
+            ),
             role=iam.Role.from_role_arn(self, "WorkflowRoleRef", self.workflow_role.role_arn, mutable=False),
             # Past the poll budget (which fails the build and terminates the builder): a last resort only.
             timeout=Duration.minutes(settings.build_timeout_minutes + 5),
@@ -106,69 +128,131 @@ class ImageSnapshotBuild(Construct):
         # Step Functions checks the log delivery permissions when the state machine is created.
         self.state_machine.node.add_dependency(self.workflow_policy)
         self.function_role = iam.Role(
-            self, "ResourceRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            self,
+            "ResourceRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description=f"warmstart {environment} image snapshot resource: start builds, delete its own snapshots",
         )
-        self.function_policy = iam.Policy(self, "ResourceAccess", roles=[self.function_role], statements=[
-            iam.PolicyStatement(sid="RunBuilds", actions=["states:StartExecution", "states:ListExecutions"],
-                                resources=[self.state_machine.state_machine_arn]),
-            iam.PolicyStatement(
-                sid="FollowBuilds", actions=["states:DescribeExecution", "states:StopExecution"],
-                resources=[f"arn:{stack.partition}:states:{stack.region}:{stack.account}:execution:"
-                           f"{self.state_machine.state_machine_name}:*"]),
-            # Describe calls take no resource ARNs (Service Authorization Reference, Amazon EC2).
-            iam.PolicyStatement(sid="FindSnapshotsAndBuilders",
-                                actions=["ec2:DescribeSnapshots", "ec2:DescribeInstances"], resources=["*"]),
-            iam.PolicyStatement(
-                sid="DeleteOwnSnapshots", actions=["ec2:DeleteSnapshot"],
-                resources=[f"arn:{stack.partition}:ec2:{stack.region}::snapshot/*"],
-                conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": environment}}),
-            iam.PolicyStatement(
-                sid="TerminateOwnBuilders", actions=["ec2:TerminateInstances"],
-                resources=[f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:instance/*"],
-                conditions={"StringEquals": {f"aws:ResourceTag/{BUILDER_TAG}": environment}}),
-        ])
+        self.function_policy = iam.Policy(
+            self,
+            "ResourceAccess",
+            roles=[self.function_role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="RunBuilds",
+                    actions=["states:StartExecution", "states:ListExecutions"],
+                    resources=[self.state_machine.state_machine_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="FollowBuilds",
+                    actions=["states:DescribeExecution", "states:StopExecution"],
+                    resources=[
+                        f"arn:{stack.partition}:states:{stack.region}:{stack.account}:execution:"
+                        f"{self.state_machine.state_machine_name}:*"
+                    ],
+                ),
+                # Describe calls take no resource ARNs (Service Authorization Reference, Amazon EC2).
+                iam.PolicyStatement(
+                    sid="FindSnapshotsAndBuilders",
+                    actions=["ec2:DescribeSnapshots", "ec2:DescribeInstances"],
+                    resources=["*"],
+                ),
+                iam.PolicyStatement(
+                    sid="DeleteOwnSnapshots",
+                    actions=["ec2:DeleteSnapshot"],
+                    resources=[f"arn:{stack.partition}:ec2:{stack.region}::snapshot/*"],
+                    conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": environment}},
+                ),
+                iam.PolicyStatement(
+                    sid="TerminateOwnBuilders",
+                    actions=["ec2:TerminateInstances"],
+                    resources=[f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:instance/*"],
+                    conditions={"StringEquals": {f"aws:ResourceTag/{BUILDER_TAG}": environment}},
+                ),
+            ],
+        )
         code = lambda_.Code.from_asset(str(REPOSITORY_ROOT), exclude=FUNCTION_SOURCE, ignore_mode=IgnoreMode.DOCKER)
         functions = {
             name: lambda_.Function(
-                self, name, runtime=lambda_.Runtime.PYTHON_3_14, code=code, role=self.function_role,
-                handler=f"lambdas.image_snapshot.handler.{handler}", timeout=Duration.minutes(2), memory_size=256,
-                log_group=logs.LogGroup(self, f"{name}Logs", retention=retention_days(90),
-                                        removal_policy=RemovalPolicy.DESTROY),
+                self,
+                name,
+                runtime=lambda_.Runtime.PYTHON_3_14,
+                code=code,
+                role=self.function_role,
+                handler=f"lambdas.image_snapshot.handler.{handler}",
+                timeout=Duration.minutes(2),
+                memory_size=256,
+                log_group=logs.LogGroup(
+                    self, f"{name}Logs", retention=retention_days(90), removal_policy=RemovalPolicy.DESTROY
+                ),
             )
             for name, handler in (("OnEvent", "on_event_handler"), ("IsComplete", "is_complete_handler"))
         }
         self.functions = functions
         self.provider = cr.Provider(
-            self, "Provider", on_event_handler=functions["OnEvent"], is_complete_handler=functions["IsComplete"],
+            self,
+            "Provider",
+            on_event_handler=functions["OnEvent"],
+            is_complete_handler=functions["IsComplete"],
             query_interval=Duration.minutes(1),
             disable_waiter_state_machine_logging=False,
-            waiter_state_machine_log_options=cr.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL,
-                                                           include_execution_data=False),
+            waiter_state_machine_log_options=cr.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False
+            ),
             # The state machine's own timeout plus polling slack, within the framework's (and CloudFormation's) hour.
             total_timeout=Duration.minutes(min(60, settings.build_timeout_minutes + 10)),
         )
         self.resource = CustomResource(
-            self, "Resource", service_token=self.provider.service_token,
+            self,
+            "Resource",
+            service_token=self.provider.service_token,
             resource_type="Custom::WarmstartImageSnapshot",
-            properties={"Environment": environment, "ImageSetKey": image_set_key,
-                        "StateMachineArn": self.state_machine.state_machine_arn, "Images": list(images)},
+            properties={
+                "Environment": environment,
+                "ImageSetKey": image_set_key,
+                "StateMachineArn": self.state_machine.state_machine_arn,
+                "Images": list(images),
+            },
         )
         self.resource.node.add_dependency(self.function_policy)
         self.snapshot_id = self.resource.get_att_string("SnapshotId")
 
-    def _definition(self, *, settings: SnapshotSettings, ami_parameter: str, subnet: ec2.ISubnet,
-                    tags: dict[str, str], commands: list[str], environment: str) -> sfn.IChainable:
+    def _definition(
+        self,
+        *,
+        settings: SnapshotSettings,
+        ami_parameter: str,
+        subnet: ec2.ISubnet,
+        tags: dict[str, str],
+        commands: list[str],
+        environment: str,
+    ) -> sfn.IChainable:
         instance_id = sfn.JsonPath.string_at("$.builder.InstanceId")
         instance_ids = sfn.JsonPath.array(instance_id)
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()] + [
-            {"Key": IMAGE_SET_TAG, "Value": sfn.JsonPath.string_at("$.imageSetKey")}]
+            {"Key": IMAGE_SET_TAG, "Value": sfn.JsonPath.string_at("$.imageSetKey")}
+        ]
 
-        def call(id: str, service: str, action: str, parameters: dict, *, result_path: str | None,
-                 selector: dict | None = None) -> tasks.CallAwsService:
+        def call(
+            id: str,
+            service: str,
+            action: str,
+            parameters: dict,
+            *,
+            result_path: str | None,
+            selector: dict | None = None,
+        ) -> tasks.CallAwsService:
             # iam_resources is required by CDK but unused: the role is immutable (see workflow_statements).
-            return tasks.CallAwsService(self, id, service=service, action=action, parameters=parameters,
-                                        iam_resources=["*"], result_path=result_path, result_selector=selector)
+            return tasks.CallAwsService(
+                self,
+                id,
+                service=service,
+                action=action,
+                parameters=parameters,
+                iam_resources=["*"],
+                result_path=result_path,
+                result_selector=selector,
+            )
 
         # One budget of polls for every wait of the build: a hang anywhere (no SSM registration, a stuck stop or
         # snapshot) fails inside the Parallel, whose Catch terminates the builder. The state machine's own
@@ -176,25 +260,46 @@ class ImageSnapshotBuild(Construct):
         poll_budget = build_poll_budget(settings.build_timeout_minutes)
         count = sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.polls.n"), 1)
 
-        def poll(id: str, check: tasks.CallAwsService, done: sfn.Condition, failed: sfn.Condition | None,
-                 then: sfn.IChainable) -> sfn.IChainable:
+        def poll(
+            id: str,
+            check: tasks.CallAwsService,
+            done: sfn.Condition,
+            failed: sfn.Condition | None,
+            then: sfn.IChainable,
+        ) -> sfn.IChainable:
             """Wait, check, and loop until `done`; `failed` and an exhausted poll budget end the build."""
             wait = sfn.Wait(self, f"{id}Wait", time=sfn.WaitTime.duration(POLL))
             counted = sfn.Pass(self, f"{id}Count", parameters={"n": count}, result_path="$.polls")
             choice = sfn.Choice(self, f"{id}Done").when(done, then)  # the first matching rule wins: done first
             if failed is not None:
-                choice.when(failed, sfn.Fail(self, f"{id}Failed", error=f"{id}Failed",
-                                             cause=f"{id}: the step ended in a failed state"))
-            choice.when(sfn.Condition.number_greater_than("$.polls.n", poll_budget),
-                        sfn.Fail(self, f"{id}OutOfTime", error="BuildOutOfTime",
-                                 cause=f"{id}: the build's poll budget ({poll_budget} x {POLL.to_seconds()} s) ran out"))
+                choice.when(
+                    failed,
+                    sfn.Fail(self, f"{id}Failed", error=f"{id}Failed", cause=f"{id}: the step ended in a failed state"),
+                )
+            choice.when(
+                sfn.Condition.number_greater_than("$.polls.n", poll_budget),
+                sfn.Fail(
+                    self,
+                    f"{id}OutOfTime",
+                    error="BuildOutOfTime",
+                    cause=f"{id}: the build's poll budget ({poll_budget} x {POLL.to_seconds()} s) ran out",
+                ),
+            )
             wait.next(check).next(counted).next(choice.otherwise(wait))
             return wait
 
-        resolve_ami = call("ResolveAmi", "ssm", "getParameter", {"Name": ami_parameter},
-                           result_path="$.ami", selector={"ImageId.$": "$.Parameter.Value"})
+        resolve_ami = call(
+            "ResolveAmi",
+            "ssm",
+            "getParameter",
+            {"Name": ami_parameter},
+            result_path="$.ami",
+            selector={"ImageId.$": "$.Parameter.Value"},
+        )
         launch = call(
-            "Launch", "ec2", "runInstances",
+            "Launch",
+            "ec2",
+            "runInstances",
             {
                 "ImageId": sfn.JsonPath.string_at("$.ami.ImageId"),
                 "InstanceType": settings.builder_instance_type,
@@ -207,82 +312,180 @@ class ImageSnapshotBuild(Construct):
                 "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
                 "InstanceInitiatedShutdownBehavior": "terminate",
                 "BlockDeviceMappings": [
-                    {"DeviceName": OS_DEVICE, "Ebs": {"VolumeSize": 4, "VolumeType": "gp3", "Encrypted": True,
-                                                      "DeleteOnTermination": True}},
+                    {
+                        "DeviceName": OS_DEVICE,
+                        "Ebs": {"VolumeSize": 4, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
+                    },
                     # Encrypted here, so the snapshot and every node volume made from it are encrypted.
-                    {"DeviceName": DATA_DEVICE, "Ebs": {
-                        "VolumeSize": settings.data_volume_gib, "VolumeType": "gp3", "Encrypted": True,
-                        "Iops": settings.data_volume_iops, "Throughput": settings.data_volume_throughput_mibps,
-                        "DeleteOnTermination": True}},
+                    {
+                        "DeviceName": DATA_DEVICE,
+                        "Ebs": {
+                            "VolumeSize": settings.data_volume_gib,
+                            "VolumeType": "gp3",
+                            "Encrypted": True,
+                            "Iops": settings.data_volume_iops,
+                            "Throughput": settings.data_volume_throughput_mibps,
+                            "DeleteOnTermination": True,
+                        },
+                    },
                 ],
                 "TagSpecifications": [{"ResourceType": kind, "Tags": tag_list} for kind in BUILDER_RESOURCES],
             },
-            result_path="$.builder", selector={"InstanceId.$": "$.Instances[0].InstanceId"},
+            result_path="$.builder",
+            selector={"InstanceId.$": "$.Instances[0].InstanceId"},
         )
-        online = call("CheckOnline", "ssm", "describeInstanceInformation",
-                      {"Filters": [{"Key": "InstanceIds", "Values": instance_ids}]}, result_path="$.online")
+        online = call(
+            "CheckOnline",
+            "ssm",
+            "describeInstanceInformation",
+            {"Filters": [{"Key": "InstanceIds", "Values": instance_ids}]},
+            result_path="$.online",
+        )
         pull = call(
-            "PullImages", "ssm", "sendCommand",
-            {"DocumentName": "AWS-RunShellScript", "InstanceIds": instance_ids, "TimeoutSeconds": 600,
-             "Comment": f"warmstart {environment}: pull serving images for the image snapshot",
-             "Parameters": {"commands": commands,
-                            "executionTimeout": [str(pull_timeout_seconds(settings.build_timeout_minutes))]}},
-            result_path="$.pull", selector={"CommandId.$": "$.Command.CommandId"},
+            "PullImages",
+            "ssm",
+            "sendCommand",
+            {
+                "DocumentName": "AWS-RunShellScript",
+                "InstanceIds": instance_ids,
+                "TimeoutSeconds": 600,
+                "Comment": f"warmstart {environment}: pull serving images for the image snapshot",
+                "Parameters": {
+                    "commands": commands,
+                    "executionTimeout": [str(pull_timeout_seconds(settings.build_timeout_minutes))],
+                },
+            },
+            result_path="$.pull",
+            selector={"CommandId.$": "$.Command.CommandId"},
         )
-        pulled = call("CheckPull", "ssm", "getCommandInvocation",
-                      {"CommandId": sfn.JsonPath.string_at("$.pull.CommandId"), "InstanceId": instance_id},
-                      result_path="$.pullStatus")
+        pulled = call(
+            "CheckPull",
+            "ssm",
+            "getCommandInvocation",
+            {"CommandId": sfn.JsonPath.string_at("$.pull.CommandId"), "InstanceId": instance_id},
+            result_path="$.pullStatus",
+        )
         # The invocation appears a moment after SendCommand returns.
-        pulled.add_retry(errors=["Ssm.InvocationDoesNotExistException"], interval=Duration.seconds(10),
-                         max_attempts=6, backoff_rate=1.5)
-        stop = call("StopBuilder", "ec2", "stopInstances", {"InstanceIds": instance_ids},
-                    result_path=sfn.JsonPath.DISCARD)
-        stopped = call("CheckStopped", "ec2", "describeInstances", {"InstanceIds": instance_ids},
-                       result_path="$.stopped", selector={"State.$": "$.Reservations[0].Instances[0].State.Name"})
-        find_volume = call(
-            "FindDataVolume", "ec2", "describeVolumes",
-            {"Filters": [{"Name": "attachment.instance-id", "Values": instance_ids},
-                         {"Name": "attachment.device", "Values": [DATA_DEVICE]}]},
-            result_path="$.data", selector={"VolumeId.$": "$.Volumes[0].VolumeId"})
-        snapshot = call(
-            "CreateSnapshot", "ec2", "createSnapshot",
-            {"VolumeId": sfn.JsonPath.string_at("$.data.VolumeId"),
-             "Description": f"warmstart {environment} container images",
-             "TagSpecifications": [{"ResourceType": "snapshot", "Tags": tag_list}]},
-            result_path="$.snapshot", selector={"SnapshotId.$": "$.SnapshotId"},
+        pulled.add_retry(
+            errors=["Ssm.InvocationDoesNotExistException"],
+            interval=Duration.seconds(10),
+            max_attempts=6,
+            backoff_rate=1.5,
         )
-        snapshot_state = call("CheckSnapshot", "ec2", "describeSnapshots",
-                              {"SnapshotIds": sfn.JsonPath.array(sfn.JsonPath.string_at("$.snapshot.SnapshotId"))},
-                              result_path="$.snapshotState", selector={"State.$": "$.Snapshots[0].State"})
-        record = call("Record", "ssm", "putParameter",
-                      {"Name": self.parameter_name, "Type": "String", "Overwrite": True,
-                       "Value": sfn.JsonPath.string_at("$.snapshot.SnapshotId"),
-                       "Description": "the image snapshot warmstart's GPU nodes start from"},
-                      result_path=sfn.JsonPath.DISCARD)
+        stop = call(
+            "StopBuilder", "ec2", "stopInstances", {"InstanceIds": instance_ids}, result_path=sfn.JsonPath.DISCARD
+        )
+        stopped = call(
+            "CheckStopped",
+            "ec2",
+            "describeInstances",
+            {"InstanceIds": instance_ids},
+            result_path="$.stopped",
+            selector={"State.$": "$.Reservations[0].Instances[0].State.Name"},
+        )
+        find_volume = call(
+            "FindDataVolume",
+            "ec2",
+            "describeVolumes",
+            {
+                "Filters": [
+                    {"Name": "attachment.instance-id", "Values": instance_ids},
+                    {"Name": "attachment.device", "Values": [DATA_DEVICE]},
+                ]
+            },
+            result_path="$.data",
+            selector={"VolumeId.$": "$.Volumes[0].VolumeId"},
+        )
+        snapshot = call(
+            "CreateSnapshot",
+            "ec2",
+            "createSnapshot",
+            {
+                "VolumeId": sfn.JsonPath.string_at("$.data.VolumeId"),
+                "Description": f"warmstart {environment} container images",
+                "TagSpecifications": [{"ResourceType": "snapshot", "Tags": tag_list}],
+            },
+            result_path="$.snapshot",
+            selector={"SnapshotId.$": "$.SnapshotId"},
+        )
+        snapshot_state = call(
+            "CheckSnapshot",
+            "ec2",
+            "describeSnapshots",
+            {"SnapshotIds": sfn.JsonPath.array(sfn.JsonPath.string_at("$.snapshot.SnapshotId"))},
+            result_path="$.snapshotState",
+            selector={"State.$": "$.Snapshots[0].State"},
+        )
+        record = call(
+            "Record",
+            "ssm",
+            "putParameter",
+            {
+                "Name": self.parameter_name,
+                "Type": "String",
+                "Overwrite": True,
+                "Value": sfn.JsonPath.string_at("$.snapshot.SnapshotId"),
+                "Description": "the image snapshot warmstart's GPU nodes start from",
+            },
+            result_path=sfn.JsonPath.DISCARD,
+        )
 
-        build = sfn.Parallel(self, "Build", result_path="$.result",
-                             result_selector={"SnapshotId.$": "$[0].snapshot.SnapshotId"})
-        in_progress = sfn.Condition.or_(*(sfn.Condition.string_equals("$.pullStatus.Status", status)
-                                          for status in ("Pending", "InProgress", "Delayed")))
-        after_snapshot = poll("Snapshot", snapshot_state,
-                              sfn.Condition.string_equals("$.snapshotState.State", "completed"),
-                              sfn.Condition.string_equals("$.snapshotState.State", "error"), record)
-        after_stop = poll("Stop", stopped, sfn.Condition.string_equals("$.stopped.State", "stopped"), None,
-                          find_volume.next(snapshot).next(after_snapshot))
-        after_pull = poll("Pull", pulled, sfn.Condition.string_equals("$.pullStatus.Status", "Success"),
-                          sfn.Condition.not_(in_progress), stop.next(after_stop))
+        build = sfn.Parallel(
+            self, "Build", result_path="$.result", result_selector={"SnapshotId.$": "$[0].snapshot.SnapshotId"}
+        )
+        in_progress = sfn.Condition.or_(
+            *(
+                sfn.Condition.string_equals("$.pullStatus.Status", status)
+                for status in ("Pending", "InProgress", "Delayed")
+            )
+        )
+        after_snapshot = poll(
+            "Snapshot",
+            snapshot_state,
+            sfn.Condition.string_equals("$.snapshotState.State", "completed"),
+            sfn.Condition.string_equals("$.snapshotState.State", "error"),
+            record,
+        )
+        after_stop = poll(
+            "Stop",
+            stopped,
+            sfn.Condition.string_equals("$.stopped.State", "stopped"),
+            None,
+            find_volume.next(snapshot).next(after_snapshot),
+        )
+        after_pull = poll(
+            "Pull",
+            pulled,
+            sfn.Condition.string_equals("$.pullStatus.Status", "Success"),
+            sfn.Condition.not_(in_progress),
+            stop.next(after_stop),
+        )
         online_condition = sfn.Condition.and_(
             sfn.Condition.is_present("$.online.InstanceInformationList[0]"),
-            sfn.Condition.string_equals("$.online.InstanceInformationList[0].PingStatus", "Online"))
+            sfn.Condition.string_equals("$.online.InstanceInformationList[0].PingStatus", "Online"),
+        )
         start_budget = sfn.Pass(self, "StartPollBudget", result=sfn.Result.from_object({"n": 0}), result_path="$.polls")
         build.branch(start_budget.next(poll("Online", online, online_condition, None, pull.next(after_pull))))
-        terminate = call("TerminateBuilder", "ec2", "terminateInstances", {"InstanceIds": instance_ids},
-                         result_path=sfn.JsonPath.DISCARD)
-        terminate_after_failure = call("TerminateAfterFailure", "ec2", "terminateInstances",
-                                       {"InstanceIds": instance_ids}, result_path=sfn.JsonPath.DISCARD)
-        build.add_catch(terminate_after_failure.next(sfn.Fail(self, "BuildFailed", error="BuildFailed",
-                                                              cause="see the failed step in the execution history")),
-                        result_path="$.error")
+        terminate = call(
+            "TerminateBuilder",
+            "ec2",
+            "terminateInstances",
+            {"InstanceIds": instance_ids},
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        terminate_after_failure = call(
+            "TerminateAfterFailure",
+            "ec2",
+            "terminateInstances",
+            {"InstanceIds": instance_ids},
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        build.add_catch(
+            terminate_after_failure.next(
+                sfn.Fail(self, "BuildFailed", error="BuildFailed", cause="see the failed step in the execution history")
+            ),
+            result_path="$.error",
+        )
         done = sfn.Succeed(self, "Built", output_path="$.result")
         return resolve_ami.next(launch).next(build).next(terminate).next(done)
 
@@ -302,8 +505,16 @@ def pull_timeout_seconds(build_timeout_minutes: int) -> int:
     return (build_timeout_minutes - 15) * 60
 
 
-def workflow_statements(*, stack: Stack, environment: str, ami_parameter: str, subnet_id: str,
-                        security_group_id: str, builder_role_arn: str, parameter_name: str) -> list[iam.PolicyStatement]:
+def workflow_statements(
+    *,
+    stack: Stack,
+    environment: str,
+    ami_parameter: str,
+    subnet_id: str,
+    security_group_id: str,
+    builder_role_arn: str,
+    parameter_name: str,
+) -> list[iam.PolicyStatement]:
     """Everything the build workflow may do: launch one builder tagged for this environment from a public AMI
     into its own subnet and group, run one command document on it, stop, snapshot and terminate only what
     carries its tag, and record the result."""
@@ -313,46 +524,117 @@ def workflow_statements(*, stack: Stack, environment: str, ami_parameter: str, s
     builder_tag = {"StringEquals": {f"aws:ResourceTag/{BUILDER_TAG}": environment}}
     statement = iam.PolicyStatement
     return [
-        statement(sid="ResolveBottlerocketAmi", actions=["ssm:GetParameter"],
-                  resources=[f"arn:{partition}:ssm:{region}::parameter{ami_parameter}"]),
+        statement(
+            sid="ResolveBottlerocketAmi",
+            actions=["ssm:GetParameter"],
+            resources=[f"arn:{partition}:ssm:{region}::parameter{ami_parameter}"],
+        ),
         # RunInstances names existing resources (the AMI is resolved at run time from AWS's public parameter)
         # and creates others, which must carry the builder tag (EC2 guide, "Grant permission to tag on creation").
-        statement(sid="LaunchFromPublicAmiIntoOwnSubnet", actions=["ec2:RunInstances"],
-                  resources=[f"arn:{partition}:ec2:{region}::image/*", f"{ec2_arn}:subnet/{subnet_id}",
-                             f"{ec2_arn}:security-group/{security_group_id}"]),
-        statement(sid="LaunchTaggedBuilder", actions=["ec2:RunInstances"],
-                  resources=[f"{ec2_arn}:{kind}/*" for kind in BUILDER_RESOURCES],
-                  conditions={"StringEquals": {f"aws:RequestTag/{BUILDER_TAG}": environment}}),
-        statement(sid="TagAtLaunch", actions=["ec2:CreateTags"],
-                  resources=[f"{ec2_arn}:{kind}/*" for kind in BUILDER_RESOURCES],
-                  conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}}),
-        statement(sid="PassBuilderRole", actions=["iam:PassRole"], resources=[builder_role_arn],
-                  conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}),
-        statement(sid="RunShellScriptDocument", actions=["ssm:SendCommand"],
-                  resources=[f"arn:{partition}:ssm:{region}::document/AWS-RunShellScript"]),
+        statement(
+            sid="LaunchFromPublicAmiIntoOwnSubnet",
+            actions=["ec2:RunInstances"],
+            resources=[
+                f"arn:{partition}:ec2:{region}::image/*",
+                f"{ec2_arn}:subnet/{subnet_id}",
+                f"{ec2_arn}:security-group/{security_group_id}",
+            ],
+        ),
+        statement(
+            sid="LaunchTaggedBuilder",
+            actions=["ec2:RunInstances"],
+            resources=[f"{ec2_arn}:{kind}/*" for kind in BUILDER_RESOURCES],
+            conditions={"StringEquals": {f"aws:RequestTag/{BUILDER_TAG}": environment}},
+        ),
+        statement(
+            sid="TagAtLaunch",
+            actions=["ec2:CreateTags"],
+            resources=[f"{ec2_arn}:{kind}/*" for kind in BUILDER_RESOURCES],
+            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+        ),
+        statement(
+            sid="PassBuilderRole",
+            actions=["iam:PassRole"],
+            resources=[builder_role_arn],
+            conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        ),
+        statement(
+            sid="RunShellScriptDocument",
+            actions=["ssm:SendCommand"],
+            resources=[f"arn:{partition}:ssm:{region}::document/AWS-RunShellScript"],
+        ),
         # SSM user guide, "Restricting Run Command access based on tags": ssm:resourceTag on the instance.
-        statement(sid="RunOnOwnBuilderOnly", actions=["ssm:SendCommand"], resources=[f"{ec2_arn}:instance/*"],
-                  conditions={"StringEquals": {f"ssm:resourceTag/{BUILDER_TAG}": environment}}),
+        statement(
+            sid="RunOnOwnBuilderOnly",
+            actions=["ssm:SendCommand"],
+            resources=[f"{ec2_arn}:instance/*"],
+            conditions={"StringEquals": {f"ssm:resourceTag/{BUILDER_TAG}": environment}},
+        ),
         # Describe and invocation reads take no resource ARNs (Service Authorization Reference).
-        statement(sid="FollowProgress", resources=["*"], actions=[
-            "ssm:DescribeInstanceInformation", "ssm:GetCommandInvocation", "ec2:DescribeInstances",
-            "ec2:DescribeVolumes", "ec2:DescribeSnapshots"]),
-        statement(sid="StopAndTerminateOwnBuilder", actions=["ec2:StopInstances", "ec2:TerminateInstances"],
-                  resources=[f"{ec2_arn}:instance/*"], conditions=builder_tag),
-        statement(sid="SnapshotOwnDataVolume", actions=["ec2:CreateSnapshot"], resources=[f"{ec2_arn}:volume/*"],
-                  conditions=builder_tag),
-        statement(sid="CreateTaggedSnapshot", actions=["ec2:CreateSnapshot"], resources=[snapshots],
-                  conditions={"StringEquals": {f"aws:RequestTag/{ENVIRONMENT_TAG}": environment}}),
-        statement(sid="TagAtSnapshot", actions=["ec2:CreateTags"], resources=[snapshots],
-                  conditions={"StringEquals": {"ec2:CreateAction": "CreateSnapshot"}}),
-        statement(sid="RecordSnapshotId", actions=["ssm:PutParameter"],
-                  resources=[f"arn:{partition}:ssm:{region}:{account}:parameter{parameter_name}"]),
+        statement(
+            sid="FollowProgress",
+            resources=["*"],
+            actions=[
+                "ssm:DescribeInstanceInformation",
+                "ssm:GetCommandInvocation",
+                "ec2:DescribeInstances",
+                "ec2:DescribeVolumes",
+                "ec2:DescribeSnapshots",
+            ],
+        ),
+        statement(
+            sid="StopAndTerminateOwnBuilder",
+            actions=["ec2:StopInstances", "ec2:TerminateInstances"],
+            resources=[f"{ec2_arn}:instance/*"],
+            conditions=builder_tag,
+        ),
+        statement(
+            sid="SnapshotOwnDataVolume",
+            actions=["ec2:CreateSnapshot"],
+            resources=[f"{ec2_arn}:volume/*"],
+            conditions=builder_tag,
+        ),
+        statement(
+            sid="CreateTaggedSnapshot",
+            actions=["ec2:CreateSnapshot"],
+            resources=[snapshots],
+            conditions={"StringEquals": {f"aws:RequestTag/{ENVIRONMENT_TAG}": environment}},
+        ),
+        statement(
+            sid="TagAtSnapshot",
+            actions=["ec2:CreateTags"],
+            resources=[snapshots],
+            conditions={"StringEquals": {"ec2:CreateAction": "CreateSnapshot"}},
+        ),
+        statement(
+            sid="RecordSnapshotId",
+            actions=["ssm:PutParameter"],
+            resources=[f"arn:{partition}:ssm:{region}:{account}:parameter{parameter_name}"],
+        ),
         # What Step Functions needs for its own logs and traces (Step Functions guide, "IAM policies for logging
         # to CloudWatch Logs" and "X-Ray"); these APIs take no resource ARNs.
-        statement(sid="DeliverLogs", resources=["*"], actions=[
-            "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery",
-            "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:DescribeResourcePolicies",
-            "logs:DescribeLogGroups"]),
-        statement(sid="Trace", resources=["*"], actions=[
-            "xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets"]),
+        statement(
+            sid="DeliverLogs",
+            resources=["*"],
+            actions=[
+                "logs:CreateLogDelivery",
+                "logs:GetLogDelivery",
+                "logs:UpdateLogDelivery",
+                "logs:DeleteLogDelivery",
+                "logs:ListLogDeliveries",
+                "logs:PutResourcePolicy",
+                "logs:DescribeResourcePolicies",
+                "logs:DescribeLogGroups",
+            ],
+        ),
+        statement(
+            sid="Trace",
+            resources=["*"],
+            actions=[
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+            ],
+        ),
     ]

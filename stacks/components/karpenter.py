@@ -6,6 +6,8 @@ every EC2 write is scoped to resources tagged for this cluster and a NodePool.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -16,6 +18,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.components.pod_identity import PodIdentity
+from stacks.components.source import cluster_ref
 from warmstart.config import SystemNodeGroup
 
 KARPENTER_NAMESPACE = "kube-system"
@@ -42,7 +45,7 @@ class SystemNodes(Construct):
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
-            cluster=cluster,
+            cluster=cluster_ref(cluster),
             instance_types=[ec2.InstanceType(group.instance_type)],
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             min_size=group.min_size,
@@ -74,7 +77,7 @@ class KarpenterController(Construct):
         self.node_access = eks.AccessEntry(
             self,
             "NodeAccess",
-            cluster=cluster,
+            cluster=cluster_ref(cluster),
             principal=self.node_role.role_arn,
             access_entry_type=eks.AccessEntryType.EC2_LINUX,
             access_policies=[],
@@ -118,9 +121,17 @@ class KarpenterController(Construct):
         # The CRDs from their own chart: Helm installs a chart's crds/ once and never upgrades them, so a version
         # bump of the controller chart alone would run the new controller on old CRDs (Karpenter v1.14 upgrade
         # guide: "we recommend using the independent karpenter-crd chart to manage CRDs").
-        pinned = {"version": version, "namespace": KARPENTER_NAMESPACE, "create_namespace": False, "wait": True}
+        pinned: dict[str, Any] = {
+            "version": version,
+            "namespace": KARPENTER_NAMESPACE,
+            "create_namespace": False,
+            "wait": True,
+        }
         self.crds = cluster.add_helm_chart(
-            "KarpenterCrd", chart="karpenter-crd", repository=KARPENTER_CRD_CHART_REPOSITORY, release="karpenter-crd",
+            "KarpenterCrd",
+            chart="karpenter-crd",
+            repository=KARPENTER_CRD_CHART_REPOSITORY,
+            release="karpenter-crd",
             **pinned,
         )
         self.chart = cluster.add_helm_chart(
@@ -354,4 +365,3 @@ class NvidiaDevicePlugin(Construct):
                 },
             },
         )
-

@@ -3,7 +3,7 @@ Identity) and its Kubernetes objects, applied by the cluster's kubectl provider 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import cdk8s
 from aws_cdk import aws_eks_v2 as eks
@@ -11,6 +11,7 @@ from constructs import Construct
 
 from k8s.vllm_model import SERVICE_ACCOUNT, VllmModel
 from stacks.components.pod_identity import ModelReader
+from stacks.components.source import cluster_ref
 from warmstart.workload import ModelPlan
 
 
@@ -41,8 +42,9 @@ class ModelWorkload(Construct):
         self.chart = VllmModel(cdk8s.App(), model.name, plan=plan)
         # What Cluster.add_cdk8s_chart does, with this construct as the scope (so the manifest lives in this
         # stack); prune labels as the cluster's other manifests have them.
-        self.manifest = eks.KubernetesManifest(self, "Manifest", cluster=cluster, manifest=self.chart.to_json(),
-                                               prune=True)
+        self.manifest = eks.KubernetesManifest(
+            self, "Manifest", cluster=cluster_ref(cluster), manifest=self.chart.to_json(), prune=True
+        )
         # Pods start with their credentials in place and a GPU pool to land on; a new image is on the GPU nodes
         # (or its bounded wait is over) before the Deployment rolls to it.
         self.manifest.node.add_dependency(self.reader.identity.association, *after)

@@ -57,4 +57,3 @@ class WarmstartVpc(Construct):
             Tags.of(subnet).add("kubernetes.io/role/internal-elb", "1")
         for subnet in self.vpc.public_subnets:
             Tags.of(subnet).add("kubernetes.io/role/elb", "1")
-

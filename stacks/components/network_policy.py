@@ -15,6 +15,8 @@ import json
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from stacks.components.source import cluster_ref
+
 
 class NetworkPolicySupport(Construct):
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, auto_mode: bool) -> None:
@@ -26,14 +28,16 @@ class NetworkPolicySupport(Construct):
             self.config_map = eks.KubernetesManifest(
                 self,
                 "NetworkPolicyController",
-                cluster=cluster,
+                cluster=cluster_ref(cluster),
                 overwrite=True,
-                manifest=[{
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": "amazon-vpc-cni", "namespace": "kube-system"},
-                    "data": {"enable-network-policy-controller": "true"},
-                }],
+                manifest=[
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "amazon-vpc-cni", "namespace": "kube-system"},
+                        "data": {"enable-network-policy-controller": "true"},
+                    }
+                ],
             )
         else:
             self.addon = eks.CfnAddon(

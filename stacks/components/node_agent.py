@@ -15,6 +15,7 @@ from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, Age
 from warmstart.cache_key import KEY_ROOT
 from warmstart.scale import prefix_groups
 
+
 def agent_statements(bucket_name: str) -> list[iam.PolicyStatement]:
     """Read and create under compile-cache/ only, never delete (the bucket policy leaves that to the pruner);
     abort its own failed multipart uploads; list for 404s."""
@@ -67,7 +68,7 @@ class NodeAgent(Construct):
             )
         # Managed policies, a group of models each (warmstart.scale): a role's inline policies share 10,240
         # characters in all, while each managed policy holds 6,144 and a role takes 10.
-        prefixes = [model.weights.prefix for model in settings.weights_models]
+        prefixes = [model.weights_cache.prefix for model in settings.weights_models]
         self.weights_policies = [
             iam.ManagedPolicy(
                 self,
@@ -91,4 +92,3 @@ class NodeAgent(Construct):
         self.manifest.node.add_dependency(
             self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies
         )
-

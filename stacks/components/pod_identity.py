@@ -7,6 +7,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from stacks.components.source import cluster_ref
 
 
 class PodIdentity(Construct):
@@ -17,7 +18,7 @@ class PodIdentity(Construct):
         scope: Construct,
         id: str,
         *,
-        cluster: eks.ICluster,
+        cluster: eks.Cluster,
         namespace: str,
         service_account: str,
         description: str,
@@ -29,13 +30,17 @@ class PodIdentity(Construct):
         self.role = iam.Role(
             self,
             "Role",
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags().with_conditions({
-                "StringEquals": {
-                    "aws:RequestTag/eks-cluster-arn": cluster.cluster_arn,
-                    "aws:RequestTag/kubernetes-namespace": namespace,
-                    "aws:RequestTag/kubernetes-service-account": service_account,
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com")
+            .with_session_tags()
+            .with_conditions(
+                {
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-arn": cluster.cluster_arn,
+                        "aws:RequestTag/kubernetes-namespace": namespace,
+                        "aws:RequestTag/kubernetes-service-account": service_account,
+                    }
                 }
-            }),
+            ),
             description=description,
         )
         self.association = eks.CfnPodIdentityAssociation(
@@ -82,13 +87,16 @@ class ModelReader(Construct):
         )
 
 
-def model_read_statements(bucket_name: str, prefix: str | list[str], kms_key_arn: str | None) -> list[iam.PolicyStatement]:
+def model_read_statements(
+    bucket_name: str, prefix: str | list[str], kms_key_arn: str | None
+) -> list[iam.PolicyStatement]:
     """GetObject (also HEAD and ranged GETs) under the prefix(es), and listing of those prefixes only."""
     bucket_arn = f"arn:aws:s3:::{bucket_name}"
     prefixes = [prefix] if isinstance(prefix, str) else prefix
     statements = [
-        iam.PolicyStatement(sid="ReadModelObjects", actions=["s3:GetObject"],
-                            resources=[f"{bucket_arn}/{p}*" for p in prefixes]),
+        iam.PolicyStatement(
+            sid="ReadModelObjects", actions=["s3:GetObject"], resources=[f"{bucket_arn}/{p}*" for p in prefixes]
+        ),
         iam.PolicyStatement(
             sid="ListModelPrefix",
             actions=["s3:ListBucket"],
@@ -108,10 +116,9 @@ def model_read_statements(bucket_name: str, prefix: str | list[str], kms_key_arn
     return statements
 
 
-
 class PodIdentityAgent(Construct):
     """The EKS add-on that hands out Pod Identity credentials (built into Auto Mode, added elsewhere)."""
 
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster) -> None:
         super().__init__(scope, id)
-        self.addon = eks.Addon(self, "Addon", cluster=cluster, addon_name="eks-pod-identity-agent")
+        self.addon = eks.Addon(self, "Addon", cluster=cluster_ref(cluster), addon_name="eks-pod-identity-agent")

@@ -53,7 +53,7 @@ class CompileCachePruner(Construct):
                 parameter_name=active_set_part_name(active_set_name, part),
                 string_value=document,
                 description="compile-cache keys the current models can produce; the pruner never deletes them"
-                            + (f" (part {part})" if part > 1 else ""),
+                + (f" (part {part})" if part > 1 else ""),
                 tier=ssm.ParameterTier.STANDARD if len(document) <= STANDARD_LIMIT else ssm.ParameterTier.ADVANCED,
             )
             for part, document in enumerate(active_set_documents, start=1)
@@ -66,9 +66,7 @@ class CompileCachePruner(Construct):
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
         )
-        self.log_group = logs.LogGroup(
-            self, "Logs", retention=retention_days(90), removal_policy=RemovalPolicy.DESTROY
-        )
+        self.log_group = logs.LogGroup(self, "Logs", retention=retention_days(90), removal_policy=RemovalPolicy.DESTROY)
         parameters = [active_set_name, *policy.extra_active_set_parameters]
         self.role = iam.Role(
             self,
@@ -106,9 +104,16 @@ class CompileCachePruner(Construct):
         own = [active_set_part_name(active_set_name, part) for part in range(1, len(active_set_documents) + 1)]
         # Another environment's set may have parts too (<name>-2, ...): their number is only known at run time.
         shared = [name for extra in policy.extra_active_set_parameters for name in (extra, f"{extra}-*")]
-        self.policy = iam.Policy(self, "Access", roles=[self.role], statements=pruner_statements(
-            bucket_name=bucket_name, parameter_arns=[f"{parameter_arn}{name}" for name in [*own, *shared]],
-            log_group_arn=self.log_group.log_group_arn))
+        self.policy = iam.Policy(
+            self,
+            "Access",
+            roles=[self.role],
+            statements=pruner_statements(
+                bucket_name=bucket_name,
+                parameter_arns=[f"{parameter_arn}{name}" for name in [*own, *shared]],
+                log_group_arn=self.log_group.log_group_arn,
+            ),
+        )
         self.scheduler_role = iam.Role(
             self,
             "SchedulerRole",
@@ -119,22 +124,34 @@ class CompileCachePruner(Construct):
             self,
             "Schedule",
             schedule=scheduler.ScheduleExpression.expression(policy.schedule),
-            target=scheduler_targets.LambdaInvoke(self.function, role=self.scheduler_role,
-                                                  dead_letter_queue=self.dead_letters, retry_attempts=2),
+            target=scheduler_targets.LambdaInvoke(
+                self.function, role=self.scheduler_role, dead_letter_queue=self.dead_letters, retry_attempts=2
+            ),
             description=f"prune stale compile-cache keys of {environment}",
         )
         self.alarms = [
-            _alarm_on_any(self, "FailedRun", self.function.metric_errors(period=Duration.hours(1)),
-                          "A pruning run failed (it deleted nothing it had not decided on; see its logs)."),
-            _alarm_on_any(self, "DeadLetter",
-                          self.dead_letters.metric_approximate_number_of_messages_visible(period=Duration.hours(1)),
-                          "A pruning run could not be invoked or failed asynchronously."),
+            _alarm_on_any(
+                self,
+                "FailedRun",
+                self.function.metric_errors(period=Duration.hours(1)),
+                "A pruning run failed (it deleted nothing it had not decided on; see its logs).",
+            ),
+            _alarm_on_any(
+                self,
+                "DeadLetter",
+                self.dead_letters.metric_approximate_number_of_messages_visible(period=Duration.hours(1)),
+                "A pruning run could not be invoked or failed asynchronously.",
+            ),
             _alarm_on_any(
                 self,
                 "ActiveSetUnavailable",
-                cloudwatch.Metric(namespace=METRIC_NAMESPACE, metric_name="active_set_unavailable",
-                                  dimensions_map={"Environment": environment}, statistic="Sum",
-                                  period=Duration.hours(1)),
+                cloudwatch.Metric(
+                    namespace=METRIC_NAMESPACE,
+                    metric_name="active_set_unavailable",
+                    dimensions_map={"Environment": environment},
+                    statistic="Sum",
+                    period=Duration.hours(1),
+                ),
                 "The pruner found no readable active set and deleted nothing (fail closed).",
             ),
         ]
@@ -152,6 +169,7 @@ def _alarm_on_any(scope: Construct, id: str, metric: cloudwatch.IMetric, descrip
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         alarm_description=description,
     )
+
 
 def pruner_statements(*, bucket_name: str, parameter_arns: list[str], log_group_arn: str) -> list[iam.PolicyStatement]:
     bucket_arn = f"arn:aws:s3:::{bucket_name}"

@@ -1,8 +1,12 @@
-"""The repository's own source as asset content: the Lambda code and the agent image's build context."""
+"""The repository's own source as asset content (the Lambda code and the agent image's build context), and a
+typing bridge for the cluster."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
+
+from aws_cdk import aws_eks_v2 as eks
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 
@@ -10,3 +14,9 @@ REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 def only(*folders: str) -> list[str]:
     """Docker-style exclude patterns that keep just these top-level folders (no bytecode caches)."""
     return ["*", *(f"!{folder}" for folder in folders), "**/__pycache__"]
+
+
+def cluster_ref(cluster: eks.Cluster) -> eks.ICluster:
+    """The cluster as the ICluster it is: jsii's Python typing of aws-cdk-lib 2.275 leaves kubectl_provider_options
+    off Cluster, so mypy cannot see that Cluster implements ICluster."""
+    return cast(eks.ICluster, cluster)

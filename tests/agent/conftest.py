@@ -34,16 +34,32 @@ def publish_as(store, layout, clock, log, key=H100_KEY, node="node-a"):
     """The agent's publish of FACTORS' configuration from one node."""
     from agent.compile_cache import publish
 
-    return publish(store=store, layout=layout, key=key, model=FACTORS.model, fingerprint=FACTORS.fingerprint(),
-                   node=node, clock=clock, log=log)
+    return publish(
+        store=store,
+        layout=layout,
+        key=key,
+        model=FACTORS.model,
+        fingerprint=FACTORS.fingerprint(),
+        node=node,
+        clock=clock,
+        log=log,
+    )
 
 
 def restore_as(store, layout, clock, log, key=H100_KEY, node="node-b"):
     """The agent's restore of FACTORS' configuration on one node."""
     from agent.compile_cache import restore
 
-    return restore(store=store, layout=layout, key=key, model=FACTORS.model, fingerprint=FACTORS.fingerprint(),
-                   node=node, clock=clock, log=log)
+    return restore(
+        store=store,
+        layout=layout,
+        key=key,
+        model=FACTORS.model,
+        fingerprint=FACTORS.fingerprint(),
+        node=node,
+        clock=clock,
+        log=log,
+    )
 
 
 class Clock:
@@ -57,7 +73,9 @@ class Clock:
         self.now += seconds
 
 
-def fill_compile_cache(folder: Path, *, seed: int = 1, large_bytes: int = 0, vllm_hash: int | None = None) -> dict[str, bytes]:
+def fill_compile_cache(
+    folder: Path, *, seed: int = 1, large_bytes: int = 0, vllm_hash: int | None = None
+) -> dict[str, bytes]:
     """A tree shaped like vLLM's: Inductor sources, Triton binaries, vLLM's per-rank graph folder. Its vLLM
     hash folder is named by `vllm_hash` (by `seed` when not given): two nodes of one configuration compile
     the same folder name with their own bytes."""
@@ -80,11 +98,7 @@ def fill_compile_cache(folder: Path, *, seed: int = 1, large_bytes: int = 0, vll
 
 
 def read_tree(folder: Path) -> dict[str, bytes]:
-    return {
-        str(path.relative_to(folder)): path.read_bytes()
-        for path in sorted(folder.rglob("*"))
-        if path.is_file()
-    }
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 @pytest.fixture

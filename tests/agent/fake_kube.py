@@ -51,11 +51,17 @@ class FakeCluster:
             node = query["fieldSelector"].removeprefix("spec.nodeName=")
             wanted = dict(pair.split("=") for pair in query["labelSelector"].split(","))
             items = [
-                p for p in self.pods
+                p
+                for p in self.pods
                 if p["spec"]["nodeName"] == node and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())
             ]
             return 200, {"items": copy.deepcopy(items)}
-        if parts[:3] == ["apis", "apps", "v1"] and parts[3] == "namespaces" and parts[5] == "daemonsets" and method == "GET":
+        if (
+            parts[:3] == ["apis", "apps", "v1"]
+            and parts[3] == "namespaces"
+            and parts[5] == "daemonsets"
+            and method == "GET"
+        ):
             daemon_set = self.daemon_sets.get((parts[4], parts[6]))
             if daemon_set is None:
                 return 404, {"message": f'daemonsets.apps "{parts[6]}" not found'}

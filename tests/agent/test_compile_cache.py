@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-
 from agent.archive import REDACTED
 from agent.compile_cache import MANIFEST_VERSION, local_hash_dirs, publish
 from agent.s3_store import CacheStore
@@ -17,8 +16,8 @@ from tests.agent.conftest import (
     L40S_KEY,
     fill_compile_cache,
     node_layout,
-    publish_as,
     pruner_deletes,
+    publish_as,
     read_tree,
     restore_as,
 )
@@ -166,7 +165,9 @@ def test_server_stopped_mid_download_leaves_nothing(tmp_path, clock, log):
                 return super().download(key, destination, size, on_part=lambda _: server.kill())
 
         layout = node_layout(tmp_path, "b")
-        outcome = _restore(DyingServerStore(server.client(), bucket, part_bytes=5 * 2**20, threads=1), layout, clock, log)
+        outcome = _restore(
+            DyingServerStore(server.client(), bucket, part_bytes=5 * 2**20, threads=1), layout, clock, log
+        )
         assert outcome.status == "failed"
         _assert_nothing_partial(layout)
     finally:
@@ -203,8 +204,16 @@ def test_two_publishers_racing_leave_one_consistent_cache(tmp_path, store, clock
     results = {}
 
     def run(node, layout):
-        results[node] = publish(store=racing, layout=layout, key=H100_KEY, model=MODEL, fingerprint=FINGERPRINT,
-                                node=node, clock=clock, log=log)
+        results[node] = publish(
+            store=racing,
+            layout=layout,
+            key=H100_KEY,
+            model=MODEL,
+            fingerprint=FINGERPRINT,
+            node=node,
+            clock=clock,
+            log=log,
+        )
 
     threads = [threading.Thread(target=run, args=args) for args in (("node-a", node_a), ("node-b", node_b))]
     for thread in threads:
@@ -283,7 +292,9 @@ def test_a_node_with_more_hash_folders_adds_a_manifest_and_restores_take_the_lar
     assert _publish(store, node_a, clock, log).status == "exists"  # covered by the larger one
     assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
     assert local_hash_dirs(node_c, MODEL, FINGERPRINT) == [
-        "torch_compile_cache/00000001", "torch_compile_cache/00000002"]
+        "torch_compile_cache/00000001",
+        "torch_compile_cache/00000002",
+    ]
 
 
 def test_node_specific_files_stay_home_and_secrets_are_redacted(tmp_path, store, clock, log):
@@ -319,10 +330,19 @@ class WithoutListBucket:
             try:
                 return method(**kwargs)
             except ClientError as error:
-                if error.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound", "PreconditionFailed") and \
-                        not self._client.list_objects_v2(Bucket=kwargs["Bucket"], Prefix=kwargs["Key"]).get("Contents"):
-                    raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
-                                       "ResponseMetadata": {"HTTPStatusCode": 403}}, name) from error
+                if error.response["Error"]["Code"] in (
+                    "404",
+                    "NoSuchKey",
+                    "NotFound",
+                    "PreconditionFailed",
+                ) and not self._client.list_objects_v2(Bucket=kwargs["Bucket"], Prefix=kwargs["Key"]).get("Contents"):
+                    raise ClientError(
+                        {
+                            "Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                            "ResponseMetadata": {"HTTPStatusCode": 403},
+                        },
+                        name,
+                    ) from error
                 raise
 
         return denied_instead_of_missing

@@ -32,7 +32,9 @@ class Clock:
 class PrePull:
     """A new pre-pull DaemonSet on `nodes` GPU nodes whose image pulls finish at the given times."""
 
-    def __init__(self, cluster: FakeCluster, clock: Clock, pulled_at: list[float], *, observed_after: float = 5) -> None:
+    def __init__(
+        self, cluster: FakeCluster, clock: Clock, pulled_at: list[float], *, observed_after: float = 5
+    ) -> None:
         self.cluster, self.clock, self.pulled_at, self.observed_after = cluster, clock, pulled_at, observed_after
         self.update()
 
@@ -41,9 +43,14 @@ class PrePull:
         status = {"observedGeneration": 1 if observed else 0}
         if observed:
             ready = sum(t <= self.clock.now for t in self.pulled_at)
-            status |= {"desiredNumberScheduled": len(self.pulled_at), "currentNumberScheduled": len(self.pulled_at),
-                       "updatedNumberScheduled": len(self.pulled_at), "numberReady": ready,
-                       "numberAvailable": ready, "numberUnavailable": len(self.pulled_at) - ready}
+            status |= {
+                "desiredNumberScheduled": len(self.pulled_at),
+                "currentNumberScheduled": len(self.pulled_at),
+                "updatedNumberScheduled": len(self.pulled_at),
+                "numberReady": ready,
+                "numberAvailable": ready,
+                "numberUnavailable": len(self.pulled_at) - ready,
+            }
         self.cluster.daemon_sets[(NAMESPACE, NAME)] = {"metadata": {"name": NAME, "generation": 1}, "status": status}
 
 
@@ -56,8 +63,9 @@ def run_gate(cluster: FakeCluster, clock: Clock, prepull: PrePull | None, deadli
             prepull.update()
         return api.daemon_set(NAMESPACE, NAME)
 
-    outcome = await_image(read, clock=clock, sleep=clock.sleep, deadline_seconds=deadline, poll_seconds=10,
-                          log=EventLog(clock, stream))
+    outcome = await_image(
+        read, clock=clock, sleep=clock.sleep, deadline_seconds=deadline, poll_seconds=10, log=EventLog(clock, stream)
+    )
     return outcome, [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
@@ -67,15 +75,23 @@ def test_the_gate_opens_once_every_gpu_node_has_pulled_the_image():
     outcome, events = run_gate(cluster, clock, prepull, deadline=600)
     assert outcome == "ready"
     assert 240 <= clock.now < 250  # the first poll after the slowest node's pull
-    assert events[-1] | {"time": 0} == {"time": 0, "event": "image-gate", "outcome": "ready", "desired": 3,
-                                        "ready": 3, "waited_s": clock.now}
+    assert events[-1] | {"time": 0} == {
+        "time": 0,
+        "event": "image-gate",
+        "outcome": "ready",
+        "desired": 3,
+        "ready": 3,
+        "waited_s": clock.now,
+    }
     assert cluster.requests[0].path == f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/{NAME}"
 
 
 def test_a_status_for_the_previous_spec_is_not_taken_as_ready():
     # Right after the apply the controller has not observed the new DaemonSet: no counts, or stale ones.
-    stale = {"metadata": {"generation": 2}, "status": {"observedGeneration": 1, "desiredNumberScheduled": 2,
-                                                       "updatedNumberScheduled": 2, "numberReady": 2}}
+    stale = {
+        "metadata": {"generation": 2},
+        "status": {"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberReady": 2},
+    }
     assert not Progress.of(stale).complete
     assert not Progress.of({"metadata": {"generation": 1}, "status": {}}).complete
 
@@ -104,8 +120,14 @@ def test_an_unreachable_api_or_a_missing_daemon_set_is_retried_then_let_go():
     assert "404" in events[-1]["reason"]
 
 
-@pytest.mark.parametrize("argv", [[], ["--namespace=x", "--daemon-set=y", "--deadline-seconds=0"],
-                                  ["--namespace=x", "--daemon-set=y", "--deadline-seconds=60", "--poll-seconds=-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--namespace=x", "--daemon-set=y", "--deadline-seconds=0"],
+        ["--namespace=x", "--daemon-set=y", "--deadline-seconds=60", "--poll-seconds=-1"],
+    ],
+)
 def test_bad_arguments_are_refused(argv):
     with pytest.raises(SystemExit) as exited:
         parse_args(argv)

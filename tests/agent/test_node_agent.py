@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 from agent.kube import KubeApi
 from agent.node_agent import NodeAgent
@@ -22,7 +23,9 @@ def _settings(bucket: str) -> AgentSettings:
 
 
 def _agent(settings, store, cluster, layout, node, clock, log) -> NodeAgent:
-    return NodeAgent(settings=settings, node=node, store=store, kube=KubeApi(cluster), layout=layout, clock=clock, log=log)
+    return NodeAgent(
+        settings=settings, node=node, store=store, kube=KubeApi(cluster), layout=layout, clock=clock, log=log
+    )
 
 
 def test_first_node_compiles_publishes_second_node_restores(tmp_path, s3_server, bucket, clock, log):
@@ -80,8 +83,15 @@ def test_pod_of_an_older_configuration_is_not_published(tmp_path, s3_server, buc
 
 def test_last_use_is_recorded_at_most_once_per_interval(tmp_path, s3_server, bucket, clock, log):
     agent, store, cluster, model = _agent_with_compiled_cache(tmp_path, s3_server, bucket, clock, log)
-    cluster.pods.append(vllm_pod(name="p", node="node-a", model=model.name,
-                                 host_path=f"/c/{model.name}/{model.compile.fingerprint}", ready=True))
+    cluster.pods.append(
+        vllm_pod(
+            name="p",
+            node="node-a",
+            model=model.name,
+            host_path=f"/c/{model.name}/{model.compile.fingerprint}",
+            ready=True,
+        )
+    )
     agent.tick()  # publishes, records use
     key = agent.models[model.name].key
     first = store.get_json(key.last_use_key)["time"]
@@ -126,9 +136,17 @@ def _weights_agent(tmp_path, s3_server, clock, log, settings, cluster, node="nod
         log=log,
         reserve_bytes=0,
     )
-    agent = NodeAgent(settings=settings, node=node, store=CacheStore(client, settings.bucket), kube=KubeApi(cluster),
-                      layout=node_layout(tmp_path, node), clock=clock, log=log, weights=weights,
-                      records=PodRecords(tmp_path / node / "pods"))
+    agent = NodeAgent(
+        settings=settings,
+        node=node,
+        store=CacheStore(client, settings.bucket),
+        kube=KubeApi(cluster),
+        layout=node_layout(tmp_path, node),
+        clock=clock,
+        log=log,
+        weights=weights,
+        records=PodRecords(tmp_path / node / "pods"),
+    )
     return agent, weights
 
 
@@ -151,17 +169,24 @@ def _upload(client, bucket, prefix, body: bytes):
 
 
 def _iso(epoch: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def _record(tmp_path, node, pod_uid, model, **fields):
     """What the pod's entry step writes (agent/vllm_entry.py) into the node's records folder."""
     from agent.vllm_entry import write_record
 
-    record = {"version": 1, "pod": {"uid": pod_uid, "name": pod_uid, "namespace": model}, "model": model,
-              "phase": "started", "started_at": 0, "boot": "b1", **fields}
+    record = {
+        "version": 1,
+        "pod": {"uid": pod_uid, "name": pod_uid, "namespace": model},
+        "model": model,
+        "phase": "started",
+        "started_at": 0,
+        "boot": "b1",
+        **fields,
+    }
     write_record(tmp_path / node / "pods", pod_uid, record)
 
 
@@ -233,8 +258,14 @@ def test_a_crash_looping_pod_holds_downloads_back_once_not_forever(tmp_path, s3_
     model = settings.models[0]
     cluster.pods.append(vllm_pod(name="p1", node="node-a", model=model.name, host_path="/x", ready=False))
     for restart in range(5):  # each container start writes a new record (another boot id)
-        _record(tmp_path, "node-a", "uid-p1", model.name, boot=f"b{restart}",
-                weights={"source": "s3", "key": None, "reason": ""})
+        _record(
+            tmp_path,
+            "node-a",
+            "uid-p1",
+            model.name,
+            boot=f"b{restart}",
+            weights={"source": "s3", "key": None, "reason": ""},
+        )
         agent.tick()
         monotonic.advance(150)
     assert agent.streaming_from_s3() == set()  # 750 s after it first streamed, restarts or not
@@ -277,7 +308,8 @@ def test_a_removed_model_loses_its_labels_pointer_and_node_data(tmp_path, s3_ser
 
 
 def test_an_agent_started_on_a_full_disk_writes_every_marker_it_can_and_keeps_going(
-        tmp_path, s3_server, bucket, clock, log, small_disk):
+    tmp_path, s3_server, bucket, clock, log, small_disk
+):
     from agent.layout import NodeCacheLayout
 
     settings = _settings(bucket)
@@ -307,8 +339,15 @@ def test_folders_of_older_configurations_go_once_no_pod_mounts_them(tmp_path, s3
     old = agent.layout.config_dir(model.name, "0123456789abcdef")
     fill_compile_cache(old / "cache")
     agent.layout.mark_done(model.name, "0123456789abcdef", {"status": "restored"})
-    cluster.pods.append(vllm_pod(name="old", node="node-a", model=model.name, ready=True,
-                                 host_path=f"/mnt/k8s-disks/0/compile-cache/{model.name}/0123456789abcdef"))
+    cluster.pods.append(
+        vllm_pod(
+            name="old",
+            node="node-a",
+            model=model.name,
+            ready=True,
+            host_path=f"/mnt/k8s-disks/0/compile-cache/{model.name}/0123456789abcdef",
+        )
+    )
     assert agent.cleanup() == []  # a pod of the older configuration still runs on it
     cluster.pods.clear()
     assert agent.cleanup() == [f"{model.name}/0123456789abcdef"]

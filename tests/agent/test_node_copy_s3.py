@@ -199,8 +199,11 @@ def test_many_connections_at_once_are_all_accepted(copy):
 def test_delimited_listing_pages_through_folders_without_repeats_or_gaps(copy):
     server, files = copy
     prefixes, keys = [], []
-    for page in client(server).get_paginator("list_objects_v2").paginate(
-            Bucket="models", Prefix="llama/", Delimiter="/", PaginationConfig={"PageSize": 1}):
+    for page in (
+        client(server)
+        .get_paginator("list_objects_v2")
+        .paginate(Bucket="models", Prefix="llama/", Delimiter="/", PaginationConfig={"PageSize": 1})
+    ):
         prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
         keys += [o["Key"] for o in page.get("Contents", [])]
     assert prefixes == ["llama/shards/", "llama/tokenizer/"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -17,8 +17,8 @@ from tests.agent.conftest import (
     H100_KEY,
     fill_compile_cache,
     node_layout,
-    publish_as,
     pruner_deletes,
+    publish_as,
     restore_as,
 )
 from tests.lambdas.helpers import PARAMETER, StandInSsm, all_keys, assert_no_manifest_without_archive
@@ -48,7 +48,7 @@ def test_a_publish_paused_between_archive_and_manifest_keeps_its_archive(tmp_pat
 
     class PrunerRunsMeanwhile(CacheStore):
         def put_json_if_absent(self, key, document):
-            summaries.append(run(_pruner(self, []), _settings(), lambda: datetime.now(timezone.utc), lambda r: None))
+            summaries.append(run(_pruner(self, []), _settings(), lambda: datetime.now(UTC), lambda r: None))
             return super().put_json_if_absent(key, document)
 
     paused = PrunerRunsMeanwhile(store._s3, store.bucket, part_bytes=store.part_bytes, threads=store.threads)
@@ -56,10 +56,7 @@ def test_a_publish_paused_between_archive_and_manifest_keeps_its_archive(tmp_pat
     assert outcome.status == "published"
     assert summaries[0].kept_recent == 1 and summaries[0].deleted_objects == 0  # the fresh archive is a use
     assert_no_manifest_without_archive(store._s3, store.bucket)
-    assert (
-        restore_as(store, node_b, clock, log).status
-        == "restored"
-    )
+    assert restore_as(store, node_b, clock, log).status == "restored"
 
 
 @pytest.mark.parametrize("active", [False, True])
@@ -76,16 +73,13 @@ def test_an_archive_no_manifest_names_is_collected_and_the_named_one_stays(tmp_p
     summary = run(
         _pruner(store, [H100_KEY.prefix] if active else []),
         _settings(),
-        lambda: datetime.now(timezone.utc),
+        lambda: datetime.now(UTC),
         lambda r: None,
     )
     assert summary.orphans_deleted == 1
     remaining = all_keys(store._s3, store.bucket)
     assert crashed_loser not in remaining and named in remaining
-    assert (
-        restore_as(store, node_b, clock, log).status
-        == "restored"
-    )
+    assert restore_as(store, node_b, clock, log).status == "restored"
 
 
 def test_a_manifest_whose_archive_is_gone_is_removed_by_the_pruner(tmp_path, store, clock, log):
@@ -96,6 +90,6 @@ def test_a_manifest_whose_archive_is_gone_is_removed_by_the_pruner(tmp_path, sto
     pruner_deletes(store, store.get_json(name)["archive"])  # what the old pruner left behind
     time.sleep(2.5)
     store.put_json(H100_KEY.last_use_key, {"node": "node-a", "time": 1})
-    summary = run(_pruner(store, [H100_KEY.prefix]), _settings(), lambda: datetime.now(timezone.utc), lambda r: None)
+    summary = run(_pruner(store, [H100_KEY.prefix]), _settings(), lambda: datetime.now(UTC), lambda r: None)
     assert summary.repaired_manifests == 1
     assert all_keys(store._s3, store.bucket) == {H100_KEY.last_use_key}

@@ -50,8 +50,12 @@ def upload_model(server: SeaweedS3, bucket: str, *, seed: int = 1, big_mb: int =
     put("config.json", b'{"architectures": ["LlamaForCausalLM"]}', algorithm="CRC32", multipart=False)
     put("empty.txt", b"", algorithm=None, multipart=False)
     for index in range(40):
-        put(f"tokenizer/part-{index:02d}.json", rng.randbytes(rng.randint(100, 20_000)), algorithm="CRC64NVME",
-            multipart=False)
+        put(
+            f"tokenizer/part-{index:02d}.json",
+            rng.randbytes(rng.randint(100, 20_000)),
+            algorithm="CRC64NVME",
+            multipart=False,
+        )
     return files
 
 
@@ -178,6 +182,7 @@ def test_object_changed_during_the_download_is_refused(tmp_path, s3_server, mode
                 if not changed:
                     changed.append(True)
                     client.put_object(Bucket=bucket, Key=PREFIX + "model-00001.safetensors", Body=b"replaced")
+
             return super().download_all(items, destination, prefix, on_bytes=change_once)
 
     cache = make_cache(tmp_path / "weights", client, bucket, clock, log)
@@ -189,8 +194,9 @@ def test_object_changed_during_the_download_is_refused(tmp_path, s3_server, mode
 
 def test_disk_full_leaves_nothing(s3_server, model_bucket, clock, log, small_disk):
     bucket, _ = model_bucket
-    cache = make_cache(small_disk / "weights", s3_server.client(), bucket, clock, log,
-                       free_bytes=lambda path: 10**12)  # the free-space check is fooled: the write fails for real
+    cache = make_cache(
+        small_disk / "weights", s3_server.client(), bucket, clock, log, free_bytes=lambda path: 10**12
+    )  # the free-space check is fooled: the write fails for real
     outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
     assert outcome.status == "failed" and "No space left" in outcome.reason
     assert_nothing_partial(cache, outcome.key)
@@ -268,8 +274,12 @@ def test_weights_key_covers_names_sizes_and_etags():
 
     base = [ListedObject("p/a", 1, "e1"), ListedObject("p/b", 2, "e2")]
     assert weights_key(base, "p/") == weights_key(list(reversed(base)), "p/")
-    for changed in ([ListedObject("p/a", 1, "e9"), base[1]], [ListedObject("p/a", 3, "e1"), base[1]],
-                    [ListedObject("p/c", 1, "e1"), base[1]], base[:1]):
+    for changed in (
+        [ListedObject("p/a", 1, "e9"), base[1]],
+        [ListedObject("p/a", 3, "e1"), base[1]],
+        [ListedObject("p/c", 1, "e1"), base[1]],
+        base[:1],
+    ):
         assert weights_key(changed, "p/") != weights_key(base, "p/")
     assert weights_key(base, "p/") == weights_key([ListedObject("q/a", 1, "e1"), ListedObject("q/b", 2, "e2")], "q/")
 
@@ -290,7 +300,8 @@ def test_every_download_path_verifies_and_reproduces_the_bytes(tmp_path, s3_serv
 
 
 def test_a_crash_between_retiring_and_removing_the_pointer_leaves_the_copy_recorded(
-        tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
+    tmp_path, s3_server, model_bucket, clock, log, monkeypatch
+):
     bucket, _ = model_bucket
     cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log)
     key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key

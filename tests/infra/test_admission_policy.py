@@ -16,8 +16,7 @@ AGENT = "system:serviceaccount:warmstart-system:warmstart-agent"
 NODE = {
     "metadata": {
         "name": "node-a",
-        "labels": {"kubernetes.io/arch": "amd64", "karpenter.sh/nodepool": "gpu",
-                   "weights.warmstart.io/qwen": "ready"},
+        "labels": {"kubernetes.io/arch": "amd64", "karpenter.sh/nodepool": "gpu", "weights.warmstart.io/qwen": "ready"},
         "annotations": {"karpenter.sh/nodepool-hash": "123"},
         "finalizers": ["karpenter.sh/termination"],
         "ownerReferences": [{"kind": "NodeClaim", "name": "gpu-abc"}],

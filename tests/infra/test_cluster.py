@@ -1,7 +1,6 @@
 import json
 
 from k8s.image_cache import GATE_SERVICE_ACCOUNT
-
 from tests.manifests import deployed_manifests, helm_charts, of_kind
 
 ALL_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
@@ -90,7 +89,8 @@ def test_karpenter_mode_installs_pinned_charts_after_its_identity(prod):
     assert "warmstart-prod" in json.dumps(karpenter["Values"])
     assert charts["nvidia-device-plugin"]["Version"] == prod.config.compute.nvidia_device_plugin_version
     karpenter_resource = next(
-        r for r in template["Resources"].values()
+        r
+        for r in template["Resources"].values()
         if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Release"] == "karpenter"
     )
     depends = " ".join(karpenter_resource["DependsOn"])
@@ -101,9 +101,7 @@ def test_karpenter_mode_installs_pinned_charts_after_its_identity(prod):
 
 def test_karpenter_interruption_queue_and_rules(prod):
     template = prod.template("cluster")
-    template.has_resource_properties(
-        "AWS::SQS::Queue", {"MessageRetentionPeriod": 300, "SqsManagedSseEnabled": True}
-    )
+    template.has_resource_properties("AWS::SQS::Queue", {"MessageRetentionPeriod": 300, "SqsManagedSseEnabled": True})
     template.resource_count_is("AWS::Events::Rule", 5)
     for detail in (
         "AWS Health Event",
@@ -137,12 +135,11 @@ def test_karpenter_writes_are_scoped_to_this_clusters_tags(prod):
     ]
     statements = {s["Sid"]: s for d in documents for s in d["Statement"]}
     for sid in ("AllowScopedEC2LaunchTemplateAccessActions", "AllowScopedDeletion", "AllowScopedResourceTagging"):
-        assert statements[sid]["Condition"]["StringEquals"][
-            "aws:ResourceTag/kubernetes.io/cluster/warmstart-prod"
-        ] == "owned"
-    assert statements["AllowRegionalReadActions"]["Condition"] == {
-        "StringEquals": {"aws:RequestedRegion": "us-east-1"}
-    }
+        assert (
+            statements[sid]["Condition"]["StringEquals"]["aws:ResourceTag/kubernetes.io/cluster/warmstart-prod"]
+            == "owned"
+        )
+    assert statements["AllowRegionalReadActions"]["Condition"] == {"StringEquals": {"aws:RequestedRegion": "us-east-1"}}
     assert "KarpenterNodeRole" in json.dumps(statements["AllowPassingInstanceRole"]["Resource"])
     assert statements["AllowPassingInstanceRole"]["Action"] == "iam:PassRole"
 
@@ -161,8 +158,9 @@ def test_every_model_gets_a_pod_identity_without_irsa_annotation(shipped):
         assert "eks.amazonaws.com/role-arn" not in json.dumps(account)
         template = templates[account["metadata"]["namespace"]]
         if account["metadata"]["name"] == GATE_SERVICE_ACCOUNT:  # reads DaemonSet status only: no AWS identity
-            associations = template.find_resources("AWS::EKS::PodIdentityAssociation", {"Properties": {
-                "ServiceAccount": GATE_SERVICE_ACCOUNT}})
+            associations = template.find_resources(
+                "AWS::EKS::PodIdentityAssociation", {"Properties": {"ServiceAccount": GATE_SERVICE_ACCOUNT}}
+            )
             assert associations == {}
             continue
         template.has_resource_properties(
@@ -216,7 +214,9 @@ def test_model_readers_get_read_only_access_to_their_own_prefix(shipped):
             },
         )
     readers = [
-        r for m in shipped.config.models for k, r in shipped.model_template_json(m.name)["Resources"].items()
+        r
+        for m in shipped.config.models
+        for k, r in shipped.model_template_json(m.name)["Resources"].items()
         if r["Type"] == "AWS::IAM::Policy" and "ReadModel" in k
     ]
     assert len(readers) == len(shipped.config.models)
@@ -227,7 +227,8 @@ def test_admin_roles_get_cluster_admin_access_entries(prod):
     entries = [
         r["Properties"]
         for r in template["Resources"].values()
-        if r["Type"] == "AWS::EKS::AccessEntry" and r["Properties"]["PrincipalArn"] in prod.config.cluster.admin_role_arns
+        if r["Type"] == "AWS::EKS::AccessEntry"
+        and r["Properties"]["PrincipalArn"] in prod.config.cluster.admin_role_arns
     ]
     assert len(entries) == len(prod.config.cluster.admin_role_arns)
     for entry in entries:
@@ -250,17 +251,19 @@ def test_auto_mode_cluster_role_may_put_the_node_class_tags_on_what_it_launches(
     assert node_class["spec"]["tags"] == dev.config.tags != {}
     policies = {k: r for k, r in _resources(dev, "AWS::IAM::Policy").items() if k.startswith("AutoModeCustomTags")}
     ((policy_id, policy),) = policies.items()
-    (cluster_role,) = [k for k, r in _resources(dev, "AWS::IAM::Role").items()
-                       if "eks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
-                       and "ControlPlane" in k]
+    (cluster_role,) = [
+        k
+        for k, r in _resources(dev, "AWS::IAM::Role").items()
+        if "eks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"]) and "ControlPlane" in k
+    ]
     assert policy["Properties"]["Roles"] == [{"Ref": cluster_role}]
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert set(statements) == {"Compute", "Storage", "Networking", "RetagThisClustersResources"}
     retag = statements.pop("RetagThisClustersResources")  # a changed `tags` setting updates running resources
     assert retag["Action"] == ["ec2:CreateTags", "ec2:DeleteTags"]
-    assert retag["Condition"] == {"StringEquals": {
-        "aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
-    }}
+    assert retag["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"}
+    }
     assert statements["Compute"]["Action"] == ["ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:RunInstances"]
     assert statements["Storage"]["Action"] == ["ec2:CreateSnapshot", "ec2:CreateVolume"]
     assert statements["Networking"]["Action"] == "ec2:CreateNetworkInterface"
@@ -269,7 +272,9 @@ def test_auto_mode_cluster_role_may_put_the_node_class_tags_on_what_it_launches(
             "aws:RequestTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
         }
     # The pool launches only once the permission is there.
-    (gpu_nodes,) = [r for k, r in dev.template_json("cluster")["Resources"].items() if k.startswith("ControlPlaneClusterGpuNodes")]
+    (gpu_nodes,) = [
+        r for k, r in dev.template_json("cluster")["Resources"].items() if k.startswith("ControlPlaneClusterGpuNodes")
+    ]
     assert policy_id in gpu_nodes["DependsOn"]
 
 
@@ -294,8 +299,11 @@ def test_network_policies_are_enforced_in_either_mode(shipped):
         # EKS user guide, "Use Network Policies with EKS Auto Mode": the ConfigMap, and the NodeClass setting.
         (config_map,) = [m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"] == "amazon-vpc-cni"]
         assert config_map["metadata"]["namespace"] == "kube-system"
-        (applied,) = [r for r in _resources(shipped, "Custom::AWSCDK-EKS-KubernetesResource").values()
-                      if "amazon-vpc-cni" in json.dumps(r["Properties"]["Manifest"])]
+        (applied,) = [
+            r
+            for r in _resources(shipped, "Custom::AWSCDK-EKS-KubernetesResource").values()
+            if "amazon-vpc-cni" in json.dumps(r["Properties"]["Manifest"])
+        ]
         assert applied["Properties"]["Overwrite"] is True  # applied over one that may exist, not created
         assert config_map["data"] == {"enable-network-policy-controller": "true"}
         (node_class,) = of_kind(manifests, "NodeClass")
@@ -323,8 +331,11 @@ def test_karpenter_crds_come_from_their_own_chart_before_the_controller(prod):
 def test_pod_identity_roles_trust_only_their_cluster_namespace_and_service_account(shipped):
     """Defect 8: the session tags Pod Identity sets (EKS user guide, "Pod Identity ... session tags")."""
     (cluster_id,) = _resources(shipped, "AWS::EKS::Cluster")
-    roles = {k: r["Properties"] for k, r in _resources(shipped, "AWS::IAM::Role").items()
-             if "pods.eks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])}
+    roles = {
+        k: r["Properties"]
+        for k, r in _resources(shipped, "AWS::IAM::Role").items()
+        if "pods.eks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
+    }
     associations = [r["Properties"] for r in _resources(shipped, "AWS::EKS::PodIdentityAssociation").values()]
     assert len(roles) == len(associations)
     for association in associations:
@@ -332,20 +343,25 @@ def test_pod_identity_roles_trust_only_their_cluster_namespace_and_service_accou
         (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
         assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
         assert statement["Action"] == ["sts:AssumeRole", "sts:TagSession"]
-        assert statement["Condition"] == {"StringEquals": {
-            "aws:RequestTag/eks-cluster-arn": {"Fn::GetAtt": [cluster_id, "Arn"]},
-            "aws:RequestTag/kubernetes-namespace": association["Namespace"],
-            "aws:RequestTag/kubernetes-service-account": association["ServiceAccount"],
-        }}
+        assert statement["Condition"] == {
+            "StringEquals": {
+                "aws:RequestTag/eks-cluster-arn": {"Fn::GetAtt": [cluster_id, "Arn"]},
+                "aws:RequestTag/kubernetes-namespace": association["Namespace"],
+                "aws:RequestTag/kubernetes-service-account": association["ServiceAccount"],
+            }
+        }
     for model in shipped.config.models:  # the models' roles, in their own stacks, trust the same way
         resources = shipped.model_template_json(model.name)["Resources"]
         (role,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::IAM::Role"]
-        (association,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::EKS::PodIdentityAssociation"]
+        (association,) = [
+            r["Properties"] for r in resources.values() if r["Type"] == "AWS::EKS::PodIdentityAssociation"
+        ]
         (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
         condition = statement["Condition"]["StringEquals"]
         # The cluster stack's cluster ARN, read from its outputs (cross-stack reference).
         assert condition["aws:RequestTag/eks-cluster-arn"]["Fn::GetStackOutput"]["StackName"] == (
-            shipped.stacks.cluster.stack_name)
+            shipped.stacks.cluster.stack_name
+        )
         assert (condition["aws:RequestTag/kubernetes-namespace"], association["Namespace"]) == (model.name, model.name)
         assert condition["aws:RequestTag/kubernetes-service-account"] == association["ServiceAccount"]
 
@@ -371,8 +387,13 @@ def test_node_replacement_takes_one_node_at_a_time_within_a_bounded_grace(shippe
         spread = deployment["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
         if replicas > 1:
             by_key = {c["topologyKey"]: c["whenUnsatisfiable"] for c in spread}
-            assert by_key == {"kubernetes.io/hostname": "DoNotSchedule", "topology.kubernetes.io/zone": "ScheduleAnyway"}
-            assert all(c["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"] for c in spread)
+            assert by_key == {
+                "kubernetes.io/hostname": "DoNotSchedule",
+                "topology.kubernetes.io/zone": "ScheduleAnyway",
+            }
+            assert all(
+                c["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"] for c in spread
+            )
         else:
             (model,) = [m for m in shipped.config.models if m.name == deployment["metadata"]["namespace"]]
             assert model.allow_single_replica_downtime  # accepted explicitly, or refused at synth

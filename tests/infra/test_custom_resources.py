@@ -12,7 +12,9 @@ from tests.manifests import of_kind
 
 
 def validate_custom(manifest: dict) -> None:
-    jsonschema.validate(manifest, custom_schema(manifest["apiVersion"], manifest["kind"]), cls=jsonschema.Draft202012Validator)
+    jsonschema.validate(
+        manifest, custom_schema(manifest["apiVersion"], manifest["kind"]), cls=jsonschema.Draft202012Validator
+    )
 
 
 def test_schemas_name_their_upstream_source():

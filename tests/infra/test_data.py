@@ -13,9 +13,12 @@ def test_every_bucket_is_encrypted_private_retained_and_aborts_multipart(shipped
         props = bucket["Properties"]
         assert bucket["DeletionPolicy"] == "Retain", logical_id
         assert bucket["UpdateReplacePolicy"] == "Retain", logical_id
-        assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"][
-            "SSEAlgorithm"
-        ] == "AES256"
+        assert (
+            props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"][
+                "SSEAlgorithm"
+            ]
+            == "AES256"
+        )
         assert props["PublicAccessBlockConfiguration"] == {
             "BlockPublicAcls": True,
             "BlockPublicPolicy": True,
@@ -70,8 +73,11 @@ def test_existing_model_bucket_is_referenced_not_created(prod):
 
 def _compile_cache_denials(synthesized) -> dict[str, dict]:
     template = synthesized.template_json("data")
-    (policy,) = [r for k, r in template["Resources"].items()
-                 if r["Type"] == "AWS::S3::BucketPolicy" and k.startswith("BucketsCompileCache")]
+    (policy,) = [
+        r
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::S3::BucketPolicy" and k.startswith("BucketsCompileCache")
+    ]
     return {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"] if "Sid" in s}
 
 
@@ -85,17 +91,23 @@ def test_compile_cache_objects_are_created_once_and_deleted_only_by_the_pruner(s
     "Enforce conditional writes on Amazon S3 buckets": s3:if-none-match, s3:ObjectCreationOperation)."""
     denials = _compile_cache_denials(shipped)
     create_once = denials["CreateCacheObjectsOnlyIfAbsent"]
-    assert (create_once["Effect"], create_once["Action"], create_once["Principal"]) == ("Deny", "s3:PutObject",
-                                                                                        {"AWS": "*"})
-    assert create_once["Condition"] == {"Null": {"s3:if-none-match": "true"},
-                                        "Bool": {"s3:ObjectCreationOperation": "true"}}
+    assert (create_once["Effect"], create_once["Action"], create_once["Principal"]) == (
+        "Deny",
+        "s3:PutObject",
+        {"AWS": "*"},
+    )
+    assert create_once["Condition"] == {
+        "Null": {"s3:if-none-match": "true"},
+        "Bool": {"s3:ObjectCreationOperation": "true"},
+    }
     only_pruner = denials["OnlyThePrunerDeletesCacheObjects"]
     assert (only_pruner["Effect"], only_pruner["Action"]) == ("Deny", "s3:DeleteObject")
     pruner_role = f"arn:aws:iam::{shipped.config.account}:role/warmstart-{shipped.config.name}-cache-pruner"
     assert only_pruner["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": pruner_role}}
     # The pruner stack names its role exactly so.
-    roles = [r["Properties"] for r in shipped.template_json("pruner")["Resources"].values()
-             if r["Type"] == "AWS::IAM::Role"]
+    roles = [
+        r["Properties"] for r in shipped.template_json("pruner")["Resources"].values() if r["Type"] == "AWS::IAM::Role"
+    ]
     assert pruner_role.rsplit("/", 1)[1] in [r.get("RoleName") for r in roles]
     for statement in (create_once, only_pruner):
         assert _object_patterns(statement) == ["compile-cache/*/archive-*", "compile-cache/*/manifest-*"]
@@ -120,8 +132,11 @@ def _denied(denials: dict, action: str, key: str, context: dict) -> bool:
     for statement in denials.values():
         if statement["Action"] != action or not any(fnmatch.fnmatchcase(key, p) for p in _object_patterns(statement)):
             continue
-        if all(condition_holds(op, name, expected) for op, pairs in statement["Condition"].items()
-               for name, expected in pairs.items()):
+        if all(
+            condition_holds(op, name, expected)
+            for op, pairs in statement["Condition"].items()
+            for name, expected in pairs.items()
+        ):
             return True
     return False
 
@@ -134,14 +149,28 @@ def test_the_bucket_policy_admits_create_once_and_refuses_overwrites(dev):
     put = {"aws:PrincipalArn": agent, "s3:ObjectCreationOperation": "true"}
     cases = {
         # (action, object, request context): denied?
-        "manifest created only if absent": ("s3:PutObject", f"{key}/manifest-aa.json", {**put, "s3:if-none-match": "*"}, False),
+        "manifest created only if absent": (
+            "s3:PutObject",
+            f"{key}/manifest-aa.json",
+            {**put, "s3:if-none-match": "*"},
+            False,
+        ),
         "manifest overwritten": ("s3:PutObject", f"{key}/manifest-aa.json", put, True),
         "archive overwritten": ("s3:PutObject", f"{key}/archive-1.tar", put, True),
-        "a part of a create-only multipart upload": ("s3:PutObject", f"{key}/archive-1.tar",
-                                                     {**put, "s3:ObjectCreationOperation": "false"}, False),
+        "a part of a create-only multipart upload": (
+            "s3:PutObject",
+            f"{key}/archive-1.tar",
+            {**put, "s3:ObjectCreationOperation": "false"},
+            False,
+        ),
         "last-use.json rewritten on every use": ("s3:PutObject", f"{key}/last-use.json", put, False),
         "a node deleting a manifest": ("s3:DeleteObject", f"{key}/manifest-aa.json", {"aws:PrincipalArn": agent}, True),
-        "the pruner deleting an archive": ("s3:DeleteObject", f"{key}/archive-1.tar", {"aws:PrincipalArn": pruner}, False),
+        "the pruner deleting an archive": (
+            "s3:DeleteObject",
+            f"{key}/archive-1.tar",
+            {"aws:PrincipalArn": pruner},
+            False,
+        ),
     }
     outcomes = {name: _denied(denials, action, obj, context) for name, (action, obj, context, _) in cases.items()}
     assert outcomes == {name: expected for name, (*_, expected) in cases.items()}

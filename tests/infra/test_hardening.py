@@ -20,14 +20,21 @@ def _workloads(synthesized) -> list[dict]:
 def _departures(workload: dict) -> set[str]:
     """The KubeLinter checks and Checkov ids the workload states it departs from, each with a reason."""
     annotations = workload["metadata"].get("annotations", {})
-    linter = {k.removeprefix("ignore-check.kube-linter.io/"): v for k, v in annotations.items()
-              if k.startswith("ignore-check.kube-linter.io/")}
+    linter = {
+        k.removeprefix("ignore-check.kube-linter.io/"): v
+        for k, v in annotations.items()
+        if k.startswith("ignore-check.kube-linter.io/")
+    }
     checkov = dict(v.split("=", 1) for k, v in annotations.items() if k.startswith("checkov.io/skip"))
     assert all(len(reason) > 20 for reason in [*linter.values(), *checkov.values()])
     # Stated for both scanners where both have the check (Checkov 3 and KubeLinter 0.8 check ids).
-    for check, ids in (("run-as-non-root", {"CKV_K8S_23", "CKV_K8S_40"}), ("no-read-only-root-fs", {"CKV_K8S_22"}),
-                       ("no-liveness-probe", {"CKV_K8S_8"}), ("no-readiness-probe", {"CKV_K8S_9"}),
-                       ("unset-cpu-requirements", {"CKV_K8S_11"})):
+    for check, ids in (
+        ("run-as-non-root", {"CKV_K8S_23", "CKV_K8S_40"}),
+        ("no-read-only-root-fs", {"CKV_K8S_22"}),
+        ("no-liveness-probe", {"CKV_K8S_8"}),
+        ("no-readiness-probe", {"CKV_K8S_9"}),
+        ("unset-cpu-requirements", {"CKV_K8S_11"}),
+    ):
         assert (check in linter) == (ids <= set(checkov)), (workload["metadata"]["name"], check)
     return set(linter) | set(checkov)
 
@@ -122,8 +129,11 @@ def test_host_paths_carry_their_reason_and_weights_are_mounted_read_only(shipped
 @pytest.fixture
 def network_policies(shipped) -> dict[str, dict]:
     manifests = shipped.manifests()
-    return {p["metadata"]["namespace"]: p for p in of_kind(manifests, "NetworkPolicy")
-            if p["metadata"]["namespace"] != "warmstart-system"}
+    return {
+        p["metadata"]["namespace"]: p
+        for p in of_kind(manifests, "NetworkPolicy")
+        if p["metadata"]["namespace"] != "warmstart-system"
+    }
 
 
 def test_one_network_policy_per_model_admits_only_its_clients_on_the_serving_port(shipped, network_policies):
@@ -142,8 +152,11 @@ def test_one_network_policy_per_model_admits_only_its_clients_on_the_serving_por
         (peer,) = rule["from"]
         (expression,) = peer["namespaceSelector"]["matchExpressions"]
         clients = plan_model(model, shipped.config, default_catalog()).client_namespaces
-        assert expression == {"key": "kubernetes.io/metadata.name", "operator": "In",
-                              "values": sorted({model.name, *clients})}
+        assert expression == {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "In",
+            "values": sorted({model.name, *clients}),
+        }
         assert clients == sorted(shipped.config.serving.client_namespaces)  # no model overrides them here
 
 

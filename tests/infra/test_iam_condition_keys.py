@@ -23,16 +23,19 @@ def _conditioned_statements(node) -> list[dict]:
 
 
 def test_every_condition_key_is_one_its_actions_carry(every_env):
-    statements = [s for path in every_env.template_paths()
-                  for s in _conditioned_statements(json.loads(path.read_text()))]
+    statements = [
+        s for path in every_env.template_paths() for s in _conditioned_statements(json.loads(path.read_text()))
+    ]
     assert len(statements) > 5
     problems = {problem for statement in statements for problem in unsupported_keys(statement)}
     assert not problems, sorted(problems)
 
 
 def test_the_check_catches_the_pruners_old_multipart_statement():
-    old = {"Action": ["s3:ListBucket", "s3:ListBucketMultipartUploads"],
-           "Condition": {"StringLike": {"s3:prefix": ["compile-cache/*"]}}}
+    old = {
+        "Action": ["s3:ListBucket", "s3:ListBucketMultipartUploads"],
+        "Condition": {"StringLike": {"s3:prefix": ["compile-cache/*"]}},
+    }
     assert unsupported_keys(old) == ["s3:ListBucketMultipartUploads: s3:prefix"]
     assert unsupported_keys({"Action": "sqs:SendMessage", "Condition": {"StringEquals": {"sqs:Unknown": "x"}}}) == [
         "sqs:SendMessage: sqs:Unknown"

@@ -36,13 +36,22 @@ def test_one_gate_job_per_image_waits_for_its_pre_pull_daemon_set(shipped):
         (container,) = pod["containers"]
         assert container["command"] == ["python", "-m", "agent.image_gate"]
         image = job["metadata"]["annotations"]["warmstart.io/image"]
-        assert container["args"] == ["--namespace=warmstart-system", f"--daemon-set={image_cache_name(image)}",
-                                     f"--deadline-seconds={deadline}"]
+        assert container["args"] == [
+            "--namespace=warmstart-system",
+            f"--daemon-set={image_cache_name(image)}",
+            f"--deadline-seconds={deadline}",
+        ]
         assert ".dkr.ecr." in container["image"]  # the agent image
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
     (role,) = [r for r in of_kind(manifests, "Role") if r["metadata"]["name"] == GATE_SERVICE_ACCOUNT]
-    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"],
-                              "resourceNames": sorted(image_cache_name(i) for i in images)}]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["daemonsets"],
+            "verbs": ["get"],
+            "resourceNames": sorted(image_cache_name(i) for i in images),
+        }
+    ]
 
 
 def test_each_deployment_rolls_only_after_its_images_gate(shipped):
@@ -55,7 +64,10 @@ def test_each_deployment_rolls_only_after_its_images_gate(shipped):
         props = gate["Properties"]
         # Any True condition (Complete, or Failed past activeDeadlineSeconds) releases the deploy.
         assert (props["ObjectType"], props["ObjectNamespace"], props["JsonPath"]) == (
-            "job", "warmstart-system", '.status.conditions[?(@.status=="True")].type')
+            "job",
+            "warmstart-system",
+            '.status.conditions[?(@.status=="True")].type',
+        )
         assert props["ObjectName"] in names
         assert job_deadline < int(props["TimeoutSeconds"]) <= 13 * 60  # inside one kubectl handler invocation
     # Each model's workload (in its own stack, deployed after the cluster stack) waits for its image's gate.
@@ -68,9 +80,16 @@ def test_gate_job_name_changes_with_anything_in_the_job(shipped):
     from k8s.image_cache import ImageCacheChart
 
     def names(**change) -> dict:
-        props = dict(images=["vllm/vllm-openai:v0.21.0"], pause_image="registry.k8s.io/pause:3.10",
-                     gate_image="123.dkr.ecr.us-west-2.amazonaws.com/a:1", gate_image_revision="r1",
-                     gate_deadline_seconds=600) | change
+        props = (
+            dict(
+                images=["vllm/vllm-openai:v0.21.0"],
+                pause_image="registry.k8s.io/pause:3.10",
+                gate_image="123.dkr.ecr.us-west-2.amazonaws.com/a:1",
+                gate_image_revision="r1",
+                gate_deadline_seconds=600,
+            )
+            | change
+        )
         return cdk8s_names(ImageCacheChart, props)
 
     base = names()
@@ -113,25 +132,35 @@ def test_snapshot_mode_boots_bottlerocket_from_the_built_snapshot_without_hiding
 
 def test_the_node_class_names_the_snapshot_the_custom_resource_returns(snapshot_env):
     template = snapshot_env.template_json("cluster")
-    (resource_id, resource), = _resources(template, "Custom::WarmstartImageSnapshot").items()
+    ((resource_id, resource),) = _resources(template, "Custom::WarmstartImageSnapshot").items()
     assert resource["Properties"]["ImageSetKey"] == image_set_key(snapshot_env.config)
     assert resource["Properties"]["Images"] == snapshot_images(snapshot_env.config)
-    node_classes = [r for r in _resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
-                    if "EC2NodeClass" in json.dumps(r["Properties"]["Manifest"])]
+    node_classes = [
+        r
+        for r in _resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
+        if "EC2NodeClass" in json.dumps(r["Properties"]["Manifest"])
+    ]
     (manifest,) = [json.dumps(r["Properties"]["Manifest"]) for r in node_classes]
     assert json.dumps({"Fn::GetAtt": [resource_id, "SnapshotId"]}) in manifest
 
 
 def test_snapshot_mode_puts_the_caches_on_bottlerockets_array(snapshot_env):
     manifests = snapshot_env.manifests()
-    paths = [v["hostPath"]["path"] for d in of_kind(manifests, "Deployment")
-             for v in d["spec"]["template"]["spec"]["volumes"] if "hostPath" in v]
+    paths = [
+        v["hostPath"]["path"]
+        for d in of_kind(manifests, "Deployment")
+        for v in d["spec"]["template"]["spec"]["volumes"]
+        if "hostPath" in v
+    ]
     assert paths and all(p.startswith("/mnt/.ephemeral/") for p in paths)
 
 
 def _state_machine(template: dict) -> dict:
-    (machine,) = [r for r in _resources(template, "AWS::StepFunctions::StateMachine").values()
-                  if "Launch" in json.dumps(r["Properties"]["DefinitionString"])]
+    (machine,) = [
+        r
+        for r in _resources(template, "AWS::StepFunctions::StateMachine").values()
+        if "Launch" in json.dumps(r["Properties"]["DefinitionString"])
+    ]
     parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
     text = "".join(p if isinstance(p, str) else "<ref>" for p in parts)
     return json.loads(text)
@@ -163,14 +192,23 @@ def test_the_workflow_builds_stops_snapshots_records_and_always_terminates(snaps
     # wait ends when the build's poll budget is spent.
     pull = inner["PullDone"]
     under, over = {"n": 1}, {"n": 10_000}
-    for status, polls, expected in [("Success", under, "StopBuilder"), ("Failed", under, "PullFailed"),
-                                    ("TimedOut", under, "PullFailed"), ("Cancelled", under, "PullFailed"),
-                                    ("InProgress", under, "PullWait"), ("Pending", under, "PullWait"),
-                                    ("InProgress", over, "PullOutOfTime"), ("Success", over, "StopBuilder")]:
+    for status, polls, expected in [
+        ("Success", under, "StopBuilder"),
+        ("Failed", under, "PullFailed"),
+        ("TimedOut", under, "PullFailed"),
+        ("Cancelled", under, "PullFailed"),
+        ("InProgress", under, "PullWait"),
+        ("Pending", under, "PullWait"),
+        ("InProgress", over, "PullOutOfTime"),
+        ("Success", over, "StopBuilder"),
+    ]:
         assert choose(pull, {"pullStatus": {"Status": status}, "polls": polls}) == expected, status
     online = inner["OnlineDone"]
     assert choose(online, {"online": {"InstanceInformationList": []}, "polls": under}) == "OnlineWait"
-    assert choose(online, {"online": {"InstanceInformationList": [{"PingStatus": "Online"}]}, "polls": under}) == "PullImages"
+    assert (
+        choose(online, {"online": {"InstanceInformationList": [{"PingStatus": "Online"}]}, "polls": under})
+        == "PullImages"
+    )
     assert choose(online, {"online": {"InstanceInformationList": []}, "polls": over}) == "OnlineOutOfTime"
     snapshot = inner["SnapshotDone"]
     assert choose(snapshot, {"snapshotState": {"State": "completed"}, "polls": under}) == "Record"
@@ -222,32 +260,46 @@ def choose(state: dict, document: dict) -> str:
 
 def test_the_workflow_may_only_touch_what_carries_its_tag(snapshot_env):
     template = snapshot_env.template_json("cluster")
-    (policy,) = [r for k, r in _resources(template, "AWS::IAM::Policy").items() if k.startswith("ImageSnapshotWorkflow")]
+    (policy,) = [
+        r for k, r in _resources(template, "AWS::IAM::Policy").items() if k.startswith("ImageSnapshotWorkflow")
+    ]
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     tag = {"aws:ResourceTag/warmstart.io/image-builder": "prod"}
     assert statements["StopAndTerminateOwnBuilder"]["Condition"] == {"StringEquals": tag}
     assert statements["SnapshotOwnDataVolume"]["Condition"] == {"StringEquals": tag}
     assert statements["LaunchTaggedBuilder"]["Condition"] == {
-        "StringEquals": {"aws:RequestTag/warmstart.io/image-builder": "prod"}}
+        "StringEquals": {"aws:RequestTag/warmstart.io/image-builder": "prod"}
+    }
     assert statements["RunOnOwnBuilderOnly"]["Condition"] == {
-        "StringEquals": {"ssm:resourceTag/warmstart.io/image-builder": "prod"}}
+        "StringEquals": {"ssm:resourceTag/warmstart.io/image-builder": "prod"}
+    }
     assert statements["PassBuilderRole"]["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
     # The state machine got its role immutable: no statement beyond these.
-    machine_roles = {json.dumps(r["Properties"]["RoleArn"]) for r in _resources(template, "AWS::StepFunctions::StateMachine").values()}
+    machine_roles = {
+        json.dumps(r["Properties"]["RoleArn"])
+        for r in _resources(template, "AWS::StepFunctions::StateMachine").values()
+    }
     assert any("ImageSnapshotWorkflowRole" in role for role in machine_roles)
-    attached = [r for r in _resources(template, "AWS::IAM::Policy").values()
-                if "ImageSnapshotWorkflowRole" in json.dumps(r["Properties"]["Roles"])]
+    attached = [
+        r
+        for r in _resources(template, "AWS::IAM::Policy").values()
+        if "ImageSnapshotWorkflowRole" in json.dumps(r["Properties"]["Roles"])
+    ]
     assert attached == [policy]
 
 
 def test_the_resource_deletes_only_its_environments_snapshots(snapshot_env):
     template = snapshot_env.template_json("cluster")
-    (policy,) = [r for k, r in _resources(template, "AWS::IAM::Policy").items() if k.startswith("ImageSnapshotResourceAccess")]
+    (policy,) = [
+        r for k, r in _resources(template, "AWS::IAM::Policy").items() if k.startswith("ImageSnapshotResourceAccess")
+    ]
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert statements["DeleteOwnSnapshots"]["Condition"] == {
-        "StringEquals": {"aws:ResourceTag/warmstart.io/environment": "prod"}}
+        "StringEquals": {"aws:ResourceTag/warmstart.io/environment": "prod"}
+    }
     assert statements["TerminateOwnBuilders"]["Condition"] == {
-        "StringEquals": {"aws:ResourceTag/warmstart.io/image-builder": "prod"}}
+        "StringEquals": {"aws:ResourceTag/warmstart.io/image-builder": "prod"}
+    }
 
 
 def test_shipped_environments_build_no_snapshot(shipped):

@@ -5,7 +5,8 @@ import json
 import re
 
 import pytest
-from aws_cdk import App, Stack, aws_s3 as s3
+from aws_cdk import App, Stack
+from aws_cdk import aws_s3 as s3
 
 import stacks.nag_acknowledgments as acknowledgments
 from tests.synth import ROOT, cdk_context

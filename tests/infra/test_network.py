@@ -17,7 +17,9 @@ def test_s3_is_reached_through_a_gateway_endpoint_on_every_private_route_table(s
         if r["Type"] == "AWS::EC2::RouteTable" and "private" in logical_id
     }
     public_tables = {
-        logical_id for logical_id, r in resources.items() if r["Type"] == "AWS::EC2::RouteTable" and "public" in logical_id
+        logical_id
+        for logical_id, r in resources.items()
+        if r["Type"] == "AWS::EC2::RouteTable" and "public" in logical_id
     }
     associated = {ref["Ref"] for ref in endpoint["RouteTableIds"]}
     assert len(private_tables) == len(shipped.config.network.availability_zones)
@@ -32,8 +34,11 @@ def test_private_subnets_egress_through_nat_and_span_the_configured_azs(shipped)
     for zone in zones:
         template.has_resource_properties(
             "AWS::EC2::Subnet",
-            {"AvailabilityZone": zone, "MapPublicIpOnLaunch": False, "Tags": Match.array_with(
-                [{"Key": "kubernetes.io/role/internal-elb", "Value": "1"}])},
+            {
+                "AvailabilityZone": zone,
+                "MapPublicIpOnLaunch": False,
+                "Tags": Match.array_with([{"Key": "kubernetes.io/role/internal-elb", "Value": "1"}]),
+            },
         )
     template.has_resource_properties(
         "AWS::EC2::Route", {"DestinationCidrBlock": "0.0.0.0/0", "NatGatewayId": Match.any_value()}

@@ -8,7 +8,8 @@ from warmstart.agent_settings import AgentSettings
 
 def _agent_objects(synthesized) -> list[dict]:
     return [
-        m for m in synthesized.manifests()
+        m
+        for m in synthesized.manifests()
         if m["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "warmstart-agent"
     ]
 
@@ -65,7 +66,9 @@ def test_rbac_reads_pods_and_patches_nodes_only(shipped):
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     ]
     (binding,) = of_kind(_agent_objects(shipped), "ClusterRoleBinding")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "warmstart-agent", "namespace": "warmstart-system"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "warmstart-agent", "namespace": "warmstart-system"}
+    ]
 
 
 def test_admission_policy_limits_the_agent_to_its_own_node_and_labels(shipped):
@@ -143,8 +146,11 @@ def test_agent_reads_only_the_prefixes_of_models_it_caches_and_writes_none(shipp
     from warmstart.workload import weights_cached
 
     template = shipped.template_json("cluster")
-    policies = [r["Properties"] for k, r in template["Resources"].items()
-                if r["Type"] == "AWS::IAM::ManagedPolicy" and k.startswith("NodeAgentReadWeights")]
+    policies = [
+        r["Properties"]
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::ManagedPolicy" and k.startswith("NodeAgentReadWeights")
+    ]
     cached = [m for m in shipped.config.models if weights_cached(m, shipped.config)]
     assert len(policies) == (1 if cached else 0)  # a few models fit one managed policy
     bucket = shipped.config.buckets.models.name
@@ -153,7 +159,8 @@ def test_agent_reads_only_the_prefixes_of_models_it_caches_and_writes_none(shipp
         assert statements[0]["Action"] == "s3:GetObject"
         resources = statements[0]["Resource"]
         assert sorted(resources if isinstance(resources, list) else [resources]) == sorted(
-            f"arn:aws:s3:::{bucket}/{m.prefix}*" for m in cached)
+            f"arn:aws:s3:::{bucket}/{m.prefix}*" for m in cached
+        )
         assert statements[1]["Condition"] == {"StringLike": {"s3:prefix": [f"{m.prefix}*" for m in cached]}}
         assert "s3:PutObject" not in json.dumps(statements)
 
@@ -186,8 +193,10 @@ def test_the_agent_is_restarted_only_when_its_main_loop_stops_turning(shipped, t
     assert startup["periodSeconds"] * startup["failureThreshold"] == 1800  # start: every model's restore
     assert {e["name"]: e["value"] for e in container["env"] if "value" in e}["WARMSTART_HEARTBEAT"] == HEARTBEAT_FILE
     beat = tmp_path / "alive"
-    command = [sys.executable if part == "python" else part.replace(HEARTBEAT_FILE, str(beat))
-               for part in liveness["exec"]["command"]]
+    command = [
+        sys.executable if part == "python" else part.replace(HEARTBEAT_FILE, str(beat))
+        for part in liveness["exec"]["command"]
+    ]
 
     def passes() -> bool:
         return subprocess.run(command, capture_output=True).returncode == 0

@@ -82,7 +82,10 @@ def test_every_alarm_tells_the_environments_topic(shipped):
     # The topic policy replaces SNS's default one: CloudWatch must be let publish, or no alarm arrives.
     admit = statements["CloudWatchAlarmsPublish"]
     assert (admit["Effect"], admit["Principal"], admit["Action"]) == (
-        "Allow", {"Service": "cloudwatch.amazonaws.com"}, "sns:Publish")
+        "Allow",
+        {"Service": "cloudwatch.amazonaws.com"},
+        "sns:Publish",
+    )
     assert admit["Resource"] == {"Ref": topic_id}
     account, region = shipped.config.account, shipped.config.region
     assert admit["Condition"] == {
@@ -119,8 +122,12 @@ def test_least_privilege(shipped):
     assert by_sid["ListCompileCache"]["Action"] == "s3:ListBucket"
     assert by_sid["ListCompileCache"]["Condition"] == {"StringLike": {"s3:prefix": ["compile-cache/*"]}}
     # Defect 2: s3:prefix is no condition key of ListBucketMultipartUploads, so it has a statement of its own.
-    assert by_sid["ListMultipartUploads"] == {"Action": "s3:ListBucketMultipartUploads", "Effect": "Allow",
-                                              "Resource": f"arn:aws:s3:::{bucket}", "Sid": "ListMultipartUploads"}
+    assert by_sid["ListMultipartUploads"] == {
+        "Action": "s3:ListBucketMultipartUploads",
+        "Effect": "Allow",
+        "Resource": f"arn:aws:s3:::{bucket}",
+        "Sid": "ListMultipartUploads",
+    }
     assert by_sid["OneRunAtATime"]["Action"] == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
     assert by_sid["OneRunAtATime"]["Resource"] == f"arn:aws:s3:::{bucket}/pruner-lock.json"
     # GetObject: reading manifests, and deletes conditional on the listed ETag need it.

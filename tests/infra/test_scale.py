@@ -3,11 +3,14 @@ own), and what would pass a CloudFormation limit is refused after synth with the
 
 import json
 
+import pytest
+
 from tests.scale_config import many_models
 from tests.synth import synthesize
 from warmstart.scale import TEMPLATE_BYTES, TEMPLATE_OUTPUTS, TEMPLATE_RESOURCES, template_problems
 
 
+@pytest.mark.slow
 def test_a_hundred_models_fit_cloudformations_limits(tmp_path):
     synthesized = synthesize(many_models(100), tmp_path, "hundred")  # cdk-nag included: raises on findings
     paths = synthesized.template_paths()
@@ -23,8 +26,10 @@ def test_a_hundred_models_fit_cloudformations_limits(tmp_path):
 
 
 def test_a_template_past_a_limit_is_refused_with_its_numbers():
-    template = {"Resources": {f"R{i}": {"Type": "AWS::SNS::Topic"} for i in range(501)},
-                "Outputs": {f"O{i}": {"Value": "x"} for i in range(201)}}
+    template = {
+        "Resources": {f"R{i}": {"Type": "AWS::SNS::Topic"} for i in range(501)},
+        "Outputs": {f"O{i}": {"Value": "x"} for i in range(201)},
+    }
     text = json.dumps(template) + " " * TEMPLATE_BYTES
     found = {p.message for p in template_problems("warmstart-x-cluster", text)}
     assert any("501 resources, over CloudFormation's 500" in m for m in found)

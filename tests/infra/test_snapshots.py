@@ -33,8 +33,9 @@ def test_stack_snapshot(synthesized_env, environment, stack_kind, snapshot_json)
     assert scrub(synthesized_env(environment).template_json(stack_kind)) == snapshot_json
 
 
-MODEL_STACKS = [(env, model.name) for env in SHIPPED_ENVIRONMENTS
-                for model in load_config(ROOT / "config" / f"{env}.yaml").models]
+MODEL_STACKS = [
+    (env, model.name) for env in SHIPPED_ENVIRONMENTS for model in load_config(ROOT / "config" / f"{env}.yaml").models
+]
 
 
 @pytest.mark.parametrize("environment, model", MODEL_STACKS)

@@ -25,9 +25,7 @@ def dist(synthesized_env, tmp_path_factory):
 
 
 def _deployments(synthesized) -> dict[str, dict]:
-    return {
-        d["metadata"]["namespace"]: d for d in of_kind(synthesized.manifests(), "Deployment")
-    }
+    return {d["metadata"]["namespace"]: d for d in of_kind(synthesized.manifests(), "Deployment")}
 
 
 def _container(deployment: dict) -> dict:
@@ -57,7 +55,11 @@ def test_pod_spec_auto_mode(dev):
     container = _container(deployment)
     assert container["image"] == "vllm/vllm-openai:v0.21.0"
     assert container["command"] == [
-        "python3", "/warmstart-entry/vllm_entry.py", "python3", "-m", "vllm.entrypoints.openai.api_server"
+        "python3",
+        "/warmstart-entry/vllm_entry.py",
+        "python3",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
     ]
     assert container["args"] == [
         "--model=s3://warmstart-dev-models-123456789012/qwen3-4b/",
@@ -88,11 +90,18 @@ def test_pod_spec_auto_mode(dev):
     assert volumes["vllm-assets"]["emptyDir"] == {"sizeLimit": "2Gi"}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"dshm": "/dev/shm", "compile-cache": "/compile-cache", "vllm-assets": "/warmstart-assets",
-                      "entry": "/warmstart-entry", "pod-records": "/warmstart-pods"}
+    assert mounts == {
+        "dshm": "/dev/shm",
+        "compile-cache": "/compile-cache",
+        "vllm-assets": "/warmstart-assets",
+        "entry": "/warmstart-entry",
+        "pod-records": "/warmstart-pods",
+    }
     # One MCS level for the whole pod (init containers included) and the agent: Bottlerocket runs SELinux.
-    assert pod["securityContext"] == {"seLinuxOptions": {"level": "s0:c418,c711"},
-                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["securityContext"] == {
+        "seLinuxOptions": {"level": "s0:c418,c711"},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert pod["automountServiceAccountToken"] is False
     # dev's pool leaves room for one more node: the new pod starts before the old one goes.
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
@@ -107,8 +116,10 @@ def test_pod_spec_karpenter_tensor_parallel(prod):
     container = _container(deployment)
     assert '--model-loader-extra-config={"concurrency":17,"distributed":true}' in container["args"]
     assert "--tensor-parallel-size=2" in container["args"]
-    assert container["resources"]["limits"] == {"memory": container["resources"]["requests"]["memory"],
-                                                "nvidia.com/gpu": 2}
+    assert container["resources"]["limits"] == {
+        "memory": container["resources"]["requests"]["memory"],
+        "nvidia.com/gpu": 2,
+    }
     assert container["resources"]["requests"]["nvidia.com/gpu"] == 2
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["compile-cache"]["hostPath"]["path"] == (
@@ -185,10 +196,13 @@ def test_workloads_wait_for_credentials_and_the_gpu_pool(shipped):
     for model in shipped.config.models:
         stack = shipped.stacks.models[model.name]
         template = shipped.model_template_json(model.name)
-        (manifest_id,) = [k for k, r in template["Resources"].items()
-                          if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"]
-        assert any("IdentityAssociation" in d or "ReaderIdentityAssociation" in d
-                   for d in template["Resources"][manifest_id]["DependsOn"]), model.name
+        (manifest_id,) = [
+            k for k, r in template["Resources"].items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        ]
+        assert any(
+            "IdentityAssociation" in d or "ReaderIdentityAssociation" in d
+            for d in template["Resources"][manifest_id]["DependsOn"]
+        ), model.name
         # The GPU pool (and the image's rollout gate) live in the cluster stack: the model stack deploys after it.
         assert cluster_stack.stack_name in assembly[stack.artifact_id]["dependencies"]
         after = {d.node.path for d in stack.workload.manifest.node.dependencies}
@@ -242,7 +256,11 @@ def test_weights_cached_pods_choose_their_source_at_start_and_prefer_warm_nodes(
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
     assert container["command"] == [
-        "python3", "/warmstart-entry/vllm_entry.py", "python3", "-m", "vllm.entrypoints.openai.api_server"
+        "python3",
+        "/warmstart-entry/vllm_entry.py",
+        "python3",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
     ]
     assert "--model=s3://acme-llm-weights-prod/llama-3.3-70b-instruct/" in container["args"]  # always the S3 URI
     env = _env(container)

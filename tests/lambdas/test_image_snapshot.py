@@ -65,8 +65,12 @@ class FakeAws:
 
 
 def event(request, **extra):
-    return {"RequestType": request, "RequestId": "6b1c2e2e-0000-4000-8000-000000000001",
-            "ResourceProperties": {"Environment": "prod", "ImageSetKey": KEY, "StateMachineArn": ARN}, **extra}
+    return {
+        "RequestType": request,
+        "RequestId": "6b1c2e2e-0000-4000-8000-000000000001",
+        "ResourceProperties": {"Environment": "prod", "ImageSetKey": KEY, "StateMachineArn": ARN},
+        **extra,
+    }
 
 
 def test_a_new_image_set_starts_a_build_named_after_it():
@@ -79,8 +83,13 @@ def test_a_new_image_set_starts_a_build_named_after_it():
 
 
 def test_an_image_set_with_a_completed_snapshot_is_not_built_again():
-    aws = FakeAws([Snapshot("snap-old", "completed", 1.0, tags()), Snapshot("snap-new", "completed", 2.0, tags()),
-                   Snapshot("snap-pending", "pending", 3.0, tags())])
+    aws = FakeAws(
+        [
+            Snapshot("snap-old", "completed", 1.0, tags()),
+            Snapshot("snap-new", "completed", 2.0, tags()),
+            Snapshot("snap-pending", "pending", 3.0, tags()),
+        ]
+    )
     result = on_event(event("Update"), aws)  # e.g. the rollback to an earlier image set
     assert result == {"PhysicalResourceId": KEY, "Data": {"SnapshotId": "snap-new"}}
     assert aws.started == []
@@ -95,9 +104,15 @@ def test_the_wait_follows_the_execution():
     assert is_complete(waiting, done) == {"IsComplete": True, "Data": {"SnapshotId": "snap-0abc"}}
 
 
-@pytest.mark.parametrize("status", [("FAILED", None, "BuildFailed: see the failed step"),
-                                    ("TIMED_OUT", None, ""), ("ABORTED", None, ""),
-                                    ("SUCCEEDED", {"SnapshotId": ""}, "")])
+@pytest.mark.parametrize(
+    "status",
+    [
+        ("FAILED", None, "BuildFailed: see the failed step"),
+        ("TIMED_OUT", None, ""),
+        ("ABORTED", None, ""),
+        ("SUCCEEDED", {"SnapshotId": ""}, ""),
+    ],
+)
 def test_a_build_without_a_snapshot_fails_the_deploy_with_its_cause(status):
     waiting = event("Create", PhysicalResourceId=KEY, Data={"ExecutionArn": "arn:x"})
     with pytest.raises(BuildFailed, match=status[0]):
@@ -106,11 +121,16 @@ def test_a_build_without_a_snapshot_fails_the_deploy_with_its_cause(status):
 
 def test_delete_removes_only_this_environments_snapshots_of_that_image_set():
     mine = [Snapshot("snap-a", "completed", 1.0, tags()), Snapshot("snap-b", "pending", 2.0, tags())]
-    others = [Snapshot("snap-other-set", "completed", 1.0, tags(image_set="another")),
-              Snapshot("snap-other-env", "completed", 1.0, tags(environment="dev")),
-              Snapshot("snap-untagged", "completed", 1.0, {})]
-    aws = FakeAws(mine + others, builders=[("i-mine", KEY), ("i-other", "another")],
-                  running={f"{KEY}-r1": "arn:mine", "another-r2": "arn:other"})
+    others = [
+        Snapshot("snap-other-set", "completed", 1.0, tags(image_set="another")),
+        Snapshot("snap-other-env", "completed", 1.0, tags(environment="dev")),
+        Snapshot("snap-untagged", "completed", 1.0, {}),
+    ]
+    aws = FakeAws(
+        mine + others,
+        builders=[("i-mine", KEY), ("i-other", "another")],
+        running={f"{KEY}-r1": "arn:mine", "another-r2": "arn:other"},
+    )
     result = on_event(event("Delete", PhysicalResourceId=KEY), aws)
     assert result == {"PhysicalResourceId": KEY}
     assert aws.deleted == ["snap-a", "snap-b"]

@@ -27,13 +27,26 @@ def clients():
 
 def test_snapshots_are_listed_by_both_tags_and_owner(clients):
     aws, ec2, _ = clients
-    started = dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc)
+    started = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
     ec2.add_response(
         "describe_snapshots",
-        {"Snapshots": [{"SnapshotId": "snap-0a", "State": "completed", "StartTime": started,
-                        "Tags": [{"Key": ENVIRONMENT_TAG, "Value": "prod"}, {"Key": IMAGE_SET_TAG, "Value": "k"}]}]},
-        {"OwnerIds": ["self"], "Filters": [{"Name": f"tag:{ENVIRONMENT_TAG}", "Values": ["prod"]},
-                                           {"Name": f"tag:{IMAGE_SET_TAG}", "Values": ["k"]}]},
+        {
+            "Snapshots": [
+                {
+                    "SnapshotId": "snap-0a",
+                    "State": "completed",
+                    "StartTime": started,
+                    "Tags": [{"Key": ENVIRONMENT_TAG, "Value": "prod"}, {"Key": IMAGE_SET_TAG, "Value": "k"}],
+                }
+            ]
+        },
+        {
+            "OwnerIds": ["self"],
+            "Filters": [
+                {"Name": f"tag:{ENVIRONMENT_TAG}", "Values": ["prod"]},
+                {"Name": f"tag:{IMAGE_SET_TAG}", "Values": ["k"]},
+            ],
+        },
     )
     (snapshot,) = aws.snapshots("prod", "k")
     assert (snapshot.snapshot_id, snapshot.state, snapshot.start_time) == ("snap-0a", "completed", started.timestamp())
@@ -52,37 +65,87 @@ def test_a_snapshot_already_gone_is_not_an_error_but_others_are(clients):
 def test_builds_start_with_the_image_set_as_input_and_report_output_and_failure(clients):
     aws, _, sfn = clients
     execution = f"{ARN.replace('stateMachine', 'execution')}:k-1"
-    sfn.add_response("start_execution", {"executionArn": execution, "startDate": dt.datetime(2026, 11, 30)},
-                     {"stateMachineArn": ARN, "name": "k-1", "input": '{"imageSetKey": "k"}'})
+    sfn.add_response(
+        "start_execution",
+        {"executionArn": execution, "startDate": dt.datetime(2026, 11, 30)},
+        {"stateMachineArn": ARN, "name": "k-1", "input": '{"imageSetKey": "k"}'},
+    )
     assert aws.start_build(ARN, "k-1", "k") == execution
-    sfn.add_response("describe_execution", {"executionArn": execution, "stateMachineArn": ARN, "status": "SUCCEEDED",
-                                            "startDate": dt.datetime(2026, 11, 30),
-                                            "output": '{"SnapshotId": "snap-0a"}'}, {"executionArn": execution})
+    sfn.add_response(
+        "describe_execution",
+        {
+            "executionArn": execution,
+            "stateMachineArn": ARN,
+            "status": "SUCCEEDED",
+            "startDate": dt.datetime(2026, 11, 30),
+            "output": '{"SnapshotId": "snap-0a"}',
+        },
+        {"executionArn": execution},
+    )
     assert aws.build_status(execution) == ("SUCCEEDED", {"SnapshotId": "snap-0a"}, "")
-    sfn.add_response("describe_execution", {"executionArn": execution, "stateMachineArn": ARN, "status": "FAILED",
-                                            "startDate": dt.datetime(2026, 11, 30), "error": "BuildFailed",
-                                            "cause": "PullFailed"}, {"executionArn": execution})
+    sfn.add_response(
+        "describe_execution",
+        {
+            "executionArn": execution,
+            "stateMachineArn": ARN,
+            "status": "FAILED",
+            "startDate": dt.datetime(2026, 11, 30),
+            "error": "BuildFailed",
+            "cause": "PullFailed",
+        },
+        {"executionArn": execution},
+    )
     assert aws.build_status(execution) == ("FAILED", None, "BuildFailed: PullFailed")
 
 
 def test_running_builds_are_listed_by_name_and_stopped_by_arn(clients):
     aws, _, sfn = clients
     base = ARN.replace("stateMachine", "execution")
-    sfn.add_response("list_executions", {"executions": [
-        {"executionArn": f"{base}:k-1", "stateMachineArn": ARN, "name": "k-1", "status": "RUNNING",
-         "startDate": dt.datetime(2026, 11, 30)}]}, {"stateMachineArn": ARN, "statusFilter": "RUNNING"})
+    sfn.add_response(
+        "list_executions",
+        {
+            "executions": [
+                {
+                    "executionArn": f"{base}:k-1",
+                    "stateMachineArn": ARN,
+                    "name": "k-1",
+                    "status": "RUNNING",
+                    "startDate": dt.datetime(2026, 11, 30),
+                }
+            ]
+        },
+        {"stateMachineArn": ARN, "statusFilter": "RUNNING"},
+    )
     assert aws.running_builds(ARN) == {"k-1": f"{base}:k-1"}
-    sfn.add_response("stop_execution", {"stopDate": dt.datetime(2026, 11, 30)},
-                     {"executionArn": f"{base}:k-1", "error": "Replaced", "cause": "CloudFormation deleted this image set"})
+    sfn.add_response(
+        "stop_execution",
+        {"stopDate": dt.datetime(2026, 11, 30)},
+        {"executionArn": f"{base}:k-1", "error": "Replaced", "cause": "CloudFormation deleted this image set"},
+    )
     aws.stop_build(f"{base}:k-1")
 
 
 def test_builders_are_found_by_the_environment_tag_with_their_image_set(clients):
     aws, ec2, _ = clients
-    ec2.add_response("describe_instances", {"Reservations": [{"Instances": [
-        {"InstanceId": "i-0a", "Tags": [{"Key": IMAGE_SET_TAG, "Value": "k"}]}, {"InstanceId": "i-0b"}]}]}, {"Filters": [
-        {"Name": f"tag:{BUILDER_TAG}", "Values": ["prod"]},
-        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]})
+    ec2.add_response(
+        "describe_instances",
+        {
+            "Reservations": [
+                {
+                    "Instances": [
+                        {"InstanceId": "i-0a", "Tags": [{"Key": IMAGE_SET_TAG, "Value": "k"}]},
+                        {"InstanceId": "i-0b"},
+                    ]
+                }
+            ]
+        },
+        {
+            "Filters": [
+                {"Name": f"tag:{BUILDER_TAG}", "Values": ["prod"]},
+                {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+            ]
+        },
+    )
     assert aws.builders("prod") == [("i-0a", "k"), ("i-0b", "")]
     ec2.add_response("terminate_instances", {"TerminatingInstances": []}, {"InstanceIds": ["i-0a"]})
     aws.terminate(["i-0a"])

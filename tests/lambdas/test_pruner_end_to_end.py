@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -30,12 +30,24 @@ def put_all(client, bucket: str, keys: list[str]) -> None:
 
 
 def settings(retention: timedelta, orphan_age: timedelta, **overrides) -> Settings:
-    return Settings(**{"active_set_parameters": (PARAMETER,), "retention": retention, "orphan_age": orphan_age,
-                       "max_deletions": 100_000, "dry_run": False, **overrides})
+    return Settings(
+        **{
+            "active_set_parameters": (PARAMETER,),
+            "retention": retention,
+            "orphan_age": orphan_age,
+            "max_deletions": 100_000,
+            "dry_run": False,
+            **overrides,
+        }
+    )
 
 
 def full_key(prefix: str) -> list[str]:
-    return [f"{prefix}archive-{'b' * 64}-0001.tar.zst", f"{prefix}last-use.json", f"{prefix}manifest-0123456789abcdef.json"]
+    return [
+        f"{prefix}archive-{'b' * 64}-0001.tar.zst",
+        f"{prefix}last-use.json",
+        f"{prefix}manifest-0123456789abcdef.json",
+    ]
 
 
 def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothing(s3_server):
@@ -46,11 +58,15 @@ def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothin
     orphaned = [key("orphaned", i) for i in range(500)]
     malformed = [f"compile-cache/unexpected/{i:05d}.bin" for i in range(2000)]
     elsewhere = [f"other/{i:05d}" for i in range(1000)]
-    old_objects = ([o for p in active_old + stale for o in full_key(p)]
-                   + [f"{p}archive-{'c' * 64}-0001.tar.zst" for p in orphaned] + malformed + elsewhere)
+    old_objects = (
+        [o for p in active_old + stale for o in full_key(p)]
+        + [f"{p}archive-{'c' * 64}-0001.tar.zst" for p in orphaned]
+        + malformed
+        + elsewhere
+    )
     put_all(client, bucket, old_objects)
     time.sleep(2.5)  # LastModified has one-second resolution
-    boundary = datetime.now(timezone.utc)
+    boundary = datetime.now(UTC)
     time.sleep(1.5)
     recent_objects = [o for p in recent for o in full_key(p)] + [f"{p}last-use.json" for p in orphaned]
     put_all(client, bucket, recent_objects)
@@ -58,7 +74,7 @@ def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothin
     before = all_keys(client, bucket)
     assert len(before) == 25_000
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     aws = PrunerAws(client, StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active_old})}), bucket)
     emitted = []
     rules = settings(retention=now - boundary, orphan_age=now - boundary)
@@ -94,8 +110,12 @@ def test_missing_or_unreadable_active_set_deletes_nothing(s3_server, parameters)
     before = all_keys(client, bucket)
     emitted = []
     with pytest.raises(ActiveSetUnavailable):
-        run(PrunerAws(client, StandInSsm(parameters), bucket), settings(timedelta(0), timedelta(0)),
-            lambda: datetime.now(timezone.utc) + timedelta(days=30), emitted.append)
+        run(
+            PrunerAws(client, StandInSsm(parameters), bucket),
+            settings(timedelta(0), timedelta(0)),
+            lambda: datetime.now(UTC) + timedelta(days=30),
+            emitted.append,
+        )
     assert all_keys(client, bucket) == before
     assert emitted == [emitted[0]] and emitted[0]["event"] == "active-set-unavailable"
 
@@ -105,12 +125,18 @@ def test_an_active_set_in_parts_keeps_the_keys_of_every_part(s3_server):
     client, bucket = fast_client(s3_server), s3_server.new_bucket()
     active, stale = _small_world(client, bucket)
     half = len(active) // 2
-    ssm = StandInSsm({
-        PARAMETER: json.dumps({"version": 1, "keys": active[:half], "parts": 2}),
-        f"{PARAMETER}-2": json.dumps({"version": 1, "keys": active[half:], "part": 2}),
-    })
-    run(PrunerAws(client, ssm, bucket), settings(timedelta(0), timedelta(0)),
-        lambda: datetime.now(timezone.utc) + timedelta(days=30), lambda r: None)
+    ssm = StandInSsm(
+        {
+            PARAMETER: json.dumps({"version": 1, "keys": active[:half], "parts": 2}),
+            f"{PARAMETER}-2": json.dumps({"version": 1, "keys": active[half:], "part": 2}),
+        }
+    )
+    run(
+        PrunerAws(client, ssm, bucket),
+        settings(timedelta(0), timedelta(0)),
+        lambda: datetime.now(UTC) + timedelta(days=30),
+        lambda r: None,
+    )
     assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
 
 
@@ -121,8 +147,12 @@ def test_a_missing_part_of_the_active_set_deletes_nothing(s3_server):
     ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active[:5], "parts": 2})})  # part 2 absent
     emitted = []
     with pytest.raises(ActiveSetUnavailable):
-        run(PrunerAws(client, ssm, bucket), settings(timedelta(0), timedelta(0)),
-            lambda: datetime.now(timezone.utc) + timedelta(days=30), emitted.append)
+        run(
+            PrunerAws(client, ssm, bucket),
+            settings(timedelta(0), timedelta(0)),
+            lambda: datetime.now(UTC) + timedelta(days=30),
+            emitted.append,
+        )
     assert all_keys(client, bucket) == before
     assert emitted[0]["event"] == "active-set-unavailable" and emitted[0]["parameter"] == PARAMETER
 
@@ -132,8 +162,12 @@ def test_dry_run_counts_but_deletes_nothing(s3_server):
     active, stale = _small_world(client, bucket)
     before = all_keys(client, bucket)
     ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
-    summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(0), timedelta(0), dry_run=True),
-                  lambda: datetime.now(timezone.utc) + timedelta(days=30), lambda r: None)
+    summary = run(
+        PrunerAws(client, ssm, bucket),
+        settings(timedelta(0), timedelta(0), dry_run=True),
+        lambda: datetime.now(UTC) + timedelta(days=30),
+        lambda r: None,
+    )
     assert summary.deleted_objects == 3 * len(stale) and all_keys(client, bucket) == before
 
 
@@ -141,7 +175,7 @@ def test_cap_limits_a_run_and_the_next_run_continues(s3_server):
     client, bucket = fast_client(s3_server), s3_server.new_bucket()
     active, stale = _small_world(client, bucket)
     aws = PrunerAws(client, StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})}), bucket)
-    later = datetime.now(timezone.utc) + timedelta(days=30)
+    later = datetime.now(UTC) + timedelta(days=30)
     first = run(aws, settings(timedelta(days=14), timedelta(days=1), max_deletions=30), lambda: later, lambda r: None)
     assert first.deleted_objects == 30 and first.deferred_objects > 0
     second = run(aws, settings(timedelta(days=14), timedelta(days=1)), lambda: later, lambda r: None)
@@ -153,8 +187,12 @@ def test_stale_multipart_uploads_are_aborted(s3_server):
     client, bucket = fast_client(s3_server), s3_server.new_bucket()
     upload = client.create_multipart_upload(Bucket=bucket, Key=key("stale", 1) + f"archive-{'d' * 64}-0001.tar.zst")
     aws = PrunerAws(client, StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": []})}), bucket)
-    summary = run(aws, settings(timedelta(days=14), timedelta(0)), lambda: datetime.now(timezone.utc) + timedelta(
-        minutes=1), lambda r: None)
+    summary = run(
+        aws,
+        settings(timedelta(days=14), timedelta(0)),
+        lambda: datetime.now(UTC) + timedelta(minutes=1),
+        lambda r: None,
+    )
     assert summary.aborted_uploads == 1
     remaining = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     assert upload["UploadId"] not in [u["UploadId"] for u in remaining]
@@ -166,7 +204,7 @@ def test_server_lost_mid_run_never_leaves_a_manifest_without_its_archive(tmp_pat
         client, bucket = fast_client(server), server.new_bucket()
         active, stale = _small_world(client, bucket, keys_per_group=700)  # 2,100 stale objects: 3 batches
         ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
-        later = datetime.now(timezone.utc) + timedelta(days=30)
+        later = datetime.now(UTC) + timedelta(days=30)
 
         class DyingAfterOneBatch(PrunerAws):
             def _delete_batch(self, items, result):
@@ -174,8 +212,12 @@ def test_server_lost_mid_run_never_leaves_a_manifest_without_its_archive(tmp_pat
                 server.kill()
 
         with pytest.raises(Exception):
-            run(DyingAfterOneBatch(fast_client(server), ssm, bucket), settings(timedelta(days=14), timedelta(days=1)),
-                lambda: later, lambda r: None)
+            run(
+                DyingAfterOneBatch(fast_client(server), ssm, bucket),
+                settings(timedelta(days=14), timedelta(days=1)),
+                lambda: later,
+                lambda r: None,
+            )
         server.start()
         # A restarted SeaweedFS answers listings before all its volumes serve reads again (InternalError meanwhile).
         client = server.client(retries=10, default_checksums=False, read_timeout=60)
@@ -183,8 +225,12 @@ def test_server_lost_mid_run_never_leaves_a_manifest_without_its_archive(tmp_pat
         assert {o for p in active for o in full_key(p)} <= remaining
         assert len(remaining) == 2 * 2100 - 700  # the first batch held the 700 stale manifests, and only them
         assert_no_manifest_without_archive(client, bucket)
-        summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)),
-                      lambda: later + timedelta(minutes=21), lambda r: None)
+        summary = run(
+            PrunerAws(client, ssm, bucket),
+            settings(timedelta(days=14), timedelta(days=1)),
+            lambda: later + timedelta(minutes=21),
+            lambda r: None,
+        )
         assert summary.deleted_objects == 1400
         assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
     finally:
@@ -207,10 +253,12 @@ class FailingEntries:
         self.batches.append([o["Key"] for o in objects])
         bad = [o for o in objects if self.failing(o["Key"])]
         kept = [o for o in objects if not self.failing(o["Key"])]
-        response = self._client.delete_objects(**{**kwargs, "Delete": {**kwargs["Delete"], "Objects": kept}}) if kept \
-            else {}
-        errors = response.get("Errors", []) + [{"Key": o["Key"], "Code": "InternalError", "Message": "injected"}
-                                               for o in bad]
+        response = (
+            self._client.delete_objects(**{**kwargs, "Delete": {**kwargs["Delete"], "Objects": kept}}) if kept else {}
+        )
+        errors = response.get("Errors", []) + [
+            {"Key": o["Key"], "Code": "InternalError", "Message": "injected"} for o in bad
+        ]
         return {**response, "Errors": errors}
 
 
@@ -219,17 +267,27 @@ def test_a_partly_failed_batch_never_deletes_an_archive_before_its_manifest(s3_s
     active, stale = _small_world(client, bucket)
     unlucky = set(stale[::3])
     failing = FailingEntries(
-        client, lambda k: k.endswith("manifest-0123456789abcdef.json") and k.removesuffix("manifest-0123456789abcdef.json") in unlucky)
+        client,
+        lambda k: k.endswith("manifest-0123456789abcdef.json")
+        and k.removesuffix("manifest-0123456789abcdef.json") in unlucky,
+    )
     ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
-    later = datetime.now(timezone.utc) + timedelta(days=30)
+    later = datetime.now(UTC) + timedelta(days=30)
     with pytest.raises(RuntimeError, match="could not be deleted"):
-        run(PrunerAws(failing, ssm, bucket, sleep=lambda s: None), settings(timedelta(days=14), timedelta(days=1)),
-            lambda: later, lambda r: None)
+        run(
+            PrunerAws(failing, ssm, bucket, sleep=lambda s: None),
+            settings(timedelta(days=14), timedelta(days=1)),
+            lambda: later,
+            lambda r: None,
+        )
     assert_no_manifest_without_archive(client, bucket)
     assert {o for p in unlucky for o in full_key(p)} <= all_keys(client, bucket)  # untouched, whole
-    assert all(all(k.endswith("manifest-0123456789abcdef.json") for k in batch) for batch in failing.batches)  # phase 2 never ran
-    summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)), lambda: later,
-                  lambda r: None)
+    assert all(
+        all(k.endswith("manifest-0123456789abcdef.json") for k in batch) for batch in failing.batches
+    )  # phase 2 never ran
+    summary = run(
+        PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)), lambda: later, lambda r: None
+    )
     assert summary.deleted_keys == len(stale)
     assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
 
@@ -240,9 +298,10 @@ def test_a_key_with_a_control_character_is_deleted_alone_and_the_batch_goes_on(s
     odd = f"{stale[0]}archive-{'e' * 64}-\x01.tar.zst"
     client.put_object(Bucket=bucket, Key=odd, Body=b"x")
     ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
-    later = datetime.now(timezone.utc) + timedelta(days=30)
-    summary = run(PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)), lambda: later,
-                  lambda r: None)
+    later = datetime.now(UTC) + timedelta(days=30)
+    summary = run(
+        PrunerAws(client, ssm, bucket), settings(timedelta(days=14), timedelta(days=1)), lambda: later, lambda r: None
+    )
     assert summary.deleted_keys == len(stale) and summary.deleted_objects == 3 * len(stale) + 1
     assert all_keys(client, bucket) == {o for p in active for o in full_key(p)}
 
@@ -254,14 +313,20 @@ def test_a_use_recorded_after_the_listing_keeps_that_record(s3_server):
 
     class TouchBeforeDelete(FailingEntries):
         def delete_objects(self, **kwargs):
-            if not any(k.endswith("manifest-0123456789abcdef.json") for k in (o["Key"] for o in kwargs["Delete"]["Objects"])):
+            if not any(
+                k.endswith("manifest-0123456789abcdef.json") for k in (o["Key"] for o in kwargs["Delete"]["Objects"])
+            ):
                 self._client.put_object(Bucket=bucket, Key=touched, Body=b'{"node": "n", "time": 1}')
             return super().delete_objects(**kwargs)
 
     ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
-    later = datetime.now(timezone.utc) + timedelta(days=30)
-    summary = run(PrunerAws(TouchBeforeDelete(client, lambda k: False), ssm, bucket),
-                  settings(timedelta(days=14), timedelta(days=1)), lambda: later, lambda r: None)
+    later = datetime.now(UTC) + timedelta(days=30)
+    summary = run(
+        PrunerAws(TouchBeforeDelete(client, lambda k: False), ssm, bucket),
+        settings(timedelta(days=14), timedelta(days=1)),
+        lambda: later,
+        lambda r: None,
+    )
     assert touched in all_keys(client, bucket) and summary.changed_since_listing == 1
 
 
@@ -269,7 +334,7 @@ def test_runs_never_overlap_and_a_dead_runs_lock_expires(s3_server):
     client, bucket = fast_client(s3_server), s3_server.new_bucket()
     active, stale = _small_world(client, bucket, keys_per_group=5)
     ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})})
-    later = datetime.now(timezone.utc) + timedelta(days=30)
+    later = datetime.now(UTC) + timedelta(days=30)
     aws = PrunerAws(client, ssm, bucket)
     assert aws.take_lock("other-run", later, later + timedelta(minutes=20))  # a run in progress
     emitted = []
@@ -277,6 +342,11 @@ def test_runs_never_overlap_and_a_dead_runs_lock_expires(s3_server):
     assert busy.deleted_objects == 0 and emitted == [{"event": "pruner-busy", "reason": emitted[0]["reason"]}]
     assert {o for p in stale for o in full_key(p)} <= all_keys(client, bucket)
     # That run died without releasing: once its lock expires, the next run takes over and releases after.
-    summary = run(aws, settings(timedelta(days=14), timedelta(days=1)), lambda: later + timedelta(minutes=21),
-                  lambda r: None, run_id="mine")
+    summary = run(
+        aws,
+        settings(timedelta(days=14), timedelta(days=1)),
+        lambda: later + timedelta(minutes=21),
+        lambda r: None,
+        run_id="mine",
+    )
     assert summary.deleted_keys == len(stale) and PRUNER_LOCK_KEY not in all_keys(client, bucket)

@@ -20,7 +20,7 @@ from warmstart.image_preload import builder_commands
 
 SCRIPT = (ROOT / "lambdas" / "image_snapshot" / "pull-images.sh").read_text()
 
-FAKE_APICLIENT = textwrap.dedent('''\
+FAKE_APICLIENT = textwrap.dedent("""\
     #!/usr/bin/env python3
     import json, os, sys
     state_file = os.environ["FAKE_STATE"]
@@ -52,10 +52,12 @@ FAKE_APICLIENT = textwrap.dedent('''\
             state["pulled"].append(ref)
             save(); sys.exit(0)
     save(); sys.exit(f"unexpected: {command}")
-''')
+""")
 
 
-def run(tmp_path: Path, images: list[str], *, fail=None, listed=None, retries="3") -> tuple[subprocess.CompletedProcess, dict]:
+def run(
+    tmp_path: Path, images: list[str], *, fail=None, listed=None, retries="3"
+) -> tuple[subprocess.CompletedProcess, dict]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "apiclient"
@@ -65,8 +67,13 @@ def run(tmp_path: Path, images: list[str], *, fail=None, listed=None, retries="3
     state.write_text(json.dumps({"calls": [], "pulled": [], "fail": fail or {}, "listed": listed}))
     script = tmp_path / "_script.sh"  # what the SSM agent writes and runs
     script.write_text("\n".join(builder_commands(images, SCRIPT) if images else ["set --", *SCRIPT.splitlines()]))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_STATE": str(state),
-           "BACKOFF_SECONDS": "0", "RETRIES": retries}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_STATE": str(state),
+        "BACKOFF_SECONDS": "0",
+        "RETRIES": retries,
+    }
     result = subprocess.run(["sh", str(script)], capture_output=True, text=True, env=env, timeout=60)
     return result, json.loads(state.read_text())
 
@@ -88,8 +95,11 @@ def test_a_failing_pull_is_retried(tmp_path):
 
 
 def test_a_pull_that_keeps_failing_fails_the_build_and_stops_there(tmp_path):
-    result, state = run(tmp_path, ["vllm/vllm-openai:v0.21.0", "registry.k8s.io/pause:3.10"],
-                        fail={"docker.io/vllm/vllm-openai:v0.21.0": 5})
+    result, state = run(
+        tmp_path,
+        ["vllm/vllm-openai:v0.21.0", "registry.k8s.io/pause:3.10"],
+        fail={"docker.io/vllm/vllm-openai:v0.21.0": 5},
+    )
     assert result.returncode == 1
     assert "failed 3 times" in result.stderr
     assert state["pulled"] == []  # the later image is not pulled: the build fails, no snapshot is taken
@@ -101,8 +111,9 @@ def test_an_image_missing_from_the_store_after_pulling_fails_the_build(tmp_path)
     assert "is not in the k8s.io namespace" in result.stderr
 
 
-@pytest.mark.parametrize("images, retries", [([], "3"), (["vllm/vllm-openai:v0.21.0"], "0"),
-                                             (["vllm/vllm-openai:v0.21.0"], "two")])
+@pytest.mark.parametrize(
+    "images, retries", [([], "3"), (["vllm/vllm-openai:v0.21.0"], "0"), (["vllm/vllm-openai:v0.21.0"], "two")]
+)
 def test_bad_arguments_stop_before_anything_is_pulled(tmp_path, images, retries):
     result, state = run(tmp_path, images, retries=retries)
     assert result.returncode == 64
@@ -116,7 +127,12 @@ def test_without_the_qualification_ctr_would_refuse_the_reference(tmp_path):
     assert result.returncode == 0
     script = tmp_path / "unqualified.sh"
     script.write_text("\n".join(["set -- vllm/vllm-openai:v0.21.0", *SCRIPT.splitlines()]))
-    env = {**os.environ, "PATH": f"{tmp_path / 'raw' / 'bin'}:{os.environ['PATH']}",
-           "FAKE_STATE": str(tmp_path / "raw" / "state.json"), "BACKOFF_SECONDS": "0", "RETRIES": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'raw' / 'bin'}:{os.environ['PATH']}",
+        "FAKE_STATE": str(tmp_path / "raw" / "state.json"),
+        "BACKOFF_SECONDS": "0",
+        "RETRIES": "1",
+    }
     refused = subprocess.run(["sh", str(script)], capture_output=True, text=True, env=env, timeout=60)
     assert refused.returncode == 1 and "object required" in refused.stderr

@@ -14,8 +14,11 @@ def test_active_keys_are_well_formed_and_match_what_plan_prints():
     config = load_config(ROOT / "config" / "prod.yaml")
     keys = active_keys(config, default_catalog())
     assert keys and all(parse_key_prefix(k) == k for k in keys)
-    printed = " ".join(value for m in config.models for _, value in key_rows(plan_model(m, config, default_catalog()),
-                                                                              config, default_catalog()))
+    printed = " ".join(
+        value
+        for m in config.models
+        for _, value in key_rows(plan_model(m, config, default_catalog()), config, default_catalog())
+    )
     assert all(k in printed for k in keys)
 
 
@@ -34,8 +37,12 @@ def test_models_without_compile_cache_publish_no_key():
 
 def test_an_active_set_beyond_the_parts_the_pruner_reads_is_refused():
     document = raw("prod")
-    document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "p5e.48xlarge", "p6-b200.48xlarge",
-                                                         "p6-b300.48xlarge"]
+    document["compute"]["gpu_pool"]["instance_types"] = [
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+    ]
     base = document["models"][0]
     document["models"] = [
         {**base, "name": f"model-with-a-long-name-{i:03d}", "s3_uri": f"s3://acme-llm-weights-prod/m{i:03d}/"}

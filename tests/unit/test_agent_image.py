@@ -6,8 +6,14 @@ from pathlib import Path
 
 from tests.synth import ROOT
 
-IMPORT_TO_DISTRIBUTION = {"awscrt": "awscrt", "boto3": "boto3", "botocore": "botocore", "zstandard": "zstandard", "pydantic": "pydantic",
-                          "yaml": "PyYAML"}
+IMPORT_TO_DISTRIBUTION = {
+    "awscrt": "awscrt",
+    "boto3": "boto3",
+    "botocore": "botocore",
+    "zstandard": "zstandard",
+    "pydantic": "pydantic",
+    "yaml": "PyYAML",
+}
 
 
 def _pins(path: Path) -> dict[str, str]:
@@ -25,8 +31,11 @@ def _third_party_imports(folder: Path, files: list[Path] | None = None) -> set[s
     siblings = {p.stem for p in folder.glob("*.py")}
     for path in files or folder.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            )
             for name in names:
                 top = name.split(".")[0]
                 if top not in sys.stdlib_module_names and top not in {"agent", "warmstart", "__future__"} | siblings:

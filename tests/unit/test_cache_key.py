@@ -19,7 +19,9 @@ factors_strategy = st.builds(
     ModelFactors,
     model=names,
     weights_revision=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,15}", fullmatch=True),
-    image=st.sampled_from(["vllm/vllm-openai:v0.21.0", "vllm/vllm-openai:v0.20.1", "vllm/vllm-openai@sha256:" + "a" * 64]),
+    image=st.sampled_from(
+        ["vllm/vllm-openai:v0.21.0", "vllm/vllm-openai:v0.20.1", "vllm/vllm-openai@sha256:" + "a" * 64]
+    ),
     torch_version=st.sampled_from(["2.11.0", "2.10.1", "2.11.0+cu128"]),
     tensor_parallel=st.sampled_from([1, 2, 4, 8]),
     pipeline_parallel=st.just(1),
@@ -29,7 +31,9 @@ factors_strategy = st.builds(
     quantization=st.none() | st.sampled_from(["fp8", "awq"]),
     kv_cache_dtype=st.sampled_from(["auto", "fp8"]),
     compilation_config=st.none() | st.fixed_dictionaries({"level": st.integers(0, 3)}),
-    vllm_env=st.dictionaries(st.from_regex(r"VLLM_[A-Z]{1,8}", fullmatch=True), st.text("abc01", max_size=4), max_size=2),
+    vllm_env=st.dictionaries(
+        st.from_regex(r"VLLM_[A-Z]{1,8}", fullmatch=True), st.text("abc01", max_size=4), max_size=2
+    ),
 )
 gpus = st.sampled_from([("H100", "sm_90"), ("H200", "sm_90"), ("L40S", "sm_89"), ("A10G", "sm_86")])
 
@@ -88,7 +92,9 @@ def test_another_gpu_gives_another_key_but_the_same_node_folder(factors):
 @given(factors=factors_strategy, gpu=gpus)
 def test_key_layout_is_readable_and_parses_back(factors, gpu):
     key = compile_cache_key(factors, gpu=gpu[0], architecture=gpu[1])
-    assert key.prefix.startswith(f"{KEY_ROOT}/{factors.model}/{gpu[0].lower()}-{gpu[1]}/tp{factors.tensor_parallel}-pp1/torch")
+    assert key.prefix.startswith(
+        f"{KEY_ROOT}/{factors.model}/{gpu[0].lower()}-{gpu[1]}/tp{factors.tensor_parallel}-pp1/torch"
+    )
     assert parse_key_prefix(key.manifest_key(["torch_compile_cache/0123456789"])) == key.prefix
     assert key.manifest_key(["b", "a"]) == key.manifest_key(["a", "b"]) != key.manifest_key(["a"])
     archive = key.archive_key("0" * 64, "0123456789abcdef")

@@ -49,8 +49,17 @@ g6e.48xlarge l40s 8 7600 192 1572864
 p4d.24xlarge a100 8 8000 96 1179648
 p4de.24xlarge a100 8 8000 96 1179648
 """
-EC2_GPU_NAMES = {"h100": "H100", "h200": "H200", "b200": "B200", "b300": "B300", "rtx-pro-server-6000": "RTX-PRO-6000",
-                 "l4": "L4", "a10g": "A10G", "l40s": "L40S", "a100": ("A100-40GB", "A100-80GB")}
+EC2_GPU_NAMES = {
+    "h100": "H100",
+    "h200": "H200",
+    "b200": "B200",
+    "b300": "B300",
+    "rtx-pro-server-6000": "RTX-PRO-6000",
+    "l4": "L4",
+    "a10g": "A10G",
+    "l40s": "L40S",
+    "a100": ("A100-40GB", "A100-80GB"),
+}
 
 
 def test_every_required_family_is_covered(catalog):
@@ -66,14 +75,27 @@ def test_every_instance_matches_the_ec2_api_figures(catalog):
         names = EC2_GPU_NAMES[gpu]
         assert instance.gpu_name in (names if isinstance(names, tuple) else (names,)), name
         assert (instance.gpu_count, instance.nvme_gb, instance.vcpus, instance.memory_gib) == (
-            int(count), int(nvme_gb), int(vcpus), int(memory_mib) // 1024), name
+            int(count),
+            int(nvme_gb),
+            int(vcpus),
+            int(memory_mib) // 1024,
+        ), name
 
 
 @pytest.mark.parametrize(
     "gpu, arch, memory_gb",
-    [("A10G", "sm_86", 24), ("L4", "sm_89", 24), ("L40S", "sm_89", 48), ("A100-40GB", "sm_80", 40),
-     ("A100-80GB", "sm_80", 80), ("H100", "sm_90", 80), ("H200", "sm_90", 141), ("B200", "sm_100", 180),
-     ("B300", "sm_103", 288), ("RTX-PRO-6000", "sm_120", 96)],
+    [
+        ("A10G", "sm_86", 24),
+        ("L4", "sm_89", 24),
+        ("L40S", "sm_89", 48),
+        ("A100-40GB", "sm_80", 40),
+        ("A100-80GB", "sm_80", 80),
+        ("H100", "sm_90", 80),
+        ("H200", "sm_90", 141),
+        ("B200", "sm_100", 180),
+        ("B300", "sm_103", 288),
+        ("RTX-PRO-6000", "sm_120", 96),
+    ],
 )
 def test_gpu_facts_match_nvidias_published_figures(catalog, gpu, arch, memory_gb):
     assert (catalog.gpus[gpu].architecture, catalog.gpus[gpu].memory_gb) == (arch, memory_gb)

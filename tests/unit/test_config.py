@@ -282,13 +282,16 @@ def test_selected_reservations_without_reserved_capacity_are_refused():
     assert only_problem(document).field == "compute.gpu_pool.capacity_reservations"
 
 
-@pytest.mark.parametrize("term, message", [
-    ({}, "either id"),
-    ({"id": "cr-0123456789abcdef0", "tags": {"a": "b"}}, "either id"),
-    ({"id": "cr-0123456789abcdef0", "owner_id": "123456789012"}, "owner_id goes with tags"),
-    ({"id": "reservation-1"}, "cr-"),
-    ({"tags": {"team": ""}}, "an empty tag key or value"),
-])
+@pytest.mark.parametrize(
+    "term, message",
+    [
+        ({}, "either id"),
+        ({"id": "cr-0123456789abcdef0", "tags": {"a": "b"}}, "either id"),
+        ({"id": "cr-0123456789abcdef0", "owner_id": "123456789012"}, "owner_id goes with tags"),
+        ({"id": "reservation-1"}, "cr-"),
+        ({"tags": {"team": ""}}, "an empty tag key or value"),
+    ],
+)
 def test_malformed_reservation_terms_are_refused(term, message):
     document = raw("prod")
     document["compute"]["gpu_pool"]["capacity_reservations"] = [term]
@@ -299,7 +302,8 @@ def test_malformed_reservation_terms_are_refused(term, message):
 def test_reservations_by_id_and_by_shared_tags_are_accepted():
     document = raw("prod")
     document["compute"]["gpu_pool"]["capacity_reservations"] = [
-        {"id": "cr-0123456789abcdef0"}, {"tags": {"pool": "gpu"}, "owner_id": "111122223333"}
+        {"id": "cr-0123456789abcdef0"},
+        {"tags": {"pool": "gpu"}, "owner_id": "111122223333"},
     ]
     assert len(parse_config(document).compute.gpu_pool.capacity_reservations) == 2
 
@@ -310,8 +314,9 @@ def test_reservations_in_auto_mode_are_refused():
     assert only_problem(document).field == "compute.gpu_pool.capacity_types"
 
 
-@pytest.mark.parametrize("expire_after, grace, most", [("720h", "24h", "480h"), ("500h", "5h", "499h"),
-                                                       ("Never", "24h", "480h")])
+@pytest.mark.parametrize(
+    "expire_after, grace, most", [("720h", "24h", "480h"), ("500h", "5h", "499h"), ("Never", "24h", "480h")]
+)
 def test_auto_mode_node_lifetime_above_21_days_is_refused(expire_after, grace, most):
     document = raw("dev")
     document["compute"]["gpu_pool"].update({"expire_after": expire_after, "termination_grace_period": grace})

@@ -5,6 +5,7 @@ import copy
 import pytest
 
 from tests.unit.test_config import only_problem, raw
+from warmstart.catalog import Catalog, InstanceSpec
 from warmstart.image_preload import (
     builder_ami_parameter,
     builder_commands,
@@ -15,7 +16,6 @@ from warmstart.image_preload import (
     snapshot_images,
     volume_initialization_seconds,
 )
-from warmstart.catalog import Catalog, InstanceSpec
 from warmstart.loader import ConfigError, parse_config
 from warmstart.workload import nvme_need_gb
 
@@ -57,8 +57,10 @@ def test_builder_commands_pass_the_images_as_arguments_then_the_script():
 
 def test_the_builder_runs_the_nodes_bottlerocket_release_standard_variant():
     config = parse_config(bottlerocket_snapshot())
-    assert (builder_ami_parameter(config.compute, config.cluster.kubernetes_version)
-            == "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.50.0/image_id")
+    assert (
+        builder_ami_parameter(config.compute, config.cluster.kubernetes_version)
+        == "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.50.0/image_id"
+    )
 
 
 def test_image_set_key_changes_with_what_is_on_the_volume_and_nothing_else():
@@ -188,9 +190,13 @@ def test_parallel_pull_needs_an_al2023_release_that_unpacks_onto_the_nvme_array(
 
 
 def test_parallel_pull_is_refused_where_nodeadm_would_skip_it(catalog):
-    small = Catalog(gpus=catalog.gpus, instances={
-        **catalog.instances,
-        "g4.small": InstanceSpec(gpu="L4", gpu_count=1, nvme_gb=250, vcpus=2, memory_gib=8)})
+    small = Catalog(
+        gpus=catalog.gpus,
+        instances={
+            **catalog.instances,
+            "g4.small": InstanceSpec(gpu="L4", gpu_count=1, nvme_gb=250, vcpus=2, memory_gib=8),
+        },
+    )
     document = raw("prod")
     document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "g4.small"]
     for model in document["models"]:

@@ -1,5 +1,6 @@
 """How the agent tells, from vLLM's hash folders before and after a pod start, whether vLLM used a cache."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,6 @@ def test_a_changed_hash_names_the_part_that_changed(tmp_path):
     for folder, compiler in ((A, "c1"), (B, "c2")):
         record = tmp_path / folder / "rank_0_0" / "backbone" / "cache_key_factors.json"
         record.parent.mkdir(parents=True)
-        record.write_text('{"config_hash": "x", "code_hash": "y", "compiler_hash": "%s", "env": {}}' % compiler)
+        record.write_text(json.dumps({"config_hash": "x", "code_hash": "y", "compiler_hash": compiler, "env": {}}))
     observation = judge(start_dirs=[A], now_dirs=[A, B], origin=None, restore=None, cache_root=tmp_path)
     assert "compiler" in observation.reason and "vLLM config" not in observation.reason

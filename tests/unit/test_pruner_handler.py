@@ -7,21 +7,33 @@ from lambdas.compile_cache_pruner import handler
 
 
 def test_settings_come_from_the_function_environment(monkeypatch):
-    monkeypatch.setenv("ACTIVE_SET_PARAMETERS", "/warmstart/dev/compile-cache/active-keys,/warmstart/qa/compile-cache/active-keys")
+    monkeypatch.setenv(
+        "ACTIVE_SET_PARAMETERS", "/warmstart/dev/compile-cache/active-keys,/warmstart/qa/compile-cache/active-keys"
+    )
     monkeypatch.setenv("RETENTION_DAYS", "14")
     monkeypatch.setenv("MAX_DELETIONS", "10000")
     monkeypatch.setenv("DRY_RUN", "true")
     settings = handler.settings_from_environment()
     assert settings.active_set_parameters == (
-        "/warmstart/dev/compile-cache/active-keys", "/warmstart/qa/compile-cache/active-keys")
+        "/warmstart/dev/compile-cache/active-keys",
+        "/warmstart/qa/compile-cache/active-keys",
+    )
     assert settings.retention == timedelta(days=14) and settings.orphan_age == timedelta(hours=24)
     assert settings.max_deletions == 10_000 and settings.dry_run is True
 
 
 def test_summary_line_carries_cloudwatch_metrics(capsys, monkeypatch):
     monkeypatch.setenv("WARMSTART_ENVIRONMENT", "dev")
-    handler.emit({"event": "pruned", "scanned": 10, "deleted_objects": 3, "bytes_freed": 1000, "malformed": 1,
-                  "malformed_examples": ["compile-cache/x"]})
+    handler.emit(
+        {
+            "event": "pruned",
+            "scanned": 10,
+            "deleted_objects": 3,
+            "bytes_freed": 1000,
+            "malformed": 1,
+            "malformed_examples": ["compile-cache/x"],
+        }
+    )
     record = json.loads(capsys.readouterr().out)
     directive = record["_aws"]["CloudWatchMetrics"][0]
     assert directive["Namespace"] == "Warmstart/CompileCachePruner" and directive["Dimensions"] == [["Environment"]]

@@ -1,12 +1,13 @@
 """Which compile-cache objects the pruner deletes: table-driven, clock and manifest reader passed in."""
 
-from datetime import datetime, timedelta, timezone
+import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from lambdas.compile_cache_pruner.selection import Listed, Summary, count_done, parse_active_set, select
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 RETENTION = timedelta(days=14)
 KEY_A = "compile-cache/qwen/h100-sm_90/tp2-pp1/torch2.11.0/0123456789abcdef0123/"
@@ -14,11 +15,20 @@ KEY_B = "compile-cache/qwen/l40s-sm_89/tp1-pp1/torch2.11.0/00000000000000000000/
 ARCHIVE = f"archive-{'a' * 64}-0001.tar.zst"
 
 
-def objects(prefix: str, age_days: float, *, manifest=True, last_use_age: float | None = None, archive_age=None,
-            archives=(ARCHIVE,)):
+def objects(
+    prefix: str,
+    age_days: float,
+    *,
+    manifest=True,
+    last_use_age: float | None = None,
+    archive_age=None,
+    archives=(ARCHIVE,),
+):
     when = NOW - timedelta(days=age_days)
-    found = [Listed(f"{prefix}{name}", 15_000_000, NOW - timedelta(days=archive_age or age_days), f'"{name}"')
-             for name in archives]
+    found = [
+        Listed(f"{prefix}{name}", 15_000_000, NOW - timedelta(days=archive_age or age_days), f'"{name}"')
+        for name in archives
+    ]
     if manifest:
         found.append(Listed(f"{prefix}manifest-0123456789abcdef.json", 500, when, '"m"'))
     if last_use_age is not None:
@@ -32,8 +42,18 @@ def no_reads(manifest):
 
 def run(listing, active=(), max_deletions=10_000, read_manifest=no_reads):
     summary = Summary()
-    decisions = list(select(listing, active=frozenset(active), now=NOW, retention=RETENTION, orphan_age=DAY,
-                            max_deletions=max_deletions, summary=summary, read_manifest=read_manifest))
+    decisions = list(
+        select(
+            listing,
+            active=frozenset(active),
+            now=NOW,
+            retention=RETENTION,
+            orphan_age=DAY,
+            max_deletions=max_deletions,
+            summary=summary,
+            read_manifest=read_manifest,
+        )
+    )
     for decision in decisions:
         count_done(decision, {o.key for o in decision.objects}, summary)
     return decisions, summary
@@ -52,18 +72,43 @@ def deleted_keys(decisions):
         ("inactive, old, no use record: by newest object", objects(KEY_A, 30), set(), 2, "deleted_keys"),
         ("inactive, young, no use record: kept", objects(KEY_A, 3), set(), 0, "kept_recent"),
         # A publish in flight: only an old use record, and an archive uploaded a moment ago.
-        ("inactive, old use record, fresh archive: kept", objects(KEY_A, 0, manifest=False, last_use_age=40,
-                                                                 archive_age=0.001), set(), 0, "kept_recent"),
-        ("orphan archive older than a day: deleted", objects(KEY_A, 2, manifest=False, last_use_age=0.5), set(), 1,
-         "orphans_deleted"),
+        (
+            "inactive, old use record, fresh archive: kept",
+            objects(KEY_A, 0, manifest=False, last_use_age=40, archive_age=0.001),
+            set(),
+            0,
+            "kept_recent",
+        ),
+        (
+            "orphan archive older than a day: deleted",
+            objects(KEY_A, 2, manifest=False, last_use_age=0.5),
+            set(),
+            1,
+            "orphans_deleted",
+        ),
         ("orphan archive younger than a day: kept", objects(KEY_A, 0.2, manifest=False), set(), 0, "kept_recent"),
         ("active key's orphan archive: deleted", objects(KEY_A, 30, manifest=False), {KEY_A}, 1, "orphans_deleted"),
-        ("manifest whose archive is gone, old: repaired", objects(KEY_A, 2, archives=(), last_use_age=0.5), set(),
-         1, "repaired_manifests"),
-        ("manifest whose archive is gone, active: repaired", objects(KEY_A, 2, archives=()), {KEY_A}, 1,
-         "repaired_manifests"),
-        ("manifest whose archive is not listed yet, young: kept", objects(KEY_A, 0.1, archives=()), set(), 0,
-         "kept_recent"),
+        (
+            "manifest whose archive is gone, old: repaired",
+            objects(KEY_A, 2, archives=(), last_use_age=0.5),
+            set(),
+            1,
+            "repaired_manifests",
+        ),
+        (
+            "manifest whose archive is gone, active: repaired",
+            objects(KEY_A, 2, archives=()),
+            {KEY_A},
+            1,
+            "repaired_manifests",
+        ),
+        (
+            "manifest whose archive is not listed yet, young: kept",
+            objects(KEY_A, 0.1, archives=()),
+            set(),
+            0,
+            "kept_recent",
+        ),
     ],
 )
 def test_selection(case, listing, active, expect_deleted, counter):
@@ -116,7 +161,10 @@ def test_malformed_keys_are_kept_and_reported():
     ]
     decisions, summary = run(sorted(listing, key=lambda o: o.key))
     assert len(deleted_keys(decisions)) == 3 and all(d.startswith(KEY_A) for d in deleted_keys(decisions))
-    assert summary.malformed == ["compile-cache/qwen/h100/tp2/torch2/notahash/manifest-0123456789abcdef.json", "compile-cache/readme.txt"]
+    assert summary.malformed == [
+        "compile-cache/qwen/h100/tp2/torch2/notahash/manifest-0123456789abcdef.json",
+        "compile-cache/readme.txt",
+    ]
 
 
 def test_cap_deletes_whole_keys_only_and_defers_the_rest():
@@ -153,21 +201,24 @@ def test_active_set_must_be_exactly_right(raw, message):
 
 
 def test_active_set_parses():
-    raw = '{"version": 1, "environment": "dev", "keys": ["%s"]}' % KEY_A
+    raw = json.dumps({"version": 1, "environment": "dev", "keys": [KEY_A]})
     assert parse_active_set(raw, "p") == frozenset({KEY_A})
 
 
 def test_several_manifests_keep_every_archive_they_name_and_a_broken_one_goes():
     """One manifest per set of vLLM hash folders (nodes add, never replace): each names its own archive."""
     first, second, unnamed = (f"archive-{c * 64}-0001.tar.zst" for c in "abc")
-    listing = sorted([
-        Listed(f"{KEY_A}manifest-1111111111111111.json", 500, NOW - 3 * DAY, '"m1"'),
-        Listed(f"{KEY_A}manifest-2222222222222222.json", 500, NOW - 3 * DAY, '"m2"'),
-        Listed(f"{KEY_A}manifest-3333333333333333.json", 500, NOW - 3 * DAY, '"m3"'),
-        Listed(KEY_A + first, 1000, NOW - 3 * DAY, '"a"'),
-        Listed(KEY_A + second, 1000, NOW - 3 * DAY, '"b"'),
-        Listed(KEY_A + unnamed, 1000, NOW - 3 * DAY, '"c"'),
-    ], key=lambda o: o.key)
+    listing = sorted(
+        [
+            Listed(f"{KEY_A}manifest-1111111111111111.json", 500, NOW - 3 * DAY, '"m1"'),
+            Listed(f"{KEY_A}manifest-2222222222222222.json", 500, NOW - 3 * DAY, '"m2"'),
+            Listed(f"{KEY_A}manifest-3333333333333333.json", 500, NOW - 3 * DAY, '"m3"'),
+            Listed(KEY_A + first, 1000, NOW - 3 * DAY, '"a"'),
+            Listed(KEY_A + second, 1000, NOW - 3 * DAY, '"b"'),
+            Listed(KEY_A + unnamed, 1000, NOW - 3 * DAY, '"c"'),
+        ],
+        key=lambda o: o.key,
+    )
     names = {"1111111111111111": first, "2222222222222222": second, "3333333333333333": f"archive-{'d' * 64}-1.tar.zst"}
 
     def read(manifest):

@@ -1,5 +1,6 @@
 import pytest
 
+from warmstart.config import AutoModeCompute, GpuPool, KarpenterCompute
 from warmstart.sizing import (
     SizingError,
     ephemeral_storage_below_nvme,
@@ -8,7 +9,6 @@ from warmstart.sizing import (
     valid_tensor_parallel_sizes,
     weights_fit,
 )
-from warmstart.config import AutoModeCompute, GpuPool, KarpenterCompute
 
 
 @pytest.mark.parametrize(
@@ -55,8 +55,14 @@ def test_nvme_mount_per_node_os():
     setup-local-disks mounts /mnt/k8s-disks/0 (sources in warmstart/sizing.py)."""
     pool = GpuPool(instance_types=["p5.48xlarge"])
     assert nvme_mount(_auto(80)) == "/mnt/.ephemeral"
-    assert nvme_mount(KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="al2023@v20260930")) == "/mnt/k8s-disks/0"
-    assert nvme_mount(KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="bottlerocket@v1.50.0")) == "/mnt/.ephemeral"
+    assert (
+        nvme_mount(KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="al2023@v20260930"))
+        == "/mnt/k8s-disks/0"
+    )
+    assert (
+        nvme_mount(KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="bottlerocket@v1.50.0"))
+        == "/mnt/.ephemeral"
+    )
 
 
 def _auto(gib: int) -> AutoModeCompute:

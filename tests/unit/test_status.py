@@ -47,10 +47,34 @@ def test_status_command_reads_the_cluster_through_kubectl(capsys, monkeypatch):
     assert main(["status", "--env", "prod", "--kubectl", kubectl]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].split() == ["MODEL", "WEIGHTS", "COMPILE", "CACHE", "LAST", "POD", "PER", "NODE", "IMAGE"]
-    assert out[2].split() == ["qwen3-6-35b-a3b", "warming", "2/3", "(1", "no-nvme)", "warming", "2/3", "2", "hit,",
-                              "0", "miss", "warming", "2/3"]
-    assert out[3].split() == ["llama-3-3-70b", "warming", "1/3", "warming", "1/3", "1", "hit,", "1", "miss",
-                              "warming", "2/3"]
+    assert out[2].split() == [
+        "qwen3-6-35b-a3b",
+        "warming",
+        "2/3",
+        "(1",
+        "no-nvme)",
+        "warming",
+        "2/3",
+        "2",
+        "hit,",
+        "0",
+        "miss",
+        "warming",
+        "2/3",
+    ]
+    assert out[3].split() == [
+        "llama-3-3-70b",
+        "warming",
+        "1/3",
+        "warming",
+        "1/3",
+        "1",
+        "hit,",
+        "1",
+        "miss",
+        "warming",
+        "2/3",
+    ]
 
 
 def test_status_command_reports_an_unreachable_cluster(capsys, monkeypatch):

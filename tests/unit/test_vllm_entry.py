@@ -15,8 +15,14 @@ from agent.pod_records import PodRecords
 from agent.vllm_entry import choose_weights, prepare, vllm_hash_dirs
 
 S3 = "s3://models/llama/"
-ARGS = ["python3", "-m", "vllm.entrypoints.openai.api_server", f"--model={S3}", "--served-model-name=llama",
-        "--load-format=runai_streamer"]
+ARGS = [
+    "python3",
+    "-m",
+    "vllm.entrypoints.openai.api_server",
+    f"--model={S3}",
+    "--served-model-name=llama",
+    "--load-format=runai_streamer",
+]
 NOW = 1_800_000_000.0
 ENTRY = Path(__file__).resolve().parents[2] / "agent" / "vllm_entry.py"
 
@@ -60,9 +66,15 @@ def test_anything_but_a_fresh_complete_copy_of_this_source_means_s3(tmp_path, po
 
 
 def _env(tmp_path, **extra) -> dict:
-    return {"POD_UID": "uid-1", "POD_NAME": "vllm-1", "POD_NAMESPACE": "llama",
-            "WARMSTART_POD_RECORDS": str(tmp_path / "pods"), "VLLM_CACHE_ROOT": str(tmp_path / "cache" / "vllm"),
-            "WARMSTART_FINGERPRINT": "f" * 16, **extra}
+    return {
+        "POD_UID": "uid-1",
+        "POD_NAME": "vllm-1",
+        "POD_NAMESPACE": "llama",
+        "WARMSTART_POD_RECORDS": str(tmp_path / "pods"),
+        "VLLM_CACHE_ROOT": str(tmp_path / "cache" / "vllm"),
+        "WARMSTART_FINGERPRINT": "f" * 16,
+        **extra,
+    }
 
 
 def test_the_pod_records_that_it_is_choosing_before_it_reads_the_pointer(tmp_path, monkeypatch):
@@ -114,8 +126,10 @@ def test_the_record_lists_the_compile_folders_present_at_start(tmp_path):
     for folder in ("0123456789/rank_0_0", "torch_aot_compile/" + "a" * 64 + "/rank_0_0"):
         (cache / folder).mkdir(parents=True)
     _, _, record = prepare(ARGS, _env(tmp_path), NOW)
-    assert record["compile"] == {"fingerprint": "f" * 16, "hash_dirs": [
-        "torch_compile_cache/0123456789", "torch_compile_cache/torch_aot_compile/" + "a" * 64]}
+    assert record["compile"] == {
+        "fingerprint": "f" * 16,
+        "hash_dirs": ["torch_compile_cache/0123456789", "torch_compile_cache/torch_aot_compile/" + "a" * 64],
+    }
     assert vllm_hash_dirs(tmp_path / "nowhere") == []
 
 
@@ -137,7 +151,9 @@ def test_the_script_serves_the_copy_to_the_command_it_execs_and_stops_with_it(tm
     )
     done = subprocess.run(
         [sys.executable, str(ENTRY), sys.executable, "-c", program, f"--model={S3}", "--served-model-name=llama"],
-        env={**os.environ, **_env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(root))}, capture_output=True, text=True,
+        env={**os.environ, **_env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(root))},
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
@@ -152,10 +168,19 @@ def test_the_script_serves_the_copy_to_the_command_it_execs_and_stops_with_it(tm
 
 def test_the_script_execs_the_command_unchanged_without_a_copy(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(ENTRY), sys.executable, "-c", "import sys; print(sys.argv[1:])", f"--model={S3}",
-         "--served-model-name=llama"],
+        [
+            sys.executable,
+            str(ENTRY),
+            sys.executable,
+            "-c",
+            "import sys; print(sys.argv[1:])",
+            f"--model={S3}",
+            "--served-model-name=llama",
+        ],
         env={"PATH": os.environ["PATH"], "WARMSTART_WEIGHTS_ROOT": str(tmp_path / "none")},
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "warmstart: no local copy of llama" in done.stdout
     assert f"['--model={S3}', '--served-model-name=llama']" in done.stdout

@@ -80,8 +80,13 @@ def test_vllm_args_follow_the_reference_deployment():
     assert args[:2] == ["--model=s3://acme-llm-weights-prod/qwen3.6-35b-a3b/", "--load-format=runai_streamer"]
     extra = next(a for a in args if a.startswith("--model-loader-extra-config="))
     assert json.loads(extra.split("=", 1)[1]) == {"concurrency": 17, "distributed": True}
-    for expected in ("--tensor-parallel-size=2", "--max-model-len=8192", "--host=0.0.0.0", "--port=8000",
-                     "--served-model-name=qwen3-6-35b-a3b"):
+    for expected in (
+        "--tensor-parallel-size=2",
+        "--max-model-len=8192",
+        "--host=0.0.0.0",
+        "--port=8000",
+        "--served-model-name=qwen3-6-35b-a3b",
+    ):
         assert expected in args
     assert "--enforce-eager" not in args
 
