@@ -36,8 +36,9 @@ def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStack
     prefix = f"warmstart-{config.name}"
     network = NetworkStack(app, f"{prefix}-network", env=env, network=config.network)
     # The pruner's role has a fixed name, so the data stack's bucket policy can name it without a reference.
-    pruner_role_arn = f"arn:aws:iam::{config.account}:role/{pruner_role_name(config.name)}"
-    data = DataStack(app, f"{prefix}-data", env=env, buckets=config.buckets, pruner_role_arn=pruner_role_arn)
+    data = DataStack(
+        app, f"{prefix}-data", env=env, buckets=config.buckets, pruner_role_name=pruner_role_name(config.name)
+    )
     cluster = ClusterStack(
         app, f"{prefix}-cluster", env=env, config=config, network=network.network, buckets=data.buckets
     )

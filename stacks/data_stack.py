@@ -10,6 +10,8 @@ from warmstart.config import BucketsConfig
 class DataStack(Stack):
     """Stateful storage, in a stack of its own so that cluster changes never touch it."""
 
-    def __init__(self, scope: Construct, id: str, *, buckets: BucketsConfig, pruner_role_arn: str, **kwargs) -> None:
+    def __init__(self, scope: Construct, id: str, *, buckets: BucketsConfig, pruner_role_name: str, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
+        # The pruner's role has a fixed name, so the bucket policy can name it without a cross-stack reference.
+        pruner_role_arn = f"arn:{self.partition}:iam::{self.account}:role/{pruner_role_name}"
         self.buckets = ArtifactBuckets(self, "Buckets", buckets=buckets, pruner_role_arn=pruner_role_arn)

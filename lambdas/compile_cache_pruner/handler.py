@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import boto3
 from botocore.config import Config
 
 from lambdas.compile_cache_pruner.aws import PrunerAws
 from lambdas.compile_cache_pruner.pruner import Settings, run
+from lambdas.compile_cache_pruner.settings import PrunerEnvironment
 
 NAMESPACE = "Warmstart/CompileCachePruner"
 METRICS = (
@@ -32,12 +33,13 @@ METRICS = (
 
 
 def settings_from_environment() -> Settings:
+    environment = PrunerEnvironment.read(os.environ)
     return Settings(
-        active_set_parameters=tuple(os.environ["ACTIVE_SET_PARAMETERS"].split(",")),
-        retention=timedelta(days=float(os.environ["RETENTION_DAYS"])),
-        orphan_age=timedelta(hours=float(os.environ.get("ORPHAN_AGE_HOURS", "24"))),
-        max_deletions=int(os.environ["MAX_DELETIONS"]),
-        dry_run=os.environ.get("DRY_RUN", "false") == "true",
+        active_set_parameters=environment.active_set_parameters,
+        retention=environment.retention,
+        orphan_age=environment.orphan_age,
+        max_deletions=environment.max_deletions,
+        dry_run=environment.dry_run,
     )
 
 
@@ -69,7 +71,8 @@ def emit(record: dict) -> None:
 
 def handler(event, context) -> dict:
     config = Config(retries={"mode": "standard", "max_attempts": 8})
-    aws = PrunerAws(boto3.client("s3", config=config), boto3.client("ssm", config=config), os.environ["BUCKET"])
+    bucket = PrunerEnvironment.read(os.environ).bucket
+    aws = PrunerAws(boto3.client("s3", config=config), boto3.client("ssm", config=config), bucket)
     summary = run(
         aws, settings_from_environment(), lambda: datetime.now(UTC), emit, run_id=getattr(context, "aws_request_id", "")
     )

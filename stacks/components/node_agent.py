@@ -4,6 +4,7 @@ weights it caches) and its Kubernetes objects, running the agent image (stacks/c
 from __future__ import annotations
 
 import cdk8s
+from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -16,10 +17,10 @@ from warmstart.cache_key import KEY_ROOT
 from warmstart.scale import prefix_groups
 
 
-def agent_statements(bucket_name: str) -> list[iam.PolicyStatement]:
+def agent_statements(bucket_name: str, *, partition: str) -> list[iam.PolicyStatement]:
     """Read and create under compile-cache/ only, never delete (the bucket policy leaves that to the pruner);
     abort its own failed multipart uploads; list for 404s."""
-    bucket_arn = f"arn:aws:s3:::{bucket_name}"
+    bucket_arn = f"arn:{partition}:s3:::{bucket_name}"
     return [
         iam.PolicyStatement(
             sid="CompileCacheObjects",
@@ -64,7 +65,10 @@ class NodeAgent(Construct):
         self.policy = None
         if settings.compile_models:
             self.policy = iam.Policy(
-                self, "CompileCacheAccess", statements=agent_statements(settings.bucket), roles=[self.identity.role]
+                self,
+                "CompileCacheAccess",
+                statements=agent_statements(settings.bucket, partition=Stack.of(self).partition),
+                roles=[self.identity.role],
             )
         # Managed policies, a group of models each (warmstart.scale): a role's inline policies share 10,240
         # characters in all, while each managed policy holds 6,144 and a role takes 10.
@@ -73,7 +77,9 @@ class NodeAgent(Construct):
             iam.ManagedPolicy(
                 self,
                 f"ReadWeights{index}" if index else "ReadWeights",
-                statements=model_read_statements(settings.model_bucket, group, model_kms_key_arn),
+                statements=model_read_statements(
+                    settings.model_bucket, group, model_kms_key_arn, partition=Stack.of(self).partition
+                ),
                 roles=[self.identity.role],
                 description="warmstart node agent: read the cached models' S3 prefixes",
             )

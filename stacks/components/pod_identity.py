@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Aws
+from aws_cdk import Aws, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -82,16 +82,16 @@ class ModelReader(Construct):
         self.policy = iam.Policy(
             self,
             "ReadModel",
-            statements=model_read_statements(bucket_name, prefix, kms_key_arn),
+            statements=model_read_statements(bucket_name, prefix, kms_key_arn, partition=Stack.of(self).partition),
             roles=[self.identity.role],
         )
 
 
 def model_read_statements(
-    bucket_name: str, prefix: str | list[str], kms_key_arn: str | None
+    bucket_name: str, prefix: str | list[str], kms_key_arn: str | None, *, partition: str
 ) -> list[iam.PolicyStatement]:
     """GetObject (also HEAD and ranged GETs) under the prefix(es), and listing of those prefixes only."""
-    bucket_arn = f"arn:aws:s3:::{bucket_name}"
+    bucket_arn = f"arn:{partition}:s3:::{bucket_name}"
     prefixes = [prefix] if isinstance(prefix, str) else prefix
     statements = [
         iam.PolicyStatement(

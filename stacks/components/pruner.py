@@ -17,6 +17,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from lambdas.compile_cache_pruner.settings import PrunerEnvironment
 from stacks.components.log_retention import retention_days
 from stacks.components.source import REPOSITORY_ROOT, only
 from warmstart.active_set import STANDARD_LIMIT, active_set_part_name
@@ -89,15 +90,15 @@ class CompileCachePruner(Construct):
             log_group=self.log_group,
             dead_letter_queue=self.dead_letters,
             retry_attempts=0,  # a failed run is reported, and the next scheduled run starts afresh
-            environment={
-                "BUCKET": bucket_name,
-                "ACTIVE_SET_PARAMETERS": ",".join(parameters),
-                "RETENTION_DAYS": str(policy.retention_days),
-                "ORPHAN_AGE_HOURS": str(policy.orphan_age_hours),
-                "MAX_DELETIONS": str(policy.max_deletions_per_run),
-                "DRY_RUN": "true" if policy.dry_run else "false",
-                "WARMSTART_ENVIRONMENT": environment,
-            },
+            environment=PrunerEnvironment(
+                bucket=bucket_name,
+                active_set_parameters=tuple(parameters),
+                retention_days=policy.retention_days,
+                orphan_age_hours=policy.orphan_age_hours,
+                max_deletions=policy.max_deletions_per_run,
+                dry_run=policy.dry_run,
+                environment=environment,
+            ).variables(),
         )
         stack = Stack.of(self)
         parameter_arn = f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter"
@@ -112,6 +113,7 @@ class CompileCachePruner(Construct):
                 bucket_name=bucket_name,
                 parameter_arns=[f"{parameter_arn}{name}" for name in [*own, *shared]],
                 log_group_arn=self.log_group.log_group_arn,
+                partition=stack.partition,
             ),
         )
         self.scheduler_role = iam.Role(
@@ -171,8 +173,10 @@ def _alarm_on_any(scope: Construct, id: str, metric: cloudwatch.IMetric, descrip
     )
 
 
-def pruner_statements(*, bucket_name: str, parameter_arns: list[str], log_group_arn: str) -> list[iam.PolicyStatement]:
-    bucket_arn = f"arn:aws:s3:::{bucket_name}"
+def pruner_statements(
+    *, bucket_name: str, parameter_arns: list[str], log_group_arn: str, partition: str
+) -> list[iam.PolicyStatement]:
+    bucket_arn = f"arn:{partition}:s3:::{bucket_name}"
     return [
         iam.PolicyStatement(
             sid="ListCompileCache",

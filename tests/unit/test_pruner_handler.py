@@ -4,15 +4,22 @@ import json
 from datetime import timedelta
 
 from lambdas.compile_cache_pruner import handler
+from lambdas.compile_cache_pruner.settings import PrunerEnvironment
 
 
 def test_settings_come_from_the_function_environment(monkeypatch):
-    monkeypatch.setenv(
-        "ACTIVE_SET_PARAMETERS", "/warmstart/dev/compile-cache/active-keys,/warmstart/qa/compile-cache/active-keys"
+    written = PrunerEnvironment(
+        bucket="b",
+        active_set_parameters=("/warmstart/dev/compile-cache/active-keys", "/warmstart/qa/compile-cache/active-keys"),
+        retention_days=14,
+        orphan_age_hours=24,
+        max_deletions=10_000,
+        dry_run=True,
+        environment="dev",
     )
-    monkeypatch.setenv("RETENTION_DAYS", "14")
-    monkeypatch.setenv("MAX_DELETIONS", "10000")
-    monkeypatch.setenv("DRY_RUN", "true")
+    for name, value in written.variables().items():  # as the construct writes them
+        monkeypatch.setenv(name, value)
+    assert PrunerEnvironment.read(written.variables()) == written
     settings = handler.settings_from_environment()
     assert settings.active_set_parameters == (
         "/warmstart/dev/compile-cache/active-keys",
