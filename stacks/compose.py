@@ -11,7 +11,6 @@ from stacks.cluster_stack import ClusterStack
 from stacks.components.pruner import pruner_role_name
 from stacks.data_stack import DataStack
 from stacks.model_stack import ModelStack
-from stacks.nag_acknowledgments import acknowledge_findings
 from stacks.network_stack import NetworkStack
 from stacks.pruner_stack import PrunerStack
 from warmstart.catalog import default_catalog
@@ -63,5 +62,4 @@ def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStack
         for key, value in config.tags.items():
             Tags.of(stack).add(key, value)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    acknowledge_findings(stacks, config)
     return stacks

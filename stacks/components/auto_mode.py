@@ -7,6 +7,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from stacks.components.nag import acknowledge, managed, wildcard
+
 # Built-in pools kept next to ours: "system" runs cluster add-ons, "general-purpose" small workloads.
 BUILT_IN_NODE_POOLS = ["system", "general-purpose"]
 
@@ -25,6 +27,13 @@ class AutoModeNodeRole(Construct):
                 iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEKSWorkerNodeMinimalPolicy"),
                 iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEC2ContainerRegistryPullOnly"),
             ],
+        )
+        acknowledge(
+            self.role,
+            "The two AWS-managed policies EKS documents for the Auto Mode node role: minimal node permissions "
+            "and image pulls.",
+            managed("AmazonEKSWorkerNodeMinimalPolicy"),
+            managed("AmazonEC2ContainerRegistryPullOnly"),
         )
 
     def compute_config(self) -> eks.ComputeConfig:
@@ -94,4 +103,16 @@ class AutoModeCustomTags(Construct):
                     },
                 ),
             ],
+        )
+        acknowledge(
+            self.policy,
+            "The documented grant for custom tags on Auto Mode resources (EKS user guide, Auto Mode cluster IAM role): "
+            "instances, launch templates, volumes, snapshots and interfaces have no ARN before they exist; every "
+            "creation must carry this cluster's eks:eks-cluster-name tag, and re-tagging is limited to resources that "
+            "already carry it.",
+            wildcard("*"),
+            *(
+                wildcard(f"arn:aws:ec2:*:*:{kind}/*")
+                for kind in ("volume", "snapshot", "instance", "network-interface", "launch-template")
+            ),
         )

@@ -8,6 +8,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
+from stacks.components.nag import acknowledge, arn_wildcard, logical_id, managed
 from warmstart.config import ClusterConfig
 
 ALL_CONTROL_PLANE_LOGS = [
@@ -65,3 +66,46 @@ class ControlPlane(Construct):
         )
         for index, role_arn in enumerate(cluster.admin_role_arns):
             self.cluster.grant_access(f"Admin{index}", role_arn, [cluster_admin])
+        acknowledge(
+            self.cluster.role,
+            "EKS requires these AWS-managed policies on the cluster role (Auto Mode adds compute, block storage, "
+            "load balancing and networking); AWS maintains them as EKS gains features.",
+            *(
+                managed(name)
+                for name in (
+                    "AmazonEKSClusterPolicy",
+                    "AmazonEKSComputePolicy",
+                    "AmazonEKSBlockStoragePolicy",
+                    "AmazonEKSLoadBalancingPolicy",
+                    "AmazonEKSNetworkingPolicy",
+                )
+            ),
+        )
+        self._acknowledge_kubectl_provider()
+
+    def _acknowledge_kubectl_provider(self) -> None:
+        """aws-cdk-lib's kubectl provider (custom resources that apply manifests and Helm charts)."""
+        provider = self.cluster.node.find_child("KubectlProvider")
+        handler = provider.node.find_child("Handler")
+        ecr_public = handler.node.find_child("HasEcrPublic")  # aws-cdk-lib's condition on the partition
+        acknowledge(
+            provider,
+            "Roles created by aws-cdk-lib's kubectl provider: Lambda logging, running in the VPC (private "
+            "endpoint) and pulling the kubectl image layers; not ours to narrow.",
+            managed("service-role/AWSLambdaBasicExecutionRole"),
+            managed("service-role/AWSLambdaVPCAccessExecutionRole"),
+            managed("AmazonEC2ContainerRegistryReadOnly"),
+            f'AwsSolutions-IAM4[Policy::{{"Fn::If":["{logical_id(ecr_public)}",'
+            '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/'
+            'AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}]',
+        )
+        acknowledge(
+            provider,
+            "The provider framework invokes its handler function and the function's versions (ARN:*).",
+            arn_wildcard(handler),
+        )
+        acknowledge(
+            provider,
+            "The handler's runtime is chosen by aws-cdk-lib's kubectl provider and moves with aws-cdk-lib upgrades.",
+            "AwsSolutions-L1",
+        )

@@ -28,6 +28,7 @@ from constructs import Construct
 from lambdas.image_snapshot.aws import BUILDER_TAG
 from lambdas.image_snapshot.build import ENVIRONMENT_TAG, IMAGE_SET_TAG
 from stacks.components.log_retention import retention_days
+from stacks.components.nag import acknowledge, logical_id, managed, wildcard
 from stacks.components.source import REPOSITORY_ROOT, only
 from warmstart.config import ImageSnapshot as SnapshotSettings
 from warmstart.image_preload import builder_commands, snapshot_parameter_name
@@ -216,6 +217,64 @@ class ImageSnapshotBuild(Construct):
         )
         self.resource.node.add_dependency(self.function_policy)
         self.snapshot_id = self.resource.get_att_string("SnapshotId")
+        self._acknowledge_findings()
+
+    def _acknowledge_findings(self) -> None:
+        build = self
+        stack = Stack.of(self)
+        region, account = stack.region, stack.account
+        ec2 = f"arn:aws:ec2:{region}"
+        acknowledge(
+            build.builder_role,
+            "The policy SSM documents for a managed instance (the agent registers and receives Run Command), and "
+            "image pulls, which Bottlerocket needs for its own control and admin containers from AWS's registry; the "
+            "builder has nothing else and pulls the serving images anonymously.",
+            managed("AmazonSSMManagedInstanceCore"),
+            managed("AmazonEC2ContainerRegistryPullOnly"),
+        )
+        acknowledge(
+            build.workflow_policy,
+            "The builder's instance, volumes, interface and snapshot have no ID before the workflow creates them: "
+            "creating them requires this environment's tag, and stop, terminate, snapshot and Run Command apply only "
+            "to resources carrying it; the AMI is AWS's public Bottlerocket image resolved at run time; Describe, "
+            "command-invocation reads, log delivery and X-Ray take no resource ARNs.",
+            wildcard("*"),
+            wildcard(f"{ec2}::image/*"),
+            wildcard(f"{ec2}::snapshot/*"),
+            *(wildcard(f"{ec2}:{account}:{kind}/*") for kind in ("instance", "volume", "network-interface")),
+        )
+        acknowledge(
+            build.function_policy,
+            "The custom resource follows executions of its own state machine (IDs made per build), deletes only "
+            "snapshots tagged for this environment and terminates only builders tagged for it; Describe calls take no "
+            "resource ARNs.",
+            wildcard("*"),
+            wildcard(f"{ec2}::snapshot/*"),
+            wildcard(f"{ec2}:{account}:instance/*"),
+            wildcard(f"arn:aws:states:{region}:{account}:execution:<{logical_id(build.state_machine)}.Name>:*"),
+        )
+        framework = build.provider.node
+        for name in ("framework-onEvent", "framework-isComplete", "framework-onTimeout"):
+            function = framework.find_child(name)
+            acknowledge(
+                function,
+                "aws-cdk-lib's custom resource provider framework: its functions log with the basic execution role "
+                "and invoke the handler functions and their versions (ARN:*).",
+                managed("service-role/AWSLambdaBasicExecutionRole"),
+                f"AwsSolutions-IAM5[Resource::<{logical_id(build.functions['OnEvent'])}.Arn>:*]",
+                f"AwsSolutions-IAM5[Resource::<{logical_id(build.functions['IsComplete'])}.Arn>:*]",
+            )
+        waiter = framework.find_child("waiter-state-machine")
+        acknowledge(
+            waiter,
+            "aws-cdk-lib's provider framework waiter: it invokes the framework's own functions and versions (ARN:*) "
+            "and offers no X-Ray setting; it logs ALL events to the build's log group (log delivery APIs take no "
+            "resource ARNs).",
+            wildcard("*"),
+            f"AwsSolutions-IAM5[Resource::<{logical_id(framework.find_child('framework-isComplete'))}.Arn>:*]",
+            f"AwsSolutions-IAM5[Resource::<{logical_id(framework.find_child('framework-onTimeout'))}.Arn>:*]",
+            "AwsSolutions-SF2",
+        )
 
     def _definition(
         self,

@@ -17,6 +17,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from stacks.components.nag import acknowledge, managed, wildcard
 from stacks.components.pod_identity import PodIdentity
 from stacks.components.source import cluster_ref
 from warmstart.config import SystemNodeGroup
@@ -53,6 +54,13 @@ class SystemNodes(Construct):
             max_size=group.max_size,
             subnets=subnets,
             labels={"warmstart.io/role": "system"},
+        )
+        acknowledge(
+            self.nodegroup,
+            "The managed node group's role as EKS documents it: joining the cluster, the VPC CNI, image pulls.",
+            managed("AmazonEKSWorkerNodePolicy"),
+            managed("AmazonEKS_CNI_Policy"),
+            managed("AmazonEC2ContainerRegistryReadOnly"),
         )
 
 
@@ -157,6 +165,59 @@ class KarpenterController(Construct):
         self.chart.node.add_dependency(self.crds, self.identity.association)
         for policy in self.policies:
             self.chart.node.add_dependency(policy)
+        self._acknowledge_findings()
+
+    def _acknowledge_findings(self) -> None:
+        stack = Stack.of(self)
+        region, account = stack.region, stack.account
+        acknowledge(
+            self.node_role,
+            "The node role Karpenter's v1 guide prescribes: join the cluster, VPC CNI, image pulls, SSM access.",
+            managed("AmazonEKSWorkerNodePolicy"),
+            managed("AmazonEKS_CNI_Policy"),
+            managed("AmazonEC2ContainerRegistryPullOnly"),
+            managed("AmazonSSMManagedInstanceCore"),
+        )
+        acknowledge(
+            self.interruption_queue,
+            "Interruption notices are only useful for minutes (5-minute retention); Karpenter deletes each one it "
+            "handles and a failed one is re-delivered, so a dead-letter queue would only collect stale notices.",
+            "AwsSolutions-SQS3",
+        )
+        ec2 = f"arn:aws:ec2:{region}"
+        launched = ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")
+        lifecycle, iam_integration, _, _, discovery = self.policies
+        acknowledge(
+            lifecycle,
+            "IDs of instances, volumes, fleets and launch templates do not exist before launch; every write is "
+            "conditioned on the cluster-ownership and NodePool tags (upstream Karpenter v1.14 policy).",
+            *(wildcard(f"{ec2}:*:{kind}/*") for kind in launched),
+        )
+        acknowledge(
+            lifecycle,
+            "RunInstances/CreateFleet must reference the AMIs, snapshots, subnets, security groups, capacity "
+            "reservations and placement groups that the EC2NodeClass selects at run time.",
+            wildcard(f"{ec2}::image/*"),
+            wildcard(f"{ec2}::snapshot/*"),
+            *(
+                wildcard(f"{ec2}:*:{kind}/*")
+                for kind in ("security-group", "subnet", "capacity-reservation", "placement-group")
+            ),
+        )
+        acknowledge(
+            iam_integration,
+            "Karpenter names the instance profiles it creates; every action is conditioned on this cluster's "
+            "ownership, region and EC2NodeClass tags.",
+            wildcard(f"arn:aws:iam::{account}:instance-profile/*"),
+        )
+        acknowledge(
+            discovery,
+            "Read-only discovery: Describe* calls (limited to this region by condition), pricing, instance-profile "
+            "reads and the public EKS AMI parameters under /aws/service/; these APIs take no resource ARNs.",
+            wildcard("*"),
+            wildcard(f"arn:aws:iam::{account}:instance-profile/*"),
+            wildcard(f"arn:aws:ssm:{region}::parameter/aws/service/*"),
+        )
 
 
 def controller_statements(

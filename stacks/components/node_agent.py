@@ -11,6 +11,7 @@ from constructs import Construct
 
 from k8s.node_agent import NodeAgentChart
 from stacks.components.agent_image import AgentImage
+from stacks.components.nag import acknowledge, wildcard
 from stacks.components.pod_identity import PodIdentity, model_read_statements
 from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
 from warmstart.cache_key import KEY_ROOT
@@ -98,3 +99,17 @@ class NodeAgent(Construct):
         self.manifest.node.add_dependency(
             self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies
         )
+        if self.policy is not None:
+            acknowledge(
+                self.policy,
+                "The agent reads and writes cache archives under compile-cache/ only; their names are content "
+                "hashes of compiled kernels, unknown at synth.",
+                wildcard(f"arn:aws:s3:::{settings.bucket}/{KEY_ROOT}/*"),
+            )
+        for policy in self.weights_policies:
+            acknowledge(
+                policy,
+                "The agent copies the cached models' files to node NVMe: read-only, under each model's own "
+                "prefix; the file names change with every model update.",
+                *(wildcard(f"arn:aws:s3:::{settings.model_bucket}/{prefix}*") for prefix in prefixes),
+            )

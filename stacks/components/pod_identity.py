@@ -7,6 +7,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from stacks.components.nag import acknowledge, wildcard
 from stacks.components.source import cluster_ref
 
 
@@ -84,6 +85,12 @@ class ModelReader(Construct):
             "ReadModel",
             statements=model_read_statements(bucket_name, prefix, kms_key_arn, partition=Stack.of(self).partition),
             roles=[self.identity.role],
+        )
+        acknowledge(
+            self.policy,
+            "Object reads under this model's own prefix only; the object names are the model's files, "
+            "unknown at synth and changed by every model update.",
+            wildcard(f"arn:aws:s3:::{bucket_name}/{prefix}*"),
         )
 
 

@@ -19,6 +19,7 @@ from constructs import Construct
 
 from lambdas.compile_cache_pruner.settings import PrunerEnvironment
 from stacks.components.log_retention import retention_days
+from stacks.components.nag import acknowledge, arn_wildcard, wildcard
 from stacks.components.source import REPOSITORY_ROOT, only
 from warmstart.active_set import STANDARD_LIMIT, active_set_part_name
 from warmstart.cache_key import KEY_ROOT, PRUNER_LOCK_KEY
@@ -157,6 +158,36 @@ class CompileCachePruner(Construct):
                 "The pruner found no readable active set and deleted nothing (fail closed).",
             ),
         ]
+        self._acknowledge_findings(bucket_name, policy)
+
+    def _acknowledge_findings(self, bucket_name: str, policy: PruningPolicy) -> None:
+        stack = Stack.of(self)
+        if policy.extra_active_set_parameters:
+            acknowledge(
+                self.policy,
+                "Another environment's active set may be split into parts (<name>-2, ...) whose number only its "
+                "first parameter tells at run time; read-only, under that environment's own parameter name.",
+                *(
+                    wildcard(f"arn:aws:ssm:{stack.region}:{stack.account}:parameter{name}-*")
+                    for name in policy.extra_active_set_parameters
+                ),
+            )
+        acknowledge(
+            self.policy,
+            "The pruner deletes stale compile-cache objects, whose names are only known by listing; the grant is "
+            "limited to the compile-cache/ prefix of the environment's own bucket.",
+            wildcard(f"arn:aws:s3:::{bucket_name}/{KEY_ROOT}/*"),
+        )
+        acknowledge(
+            self.policy,
+            "Log streams of the function's own log group are created by the Lambda runtime with generated names.",
+            arn_wildcard(self.log_group),
+        )
+        acknowledge(
+            self.scheduler_role,
+            "EventBridge Scheduler's role may invoke the pruner function and its versions (ARN:*), nothing else.",
+            arn_wildcard(self.function),
+        )
 
 
 def _alarm_on_any(scope: Construct, id: str, metric: cloudwatch.IMetric, description: str) -> cloudwatch.Alarm:
