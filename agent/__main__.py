@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3
@@ -24,10 +25,29 @@ from agent.weights import WeightsCache, WeightsLayout
 from warmstart.agent_settings import AgentSettings
 
 CLEANUP_SECONDS = 300
+HEARTBEAT = "/tmp/warmstart-agent-alive"
+READY = "/tmp/warmstart-agent-ready"
 
 
 def main() -> None:
     settings = AgentSettings.model_validate(json.loads(Path(os.environ["WARMSTART_AGENT_SETTINGS"]).read_text()))
+    log = EventLog(time.time)
+    agent, weights = build(settings, log)
+    heartbeat = Path(os.environ.get("WARMSTART_HEARTBEAT", HEARTBEAT))
+    ready = Path(os.environ.get("WARMSTART_READY", READY))
+    # /tmp outlives a container restart (an emptyDir): marks from before must not pass the probes.
+    heartbeat.unlink(missing_ok=True)
+    ready.unlink(missing_ok=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    agent.start()  # restores every model's compile cache (up to the startup probe's 30 minutes)
+    ready.touch()  # the readiness probe: start-up is done (and the main loop beats)
+    run(agent, weights, settings, stop=stop, heartbeat=heartbeat, log=log)
+    log.summary()
+
+
+def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCache | None]:
+    """The agent with its real clients (S3, the Kubernetes API) and the node's folders, crash leftovers removed."""
     client = boto3.client(
         "s3",
         region_name=settings.region,
@@ -35,7 +55,6 @@ def main() -> None:
             retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=4 * settings.download_threads
         ),
     )
-    log = EventLog(time.time)
     layout = NodeCacheLayout(Path(settings.cache_root))
     remove_tree(layout.state / "tmp")  # whatever a crash left half-done is never used
     weights = None
@@ -71,38 +90,53 @@ def main() -> None:
         weights=weights,
         records=PodRecords(Path(settings.pod_records)),
     )
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    # /tmp outlives a container restart (an emptyDir): a beat from before must not pass the startup probe.
-    heartbeat = Path(os.environ.get("WARMSTART_HEARTBEAT", "/tmp/warmstart-agent-alive"))
-    heartbeat.unlink(missing_ok=True)
-    agent.start()
+    return agent, weights
 
-    def every(seconds: float, action, *, beat: bool = False) -> threading.Thread:
-        def loop() -> None:
-            while not stop.is_set():
-                try:
-                    action()
-                except Exception as error:  # keep the loop alive; the next round retries
-                    log.event("loop-error", action=action.__name__, reason=f"{type(error).__name__}: {error}")
-                if beat:  # the liveness probe restarts an agent whose main loop stopped turning
-                    heartbeat.touch()
-                stop.wait(seconds)
 
-        thread = threading.Thread(target=loop, name=action.__name__, daemon=True)
-        thread.start()
-        return thread
-
-    # Weights downloads take minutes: their own thread, so compile-cache publishing never waits for them, and
-    # a second one keeps the other models' pointers confirmed meanwhile.
-    threads = [every(settings.poll_seconds, agent.tick, beat=True), every(CLEANUP_SECONDS, agent.cleanup)]
+def run(
+    agent: NodeAgent,
+    weights: WeightsCache | None,
+    settings: AgentSettings,
+    *,
+    stop: threading.Event,
+    heartbeat: Path,
+    log: EventLog,
+) -> None:
+    """The agent's loops until `stop`: compile caches (it beats), cleanup, and the weights downloads and pointer
+    confirmations in threads of their own (a download takes minutes; publishing never waits for it)."""
+    loops = [
+        repeat(agent.tick, settings.poll_seconds, stop=stop, log=log, beat=heartbeat),
+        repeat(agent.cleanup, CLEANUP_SECONDS, stop=stop, log=log),
+    ]
     if weights is not None:
-        threads.append(every(settings.weights_poll_seconds, agent.weights_tick))
-        threads.append(every(settings.weights_poll_seconds, agent.weights_confirm_tick))
+        loops.append(repeat(agent.weights_tick, settings.weights_poll_seconds, stop=stop, log=log))
+        loops.append(repeat(agent.weights_confirm_tick, settings.weights_poll_seconds, stop=stop, log=log))
     stop.wait()
-    for thread in threads:
+    for thread in loops:
         thread.join(timeout=30)
-    log.summary()
+
+
+def repeat(
+    action: Callable[[], object], seconds: float, *, stop: threading.Event, log: EventLog, beat: Path | None = None
+) -> threading.Thread:
+    """Runs `action` every `seconds` in a thread until `stop`; an error is logged and the next round retries. With
+    `beat`, each finished round touches that file: the liveness probe restarts an agent whose loop stopped."""
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                action()
+            except Exception as error:
+                log.event(
+                    "loop-error", action=getattr(action, "__name__", "?"), reason=f"{type(error).__name__}: {error}"
+                )
+            if beat is not None:
+                beat.touch()
+            stop.wait(seconds)
+
+    thread = threading.Thread(target=loop, name=getattr(action, "__name__", "loop"), daemon=True)
+    thread.start()
+    return thread
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from constructs import Construct
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
 from k8s.hardening import (
     NEEDS_API_TOKEN,
-    NO_READINESS,
     RUNS_AS_ROOT,
     departure,
     locked_down,
@@ -37,6 +36,8 @@ SETTINGS_FILE = "agent.json"
 # Touched by the agent's main loop (agent/__main__.py); liveness fails when it is older than this.
 HEARTBEAT_FILE = "/tmp/warmstart-agent-alive"
 HEARTBEAT_MAX_AGE_SECONDS = 900
+# Written by the agent once its start-up (every model's compile-cache restore) is done (agent/__main__.py).
+READY_FILE = "/tmp/warmstart-agent-ready"
 AGENT_ANNOTATIONS = scanner_annotations(
     [
         departure(
@@ -50,7 +51,6 @@ AGENT_ANNOTATIONS = scanner_annotations(
             "it reads the pods of its node and labels its node through the Kubernetes API "
             "(an admission policy limits it to its own node's warmstart labels)",
         ),
-        departure(NO_READINESS, "no Service routes to it; its liveness probe restarts a stuck main loop"),
     ],
     host_paths="the node's compile cache, weights copies and the vLLM pods' entry records, which it fills and cleans",
 )
@@ -248,6 +248,7 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
                     ),
                     k8s.EnvVar(name="WARMSTART_AGENT_SETTINGS", value=f"{SETTINGS_MOUNT}/{SETTINGS_FILE}"),
                     k8s.EnvVar(name="WARMSTART_HEARTBEAT", value=HEARTBEAT_FILE),
+                    k8s.EnvVar(name="WARMSTART_READY", value=READY_FILE),
                 ],
                 # Measured peak about 120 MB resident during a download (make bench, weights_prefetch); the rest
                 # is room for the page cache of files it writes, which cgroup v2 charges to the pod.
@@ -262,6 +263,8 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
                 # of a compile cache takes seconds to a few minutes); weights downloads run beside it.
                 startup_probe=_heartbeat_probe(period_seconds=30, failure_threshold=60),
                 liveness_probe=_heartbeat_probe(period_seconds=60, failure_threshold=3),
+                # Ready (the DaemonSet's READY count, `warmstart status`): start-up done and the loop beating.
+                readiness_probe=_heartbeat_probe(period_seconds=30, failure_threshold=1, ready_file=READY_FILE),
                 volume_mounts=mounts,
             )
         ],
@@ -269,14 +272,15 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
     )
 
 
-def _heartbeat_probe(*, period_seconds: int, failure_threshold: int) -> k8s.Probe:
+def _heartbeat_probe(*, period_seconds: int, failure_threshold: int, ready_file: str | None = None) -> k8s.Probe:
+    ready = f"os.path.exists('{ready_file}') and " if ready_file else ""
     return k8s.Probe(
         exec=k8s.ExecAction(
             command=[
                 "python",
                 "-c",
-                f"import os, sys, time; sys.exit(time.time() - os.path.getmtime('{HEARTBEAT_FILE}') > "
-                f"{HEARTBEAT_MAX_AGE_SECONDS})",
+                f"import os, sys, time; sys.exit(not ({ready}time.time() - os.path.getmtime('{HEARTBEAT_FILE}') <= "
+                f"{HEARTBEAT_MAX_AGE_SECONDS}))",
             ]
         ),
         period_seconds=period_seconds,

@@ -207,3 +207,17 @@ def test_the_agent_is_restarted_only_when_its_main_loop_stops_turning(shipped, t
     stale = time.time() - HEARTBEAT_MAX_AGE_SECONDS - 5
     os.utime(beat, (stale, stale))
     assert not passes()
+    # Readiness: start-up done (the agent's ready file) and the loop beating.
+    from k8s.node_agent import READY_FILE
+
+    ready = tmp_path / "ready"
+    readiness = [
+        sys.executable if part == "python" else part.replace(HEARTBEAT_FILE, str(beat)).replace(READY_FILE, str(ready))
+        for part in container["readinessProbe"]["exec"]["command"]
+    ]
+    beat.touch()
+    assert subprocess.run(readiness).returncode != 0  # still starting: restores not done
+    ready.touch()
+    assert subprocess.run(readiness).returncode == 0
+    os.utime(beat, (stale, stale))
+    assert subprocess.run(readiness).returncode != 0
