@@ -2,7 +2,8 @@
 
 Both modes run Karpenter's `karpenter.sh/v1` NodePool; they differ in the node class (Auto Mode's
 `eks.amazonaws.com/v1 NodeClass` or Karpenter's `karpenter.k8s.aws/v1 EC2NodeClass`) and in how the
-instance-store NVMe becomes a RAID0 array (see the brief, section 4).
+instance-store NVMe becomes a RAID0 array (Auto Mode: when ephemeralStorage.size is below the NVMe; Karpenter:
+instanceStorePolicy RAID0, or warmstart's own bootstrap command on Bottlerocket in image-snapshot mode).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The torch.compile cache key: one pure function, used by synth, `warmstart plan` and the node agent.
 
-Two configurations share a key only if their compiled kernels are interchangeable (the brief, section 3):
+Two configurations share a key only if their compiled kernels are interchangeable:
 same GPU architecture, parallel sizes, model identity, serving image and PyTorch, and every vLLM setting
 that enters vLLM's own compile hash. The S3 layout stays readable by a person:
 

@@ -263,7 +263,8 @@ class ModelSpec(Strict):
 
 
 class StreamerTuning(Strict):
-    """Run:ai Model Streamer settings (the brief, section 2)."""
+    """Run:ai Model Streamer settings: each stream holds one chunk in memory, concurrency is at most size / chunk,
+    and RUNAI_STREAMER_MEMORY_LIMIT caps a process's buffers (docs/upstream-facts.md, Run:ai streamer)."""
 
     chunk_bytes: int = Field(default=4 * GIB, ge=8 * MIB)
     request_timeout_ms: PositiveInt = 3000

@@ -70,7 +70,8 @@ def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tupl
 
 # Startup budget (the startup probe): weights streamed at a pessimistic rate per streaming process (HyperPod
 # reports 145 GB from S3 in over 20 minutes, about 0.12 GB/s), torch.compile with CUDA graph capture and engine
-# start (the brief: 53-80 s of compile alone on a new node), with headroom; the probe starts after 30 s.
+# start (53-80 s of compile alone on a new node; docs/upstream-facts.md, "Figures the design assumes"), with
+# headroom; the probe starts after 30 s.
 STARTUP_STREAM_GB_PER_S = 0.1
 STARTUP_COMPILE_AND_INIT_SECONDS = 180
 STARTUP_EAGER_INIT_SECONDS = 60
