@@ -16,6 +16,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from agent.archive import FACTORS_FILE, UnsafeArchive, pack, unpack
@@ -30,11 +31,27 @@ MANIFEST_VERSION = 2  # 2: lists vLLM's hash folders, archives carry an upload n
 VLLM_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)
 
 
+class Status(StrEnum):
+    """How a restore or a publish ended (a str: logs and node labels carry the value)."""
+
+    # restore
+    RESTORED = "restored"
+    PRESENT = "present"  # vLLM's cache folder was there already
+    BUSY = "busy"  # vLLM created the folder while the archive downloaded: left to it
+    MISS = "miss"
+    # publish
+    PUBLISHED = "published"
+    REPUBLISHED = "republished"
+    EXISTS = "exists"
+    LOST_RACE = "lost-race"  # another node created the manifest first
+    EMPTY = "empty"
+    # either
+    FAILED = "failed"
+
+
 @dataclass(frozen=True)
 class Outcome:
-    # restore: restored | present | busy | miss | failed
-    # publish: published | republished | exists | lost-race | empty | failed
-    status: str
+    status: Status
     reason: str = ""
     bytes: int = 0
     seconds: float = 0.0
@@ -47,7 +64,7 @@ def _reporter(event: str, model: str, key: CompileCacheKey, clock: Callable[[], 
     """Ends a restore or publish: the outcome, timed from now, logged as one event."""
     started = clock()
 
-    def done(status: str, reason: str = "", size: int = 0) -> Outcome:
+    def done(status: Status, reason: str = "", size: int = 0) -> Outcome:
         outcome = Outcome(status, reason, size, clock() - started)
         log.event(event, model=model, key=key.prefix, **outcome.as_dict())
         return outcome
@@ -125,13 +142,13 @@ def restore(
 
     # kubelet's empty mount folder is the parent: only the cache folder itself means "present".
     if target.exists():
-        return done("present", "the node already has this configuration's cache (restored or compiled here)")
+        return done(Status.PRESENT, "the node already has this configuration's cache (restored or compiled here)")
     try:
         candidates = published(store, key, log, model)
     except Exception as error:  # S3 unreachable, access denied: the pod compiles as usual
-        return done("failed", f"manifests unreadable: {error}")
+        return done(Status.FAILED, f"manifests unreadable: {error}")
     if not candidates:
-        return done("miss", "no cache published for this key yet")
+        return done(Status.MISS, "no cache published for this key yet")
     temp = None
     try:
         for candidate in candidates:
@@ -147,14 +164,14 @@ def restore(
                 continue
             actual = sha256_of(archive)
             if actual != manifest["sha256"]:
-                return done("failed", f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
+                return done(Status.FAILED, f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
             staged = temp / "cache"
             unpack(archive, staged)
             archive.unlink()
             target.parent.mkdir(parents=True, exist_ok=True)
             if not rename_no_replace(staged, target):
                 return done(
-                    "busy",
+                    Status.BUSY,
                     "vLLM created the cache folder while the archive was downloading (the pod "
                     "started before the restore finished): left to it",
                 )
@@ -172,19 +189,19 @@ def restore(
             break
         else:
             return done(
-                "miss",
+                Status.MISS,
                 "every published manifest names an archive that is gone (the pruner removes them; "
                 "the next Ready pod publishes again)",
             )
     except UnsafeArchive as error:
-        return done("failed", f"unsafe archive: {error}")
+        return done(Status.FAILED, f"unsafe archive: {error}")
     except Exception as error:  # server gone mid-download, disk full, corrupt stream
-        return done("failed", f"{type(error).__name__}: {error}")
+        return done(Status.FAILED, f"{type(error).__name__}: {error}")
     finally:
         if temp is not None:
             remove_tree(temp)
     touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
-    return done("restored", size=manifest["size"])
+    return done(Status.RESTORED, size=manifest["size"])
 
 
 def publish(
@@ -208,7 +225,7 @@ def publish(
     source = layout.model_dir(model, fingerprint)
     local = local_hash_dirs(layout, model, fingerprint)
     if not local:
-        return done("empty", "vLLM has not written a compile cache on this node yet")
+        return done(Status.EMPTY, "vLLM has not written a compile cache on this node yet")
     try:
         candidates = published(store, key, log, model)
         covering = next(
@@ -225,22 +242,22 @@ def publish(
                     "seen": local,
                 },
             )
-            return done("exists", "a published cache already holds every vLLM hash folder of this node")
+            return done(Status.EXISTS, "a published cache already holds every vLLM hash folder of this node")
         name = key.manifest_key(local)
         if any(p.name == name for p in candidates):
             return done(
-                "failed",
+                Status.FAILED,
                 "the manifest for this node's hash folders names an archive that is gone; "
                 "manifests are never replaced, the pruner removes it",
             )
     except Exception as error:
-        return done("failed", f"manifest check failed: {error}")
+        return done(Status.FAILED, f"manifest check failed: {error}")
     temp = None
     try:
         temp = layout.new_temp_dir()  # inside: a full disk ends this publish, not the agent's tick
         packed = pack(source, temp / "archive.tar.zst")
         if packed.files == 0:
-            return done("empty", "the cache folder holds no files")
+            return done(Status.EMPTY, "the cache folder holds no files")
         uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
         store.upload_file_if_absent(packed.path, uploaded)
         document = {
@@ -262,7 +279,7 @@ def publish(
                 fingerprint,
                 {"origin": "already-published", "key": key.prefix, "hash_dirs": local, "seen": local},
             )
-            return done("lost-race", "another node published these hash folders first")
+            return done(Status.LOST_RACE, "another node published these hash folders first")
         if not store.exists(uploaded):  # removed between upload and manifest (a pruner run): put it back
             store.upload_file_if_absent(packed.path, uploaded)
             log.event("archive-restored-after-manifest", model=model, key=key.prefix)
@@ -279,12 +296,12 @@ def publish(
             },
         )
     except Exception as error:
-        return done("failed", f"{type(error).__name__}: {error}")
+        return done(Status.FAILED, f"{type(error).__name__}: {error}")
     finally:
         if temp is not None:
             remove_tree(temp)
     touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
-    return done("republished" if candidates else "published", size=packed.size)
+    return done(Status.REPUBLISHED if candidates else Status.PUBLISHED, size=packed.size)
 
 
 def needs_publish(layout: NodeCacheLayout, model: str, fingerprint: str) -> bool:

@@ -19,6 +19,7 @@ from agent.compile_cache import (
     VLLM_FOLDER,
     Observation,
     Outcome,
+    Status,
     judge,
     local_hash_dirs,
     needs_publish,
@@ -42,10 +43,10 @@ from warmstart.agent_settings import (
     AgentSettings,
 )
 from warmstart.cache_key import CompileCacheKey, ModelFactors, compile_cache_key
-from warmstart.workload import AGENT_STATE_FOLDER
+from warmstart.workload import AGENT_STATE_FOLDER, vllm_pod_selector
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-VLLM_POD_SELECTOR = "app.kubernetes.io/name=vllm,app.kubernetes.io/part-of=warmstart"
+VLLM_POD_SELECTOR = vllm_pod_selector()  # the labels the chart gives every model's pods
 MODEL_LABEL = "app.kubernetes.io/instance"
 WEIGHTS_LABELS = {"ready": "ready", "downloaded": "ready", "refused": "no-nvme"}
 
@@ -109,7 +110,7 @@ class NodeAgent:
             reason = f"cannot resolve this node's GPU: {type(error).__name__}: {error}"
             self.log.event("start-failed", node=self.node, reason=reason)
             for state in self.models.values():
-                outcomes[state.model.name] = Outcome("failed", reason)
+                outcomes[state.model.name] = Outcome(Status.FAILED, reason)
                 self._finish(state, outcomes[state.model.name])
             return outcomes
         for state in self.models.values():
@@ -178,8 +179,8 @@ class NodeAgent:
                     log=self.log,
                 )
                 outcomes[state.model.name] = outcome
-                if outcome.status in ("published", "republished", "exists", "lost-race"):
-                    value = "published" if outcome.status in ("published", "republished") else "present"
+                if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED, Status.EXISTS, Status.LOST_RACE):
+                    value = "published" if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED) else "present"
                     self._label({f"{NODE_LABEL_DOMAIN}/{state.model.name}": value})
                     state.last_touch = self.clock()
                 continue

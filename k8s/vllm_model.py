@@ -27,6 +27,7 @@ from warmstart.workload import (
     VLLM_PORT,
     ModelPlan,
     done_marker_name,
+    model_labels,
     vllm_args,
     vllm_env,
 )
@@ -52,14 +53,6 @@ while [ ! -e "$MARKER" ]; do
 done
 echo "warmstart: compile-cache restore finished: $(cat "$MARKER")"
 """
-
-
-def model_labels(model_name: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": model_name,
-        "app.kubernetes.io/part-of": "warmstart",
-    }
 
 
 class VllmModel(cdk8s.Chart):

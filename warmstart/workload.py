@@ -104,6 +104,21 @@ NVME_USABLE = 0.9
 WEIGHTS_FOLDER = "warmstart/weights"
 
 
+def model_labels(model_name: str) -> dict[str, str]:
+    """The labels of a model's vLLM pods: the chart sets them, the node agent selects pods by them."""
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": model_name,
+        "app.kubernetes.io/part-of": "warmstart",
+    }
+
+
+def vllm_pod_selector() -> str:
+    """Every model's vLLM pods (the labels all models share), as a Kubernetes label selector."""
+    shared = {k: v for k, v in model_labels("").items() if k != "app.kubernetes.io/instance"}
+    return ",".join(f"{key}={value}" for key, value in shared.items())
+
+
 def image_cache_name(image: str) -> str:
     """Name of the pre-pull DaemonSet of one serving image (shared by every model that uses it)."""
     return f"image-cache-{hashlib.sha256(image.encode()).hexdigest()[:12]}"

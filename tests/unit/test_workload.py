@@ -333,3 +333,14 @@ def test_the_deployment_strategy_follows_the_plan(tmp_path):
         (deployment,) = [o for o in yaml.safe_load_all(path.read_text()) if o["kind"] == "Deployment"]
         strategies[surge] = deployment["spec"]["strategy"]["rollingUpdate"]
     assert strategies == {False: {"maxSurge": 0, "maxUnavailable": 1}, True: {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def test_the_agent_selects_exactly_the_pods_the_chart_labels():
+    from agent.node_agent import VLLM_POD_SELECTOR
+    from warmstart.workload import model_labels
+
+    wanted = dict(pair.split("=") for pair in VLLM_POD_SELECTOR.split(","))
+    for name in ("qwen3-4b", "llama-3-3-70b"):
+        labels = model_labels(name)
+        assert all(labels[key] == value for key, value in wanted.items())
+    assert "app.kubernetes.io/instance" not in wanted  # every model's pods, not one model's
