@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from warmstart.cache_key import compile_cache_key
+from warmstart.cache_key import MAX_ACTIVE_SET_PARTS, compile_cache_key
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.sizing import candidate_instances
@@ -16,7 +16,6 @@ ACTIVE_SET_VERSION = 1
 # parameter (the name other environments' pruners are given) says how many parts there are, the others are
 # named <name>-2, <name>-3, ...; the pruner reads them all or deletes nothing.
 STANDARD_LIMIT, ADVANCED_LIMIT = 4096, 8192
-MAX_PARTS = 20
 
 
 def active_keys(config: EnvironmentConfig, catalog: Catalog) -> list[str]:
@@ -34,22 +33,16 @@ def active_set_parameter_name(config: EnvironmentConfig) -> str:
     return f"/warmstart/{config.name}/compile-cache/active-keys"
 
 
-def active_set_part_name(name: str, part: int) -> str:
-    return name if part == 1 else f"{name}-{part}"
-
-
-def active_set_document(config: EnvironmentConfig, catalog: Catalog) -> str:
-    """The whole set as one document (tests, and sets that fit one parameter)."""
-    return _document(config.name, active_keys(config, catalog), parts=None)
-
-
 def active_set_documents(config: EnvironmentConfig, catalog: Catalog) -> list[str]:
     """The set as parameter values of at most ADVANCED_LIMIT bytes each; the first names the number of parts."""
     keys = active_keys(config, catalog)
     groups: list[list[str]] = [[]]
     for key in keys:
         # Room for the envelope with the largest part count written in: the size test is conservative.
-        if groups[-1] and len(_document(config.name, groups[-1] + [key], parts=MAX_PARTS).encode()) > ADVANCED_LIMIT:
+        if (
+            groups[-1]
+            and len(_document(config.name, groups[-1] + [key], parts=MAX_ACTIVE_SET_PARTS).encode()) > ADVANCED_LIMIT
+        ):
             groups.append([])
         groups[-1].append(key)
     count = len(groups)

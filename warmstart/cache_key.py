@@ -20,6 +20,15 @@ MANIFEST_STEM = "manifest-"
 ARCHIVE_STEM = "archive-"
 # The pruner's one-run-at-a-time lock: outside KEY_ROOT, so never listed as a key nor create-only.
 PRUNER_LOCK_KEY = "pruner-lock.json"
+# The active set (the keys the pruner keeps) may need several SSM parameters: the first names how many parts
+# there are, the others are <name>-2, <name>-3, ... (warmstart.active_set writes them, the pruner reads them).
+MAX_ACTIVE_SET_PARTS = 20
+
+
+def active_set_part_name(name: str, part: int) -> str:
+    return name if part == 1 else f"{name}-{part}"
+
+
 DIGEST_LENGTH = 20  # hex characters of sha256: 80 bits, collisions are not a practical concern
 
 # VLLM_* variables the config refuses in `vllm_env`, with why (vLLM 0.21.0, vllm/envs.py compile_factors and

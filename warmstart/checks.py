@@ -11,8 +11,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from warmstart.active_set import ADVANCED_LIMIT, MAX_PARTS, active_set_documents
-from warmstart.cache_key import RESERVED_VLLM_ENV
+from warmstart.active_set import ADVANCED_LIMIT, active_set_documents
+from warmstart.cache_key import MAX_ACTIVE_SET_PARTS, RESERVED_VLLM_ENV
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
 from warmstart.image_preload import (
@@ -439,13 +439,13 @@ RESERVED_NAMESPACES = {
 
 def _active_set_size(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     parts = len(active_set_documents(config, catalog))
-    if parts <= MAX_PARTS:
+    if parts <= MAX_ACTIVE_SET_PARTS:
         return []
     return [
         Problem(
             "models",
             f"the compile-cache active set needs {parts} SSM parameters of {ADVANCED_LIMIT} bytes, over the "
-            f"{MAX_PARTS} the pruner reads",
+            f"{MAX_ACTIVE_SET_PARTS} the pruner reads",
             "restrict models to fewer instance types with different GPUs (instance_types), or split the environment",
         )
     ]

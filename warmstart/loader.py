@@ -379,7 +379,3 @@ def _inner_model(annotation: Any) -> Any:
         if found is not None:
             return found
     return None
-
-
-def pattern_of(text: str) -> re.Pattern:
-    return re.compile(text)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from lambdas.compile_cache_pruner.aws import DELETE_BATCH, PrunerAws
 from lambdas.compile_cache_pruner.selection import Decision, Summary, count_done, parse_active_set_part, select
-from warmstart.cache_key import KEY_ROOT
+from warmstart.cache_key import KEY_ROOT, active_set_part_name
 
 # Objects held back before a flush: the manifests of a flush fill one DeleteObjects batch, and memory stays
 # bounded however large the bucket.
@@ -80,7 +80,7 @@ def _run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: 
         try:
             keys, parts = parse_active_set_part(aws.parameter(name), name)
             for part in range(2, parts + 1):  # a set too large for one parameter: every part, or nothing
-                part_name = f"{name}-{part}"
+                part_name = active_set_part_name(name, part)
                 keys |= parse_active_set_part(aws.parameter(part_name), part_name)[0]
             active |= keys
         except Exception as error:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
 
-from warmstart.cache_key import ARCHIVE_STEM, MANIFEST_STEM, parse_key_prefix
+from warmstart.cache_key import ARCHIVE_STEM, MANIFEST_STEM, MAX_ACTIVE_SET_PARTS, parse_key_prefix
 
 
 @dataclass(frozen=True)
@@ -184,19 +184,15 @@ def count_done(decision: Decision, deleted: set[str], summary: Summary) -> None:
     summary.repaired_manifests += sum(1 for o in decision.manifests if o.key in deleted and decision.reason != "stale")
 
 
-def parse_active_set(raw: str, parameter: str) -> frozenset[str]:
-    """The stack's published set of keys; anything unexpected raises (the run then deletes nothing)."""
-    return parse_active_set_part(raw, parameter)[0]
-
-
 def parse_active_set_part(raw: str, parameter: str) -> tuple[frozenset[str], int]:
-    """One parameter of the set: its keys, and how many parts the whole set has (the first part says so;
-    warmstart.active_set splits a set larger than one SSM parameter)."""
+    """One parameter of the stack's published set: its keys, and how many parts the whole set has (the first
+    part says so; warmstart.active_set splits a set larger than one SSM parameter). Anything unexpected raises
+    (the run then deletes nothing)."""
     document = json.loads(raw)
     if not isinstance(document, dict) or document.get("version") != 1 or not isinstance(document.get("keys"), list):
         raise ValueError(f"{parameter}: not an active set of version 1")
     parts = document.get("parts", 1)
-    if not isinstance(parts, int) or not 1 <= parts <= 20:
+    if not isinstance(parts, int) or not 1 <= parts <= MAX_ACTIVE_SET_PARTS:
         raise ValueError(f"{parameter}: malformed part count {parts!r}")
     keys = document["keys"]
     bad = [k for k in keys if not isinstance(k, str) or parse_key_prefix(k) != k]

@@ -21,8 +21,8 @@ from lambdas.compile_cache_pruner.settings import PrunerEnvironment
 from stacks.components.log_retention import retention_days
 from stacks.components.nag import acknowledge, arn_wildcard, wildcard
 from stacks.components.source import REPOSITORY_ROOT, only
-from warmstart.active_set import STANDARD_LIMIT, active_set_part_name
-from warmstart.cache_key import KEY_ROOT, PRUNER_LOCK_KEY
+from warmstart.active_set import STANDARD_LIMIT
+from warmstart.cache_key import KEY_ROOT, PRUNER_LOCK_KEY, active_set_part_name
 from warmstart.config import PruningPolicy
 
 FUNCTION_SOURCE = only("lambdas", "warmstart")

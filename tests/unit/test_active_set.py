@@ -2,7 +2,7 @@ import json
 
 from tests.synth import ROOT
 from tests.unit.test_config import only_problem, raw
-from warmstart.active_set import active_keys, active_set_document
+from warmstart.active_set import active_keys, active_set_documents
 from warmstart.cache_key import parse_key_prefix
 from warmstart.catalog import default_catalog
 from warmstart.loader import load_config, parse_config
@@ -32,7 +32,7 @@ def test_one_key_per_gpu_type_a_model_may_land_on():
 def test_models_without_compile_cache_publish_no_key():
     document = raw()
     document["caches"]["compile"] = False
-    assert json.loads(active_set_document(parse_config(document), default_catalog()))["keys"] == []
+    assert [json.loads(d)["keys"] for d in active_set_documents(parse_config(document), default_catalog())] == [[]]
 
 
 def test_an_active_set_beyond_the_parts_the_pruner_reads_is_refused():
@@ -64,7 +64,8 @@ def test_extra_active_set_names_are_checked():
 
 def test_a_large_active_set_is_split_into_parameters_the_pruner_reads_whole():
     from lambdas.compile_cache_pruner.selection import parse_active_set_part
-    from warmstart.active_set import ADVANCED_LIMIT, active_set_documents, active_set_part_name
+    from warmstart.active_set import ADVANCED_LIMIT, active_set_documents
+    from warmstart.cache_key import active_set_part_name
 
     document = raw("prod")
     document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "p5e.48xlarge", "p6-b200.48xlarge"]

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lambdas.compile_cache_pruner.selection import Listed, Summary, count_done, parse_active_set, select
+from lambdas.compile_cache_pruner.selection import Listed, Summary, count_done, parse_active_set_part, select
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -197,12 +197,12 @@ def test_objects_changed_since_listing_are_counted_as_kept():
 )
 def test_active_set_must_be_exactly_right(raw, message):
     with pytest.raises(ValueError, match=message):
-        parse_active_set(raw, "/warmstart/dev/compile-cache/active-keys")
+        parse_active_set_part(raw, "/warmstart/dev/compile-cache/active-keys")
 
 
 def test_active_set_parses():
     raw = json.dumps({"version": 1, "environment": "dev", "keys": [KEY_A]})
-    assert parse_active_set(raw, "p") == frozenset({KEY_A})
+    assert parse_active_set_part(raw, "p") == (frozenset({KEY_A}), 1)
 
 
 def test_several_manifests_keep_every_archive_they_name_and_a_broken_one_goes():
