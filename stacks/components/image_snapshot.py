@@ -28,7 +28,7 @@ from constructs import Construct
 from lambdas.image_snapshot.aws import BUILDER_TAG
 from lambdas.image_snapshot.build import ENVIRONMENT_TAG, IMAGE_SET_TAG
 from stacks.components.log_retention import retention_days
-from stacks.components.nag import acknowledge, logical_id, managed, wildcard
+from stacks.components.nag import acknowledge, arn_wildcard, logical_id, managed, wildcard
 from stacks.components.source import REPOSITORY_ROOT, only
 from warmstart.config import ImageSnapshot as SnapshotSettings
 from warmstart.image_preload import builder_commands, snapshot_parameter_name
@@ -261,8 +261,8 @@ class ImageSnapshotBuild(Construct):
                 "aws-cdk-lib's custom resource provider framework: its functions log with the basic execution role "
                 "and invoke the handler functions and their versions (ARN:*).",
                 managed("service-role/AWSLambdaBasicExecutionRole"),
-                f"AwsSolutions-IAM5[Resource::<{logical_id(build.functions['OnEvent'])}.Arn>:*]",
-                f"AwsSolutions-IAM5[Resource::<{logical_id(build.functions['IsComplete'])}.Arn>:*]",
+                arn_wildcard(build.functions["OnEvent"]),
+                arn_wildcard(build.functions["IsComplete"]),
             )
         waiter = framework.find_child("waiter-state-machine")
         acknowledge(
@@ -271,8 +271,8 @@ class ImageSnapshotBuild(Construct):
             "and offers no X-Ray setting; it logs ALL events to the build's log group (log delivery APIs take no "
             "resource ARNs).",
             wildcard("*"),
-            f"AwsSolutions-IAM5[Resource::<{logical_id(framework.find_child('framework-isComplete'))}.Arn>:*]",
-            f"AwsSolutions-IAM5[Resource::<{logical_id(framework.find_child('framework-onTimeout'))}.Arn>:*]",
+            arn_wildcard(framework.find_child("framework-isComplete")),
+            arn_wildcard(framework.find_child("framework-onTimeout")),
             "AwsSolutions-SF2",
         )
 
