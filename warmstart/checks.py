@@ -25,6 +25,7 @@ from warmstart.image_preload import (
     data_volume_gb,
     data_volume_need_gb,
     is_private_ecr,
+    snapshot_obstacle,
 )
 from warmstart.naming import bucket_name_problems, moving_reference, reference_problem
 from warmstart.sizing import (
@@ -267,25 +268,18 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
             )
     if preload.mode != "snapshot":
         return problems
-    field = "image_preload.mode"
-    if isinstance(compute, AutoModeCompute):
+    obstacle = snapshot_obstacle(compute)
+    if obstacle is not None:
+        where, why = obstacle
         return problems + [
             Problem(
-                field,
-                "Auto Mode nodes cannot start from an image snapshot: its NodeClass takes "
-                "no AMI, user data or block device mapping",
-                "use image_preload.mode: prepull, or compute.mode: karpenter with a Bottlerocket ami_alias",
+                "image_preload.mode",
+                f"nodes cannot start from an image snapshot {where}: {why}",
+                "use image_preload.mode: prepull, or compute.mode: karpenter with a Bottlerocket ami_alias "
+                f"(bottlerocket@v{_version(BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE)} or later)",
             )
         ]
-    if ami_family(compute) != "bottlerocket":
-        return problems + [
-            Problem(
-                field,
-                f"{compute.ami_alias}: on AL2023 containerd keeps its images on the root "
-                "volume (or the NVMe array), which a data-volume snapshot cannot fill",
-                "use a Bottlerocket ami_alias (bottlerocket@v1.22.0 or later), or image_preload.mode: prepull",
-            )
-        ]
+    assert isinstance(compute, KarpenterCompute)
     if ami_version(compute) < BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE:
         problems.append(
             Problem(

@@ -130,19 +130,24 @@ def image_route(config: EnvironmentConfig) -> str:
     )
 
 
+def snapshot_obstacle(compute: AutoModeCompute | KarpenterCompute) -> tuple[str, str] | None:
+    """(where, why) new nodes of this compute mode / OS cannot start from an image snapshot; None where they can.
+    The one statement of it: synth's refusal and `plan` both say it."""
+    if isinstance(compute, AutoModeCompute):
+        return "in Auto Mode", "its NodeClass takes no AMI, user data or block device mapping"
+    if ami_family(compute) == "al2023":
+        return "on AL2023", "containerd's store is on the root volume or the NVMe array, which a snapshot cannot fill"
+    return None
+
+
 def snapshot_unavailable(config: EnvironmentConfig) -> str:
     """Whether new nodes could boot with the image on disk in this compute mode / OS, and how."""
-    if isinstance(config.compute, AutoModeCompute):
-        return (
-            "no way to boot new nodes with it on disk in Auto Mode (its NodeClass takes no AMI, user data or "
-            "block device mapping)"
-        )
-    if ami_family(config.compute) == "al2023":
-        return (
-            "no way to boot new nodes with it on disk on AL2023 (containerd's store is on the root volume or "
-            "the NVMe array); a Bottlerocket ami_alias allows image_preload.mode: snapshot"
-        )
-    return "image_preload.mode: snapshot would boot new nodes with it on disk"
+    obstacle = snapshot_obstacle(config.compute)
+    if obstacle is None:
+        return "image_preload.mode: snapshot would boot new nodes with it on disk"
+    where, why = obstacle
+    alternative = "; a Bottlerocket ami_alias allows image_preload.mode: snapshot" if where == "on AL2023" else ""
+    return f"no way to boot new nodes with it on disk {where} ({why}){alternative}"
 
 
 def volume_initialization_seconds(config: EnvironmentConfig) -> int | None:
