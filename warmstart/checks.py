@@ -211,12 +211,13 @@ def _alerts(config: EnvironmentConfig) -> list[Problem]:
                 "subscribe the emails to your topic, or remove alerts.topic_arn",
             )
         ]
-    if config.alerts.topic_arn and config.alerts.topic_arn.split(":")[3] != config.region:
+    topic_region = config.alerts.topic_arn.split(":")[3] if config.alerts.topic_arn else config.region
+    if topic_region != config.region:
         # CloudWatch user guide, "Using Amazon CloudWatch alarms": an alarm notifies topics of its own Region.
         return [
             Problem(
                 "alerts.topic_arn",
-                f"the topic is in {config.alerts.topic_arn.split(':')[3]}, the alarms in "
+                f"the topic is in {topic_region}, the alarms in "
                 f"{config.region}: an alarm only notifies a topic of its own Region",
                 f"give a topic in {config.region}, or leave topic_arn out (warmstart creates one)",
             )

@@ -8,6 +8,7 @@ model's own rules (pydantic) and the rules across fields (checks.py). `plan` and
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import json
 import re
@@ -220,8 +221,6 @@ def _expected(detail: dict) -> str:
 
 
 def _echo(value: Any) -> str:
-    import datetime
-
     if isinstance(value, bool):
         return str(value).lower()
     text = value.isoformat() if isinstance(value, datetime.date) else repr(value)
@@ -229,8 +228,6 @@ def _echo(value: Any) -> str:
 
 
 def _kind(value: Any) -> str:
-    import datetime
-
     names = {
         list: "list",
         str: "string",
