@@ -40,12 +40,13 @@ ENTRY_MOUNT = "/warmstart-entry"
 AGENT_SOURCE = Path(__file__).resolve().parent.parent / "agent"
 # The entry step and the loopback S3 endpoint it starts: standard library only, run by the serving image.
 ENTRY_FILES = {name: AGENT_SOURCE / name for name in ("vllm_entry.py", "node_copy_s3.py")}
-# Waits for the node agent's done marker, never longer than the bound, and never fails: with the agent
+# Waits for the node agent's done marker, at least the bound and at most a second more (date +%s counts whole
+# seconds, so "-ge" at start + bound could give up almost a second early), and never fails: with the agent
 # broken or absent the pod starts (and compiles) as it would without warmstart.
 WAIT_FOR_RESTORE = """\
 end=$(( $(date +%s) + ${WAIT_SECONDS} ))
 while [ ! -e "$MARKER" ]; do
-  if [ "$(date +%s)" -ge "$end" ]; then
+  if [ "$(date +%s)" -gt "$end" ]; then
     echo "warmstart: no compile-cache restore after ${WAIT_SECONDS}s; vLLM will compile locally"
     exit 0
   fi
