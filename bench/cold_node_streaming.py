@@ -116,7 +116,7 @@ def drop_caches() -> bool:
 
 
 def main() -> None:
-    from agent.node_copy_s3 import serve_in_background
+    from model_workload.runtime.node_copy_s3 import serve_in_background
 
     work = Path(tempfile.mkdtemp(prefix="warmstart-bench-", dir=os.environ.get("BENCH_DIR")))
     server = SeaweedS3(work / "s3").start()

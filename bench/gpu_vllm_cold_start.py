@@ -2,7 +2,7 @@
 
 Builds a small Llama-architecture model locally (random weights, no hub download), serves it with the pinned
 vLLM through the Run:ai streamer exactly as the pods do (`--model=s3://...`, the loopback S3 endpoint of
-agent/node_copy_s3.py standing in for S3 and for the node copy), and measures the time to the first
+model_workload/runtime/node_copy_s3.py standing in for S3 and for the node copy), and measures the time to the first
 completion for:
   cold          empty compile cache (a new node without warmstart's cache)
   warm_node     the same cache folder again (a second pod on the node)
@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.archive import pack, unpack  # noqa: E402
-from agent.node_copy_s3 import serve_in_background  # noqa: E402
-from agent.vllm_entry import vllm_hash_dirs  # noqa: E402
+from model_workload.runtime.node_copy_s3 import serve_in_background  # noqa: E402
+from model_workload.runtime.vllm_entry import vllm_hash_dirs  # noqa: E402
+from node_agent.runtime.archive import pack, unpack  # noqa: E402
 
 BUCKET, PREFIX = "bench", "tiny-llama/"
 PORT = 8011

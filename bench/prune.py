@@ -24,8 +24,8 @@ import boto3  # noqa: E402
 from botocore.config import Config  # noqa: E402
 
 from bench import report  # noqa: E402
-from lambdas.compile_cache_pruner.aws import PrunerAws  # noqa: E402
-from lambdas.compile_cache_pruner.pruner import Settings, run  # noqa: E402
+from pruner.runtime.aws import PrunerAws  # noqa: E402
+from pruner.runtime.pruner import Settings, run  # noqa: E402
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
 
 TOTAL, STALE_SHARE = 100_000, 0.9

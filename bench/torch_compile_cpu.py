@@ -26,11 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.compile_cache import publish, restore  # noqa: E402
-from agent.layout import NodeCacheLayout  # noqa: E402
-from agent.log import EventLog  # noqa: E402
-from agent.s3_store import CacheStore  # noqa: E402
 from bench import report  # noqa: E402
+from node_agent.runtime.compile_cache import publish, restore  # noqa: E402
+from node_agent.runtime.layout import NodeCacheLayout  # noqa: E402
+from node_agent.runtime.log import EventLog  # noqa: E402
+from node_agent.runtime.s3_store import CacheStore  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
 from warmstart.cache_key import ModelFactors, compile_cache_key  # noqa: E402
 

@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import boto3  # noqa: E402
 from botocore.config import Config  # noqa: E402
 
-from agent.log import EventLog  # noqa: E402
-from agent.s3_store import WeightsSource  # noqa: E402
-from agent.weights import WeightsCache, WeightsLayout  # noqa: E402
+from node_agent.runtime.log import EventLog  # noqa: E402
+from node_agent.runtime.s3_store import WeightsSource  # noqa: E402
+from node_agent.runtime.weights import WeightsCache, WeightsLayout  # noqa: E402
 
 
 def main(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import cdk8s
 
-from k8s.vllm_model import VllmModel
+from model_workload.chart import VllmModel
 from warmstart.catalog import Catalog, default_catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.loader import ConfigError, load_config

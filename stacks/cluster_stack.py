@@ -5,24 +5,22 @@ from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from image_preload.prepull import ImageCache
 from k8s.system import SystemNamespace
-from stacks.components.agent_image import AgentImage
-from stacks.components.auto_mode import AutoModeCustomTags, AutoModeNodeRole
+from node_agent.construct import NodeAgent
+from node_agent.image import AgentImage
 from stacks.components.buckets import ArtifactBuckets
+from stacks.components.compute import gpu_compute
 from stacks.components.control_plane import ControlPlane
-from stacks.components.gpu_pool import GpuNodePool
-from stacks.components.image_cache import ImageCache
-from stacks.components.image_snapshot import ImageSnapshotBuild
-from stacks.components.karpenter import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.network import WarmstartVpc
-from stacks.components.network_policy import NetworkPolicySupport
-from stacks.components.node_agent import NodeAgent
-from stacks.components.pod_identity import PodIdentityAgent
 from warmstart.agent_settings import agent_settings
 from warmstart.catalog import default_catalog
-from warmstart.config import AutoModeCompute, EnvironmentConfig, KarpenterCompute
-from warmstart.image_preload import builder_ami_parameter, image_set_key, snapshot_images
+from warmstart.config import EnvironmentConfig
 from warmstart.workload import compile_cache_root, pod_records_root, serving_images, weights_root
+
+# CDK leaves a construct named "Default" out of its children's logical IDs: the compute mode's resources keep
+# the IDs they were first deployed with, directly under this stack, so wrapping them replaced nothing.
+COMPUTE_MODE_ID = "Default"
 
 
 class ClusterStack(Stack):
@@ -42,78 +40,18 @@ class ClusterStack(Stack):
         super().__init__(scope, id, **kwargs)
         # Every cdk8s chart of this stack lives in this app; the cluster renders them into manifests.
         self.charts = cdk8s.App()
-        compute = config.compute
-        subnets = network.vpc.select_subnets(subnet_type=network.private_subnets.subnet_type).subnets
-        auto_mode = isinstance(compute, AutoModeCompute)
-        if auto_mode:
-            self.auto_node_role = AutoModeNodeRole(self, "AutoModeNodeRole")
+        self.compute = gpu_compute(self, COMPUTE_MODE_ID, config=config, network=network)
+        capacity = self.compute.cluster_capacity()
         self.control_plane = ControlPlane(
             self,
             "ControlPlane",
             cluster=config.cluster,
             vpc=network.vpc,
             private_subnets=network.private_subnets,
-            capacity=eks.DefaultCapacityType.AUTOMODE if auto_mode else eks.DefaultCapacityType.NODEGROUP,
-            compute=self.auto_node_role.compute_config() if auto_mode else None,
+            capacity=capacity.type,
+            compute=capacity.compute,
         )
-        self.network_policy_support = NetworkPolicySupport(
-            self, "NetworkPolicySupport", cluster=self.cluster, auto_mode=auto_mode
-        )
-        gpu_pool_after: list[Construct]
-        if auto_mode:
-            node_role, gpu_pool_after = self.auto_node_role.role, []
-            if config.tags:  # the NodeClass carries them: Auto Mode needs leave to apply them before any launch
-                self.custom_tags = AutoModeCustomTags(self, "AutoModeCustomTags", cluster_role=self.cluster.role)
-                gpu_pool_after = [self.custom_tags.policy]
-        else:
-            assert isinstance(compute, KarpenterCompute)
-            self.pod_identity_agent = PodIdentityAgent(self, "PodIdentityAgent", cluster=self.cluster)
-            self.system_nodes = SystemNodes(
-                self,
-                "SystemNodes",
-                cluster=self.cluster,
-                group=compute.system_node_group,
-                subnets=network.private_subnets,
-            )
-            self.karpenter = KarpenterController(
-                self,
-                "Karpenter",
-                cluster=self.cluster,
-                cluster_name=config.cluster.name,
-                version=compute.karpenter_version,
-            )
-            self.karpenter.chart.node.add_dependency(self.pod_identity_agent, self.system_nodes)
-            self.device_plugin = NvidiaDevicePlugin(
-                self, "NvidiaDevicePlugin", cluster=self.cluster, version=compute.nvidia_device_plugin_version
-            )
-            node_role, gpu_pool_after = self.karpenter.node_role, [self.karpenter.chart]
-        self.image_snapshot = None
-        if config.image_preload.mode == "snapshot":
-            assert isinstance(compute, KarpenterCompute)  # the config refuses a snapshot in Auto Mode
-            self.image_snapshot = ImageSnapshotBuild(
-                self,
-                "ImageSnapshot",
-                environment=config.name,
-                settings=config.image_preload.snapshot,
-                images=snapshot_images(config),
-                image_set_key=image_set_key(config),
-                ami_parameter=builder_ami_parameter(compute, config.cluster.kubernetes_version),
-                vpc=network.vpc,
-                subnet=subnets[0],
-            )
-        self.gpu_pool = GpuNodePool(
-            self,
-            "GpuPool",
-            cluster=self.cluster,
-            charts=self.charts,
-            compute=compute,
-            node_role=node_role,
-            subnets=subnets,
-            tags=config.tags,
-            image_preload=config.image_preload,
-            data_volume_snapshot_id=self.image_snapshot.snapshot_id if self.image_snapshot else None,
-            after=gpu_pool_after,
-        )
+        self.compute.attach(cluster=self.cluster, charts=self.charts)
         catalog = default_catalog()
         settings = agent_settings(config, catalog)
         images = serving_images(config) if config.image_preload.mode != "off" else []
@@ -155,9 +93,10 @@ class ClusterStack(Stack):
             self.image_cache.manifest.node.add_dependency(self.system_namespace)
 
     def before_workload(self, image: str) -> list[Construct]:
-        """What a model's workload must wait for: a GPU pool to land on, and its image's rollout gate."""
+        """What a model's workload must wait for: its compute mode's (the GPU pool to land on), and its image's
+        rollout gate."""
         gate = [self.image_cache.gates[image]] if self.image_cache is not None else []
-        return [self.gpu_pool.manifest, *gate]
+        return [*self.compute.workloads_wait_for, *gate]
 
     @property
     def cluster(self) -> eks.Cluster:

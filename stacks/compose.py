@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from aws_cdk import App, Environment, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
 
+from pruner.construct import pruner_role_name
 from stacks.cluster_stack import ClusterStack
-from stacks.components.pruner import pruner_role_name
 from stacks.data_stack import DataStack
 from stacks.model_stack import ModelStack
 from stacks.network_stack import NetworkStack

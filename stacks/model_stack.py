@@ -6,7 +6,7 @@ from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from stacks.components.model_workload import ModelWorkload
+from model_workload.construct import ModelWorkload
 from warmstart.workload import ModelPlan
 
 

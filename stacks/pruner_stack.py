@@ -3,8 +3,8 @@ from __future__ import annotations
 from aws_cdk import Stack
 from constructs import Construct
 
+from pruner.construct import CompileCachePruner
 from stacks.components.alerts import AlertTopic
-from stacks.components.pruner import CompileCachePruner
 from warmstart.active_set import active_set_documents, active_set_parameter_name
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig

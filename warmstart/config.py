@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -169,6 +169,11 @@ class AutoModeCompute(Strict):
     ephemeral_storage_iops: int = Field(default=3000, ge=3000, le=16000)
     ephemeral_storage_throughput_mibps: int = Field(default=125, ge=125, le=1000)
 
+    @property
+    def node_os(self) -> str:
+        """Auto Mode's nodes run Bottlerocket; which release is AWS's choice."""
+        return "bottlerocket"
+
 
 class SystemNodeGroup(Strict):
     instance_type: str = "m7i.xlarge"
@@ -186,8 +191,18 @@ class KarpenterCompute(Strict):
     root_volume_gib: int = Field(default=200, ge=20, le=16384)
     system_node_group: SystemNodeGroup = SystemNodeGroup()
 
+    @property
+    def node_os(self) -> str:
+        """'al2023' or 'bottlerocket', from the pinned AMI alias."""
+        return self.ami_alias.split("@", 1)[0]
+
 
 Compute = Annotated[AutoModeCompute | KarpenterCompute, Field(discriminator="mode")]
+# Each compute mode's name (its `mode` literal) and settings class, read from the union above: a mode added there
+# is known to the loader's messages without being named twice.
+COMPUTE_MODES: dict[str, type[AutoModeCompute | KarpenterCompute]] = {
+    get_args(model.model_fields["mode"].annotation)[0]: model for model in get_args(get_args(Compute)[0])
+}
 
 
 class ModelBucket(Strict):

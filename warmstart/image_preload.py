@@ -172,6 +172,6 @@ def fully_qualified(image: str) -> str:
 
 def builder_commands(images: list[str], script: str) -> list[str]:
     """The SSM AWS-RunShellScript `commands` of one build: the image list as the script's arguments, then the
-    script (repository file lambdas/image_snapshot/pull-images.sh) line by line."""
+    script (repository file image_preload/runtime/snapshot/pull-images.sh) line by line."""
     arguments = " ".join(shlex.quote(fully_qualified(image)) for image in images)
     return [f"set -- {arguments}", *script.splitlines()]

@@ -20,10 +20,10 @@ from pydantic import BaseModel, ValidationError
 
 from warmstart.catalog import Catalog, default_catalog
 from warmstart.checks import Problem, check_environment
-from warmstart.config import DNS_LABEL, DURATION, S3_BUCKET_NAME, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+from warmstart.config import COMPUTE_MODES, DNS_LABEL, DURATION, S3_BUCKET_NAME, EnvironmentConfig
 
 EXAMPLE = "config/dev.yaml"
-MODES: dict[str, type[BaseModel]] = {"auto": AutoModeCompute, "karpenter": KarpenterCompute}
+MODES: dict[str, type[BaseModel]] = dict(COMPUTE_MODES)
 
 # Each pattern of the config model, in words (tests/unit/test_config_messages.py checks that none is missing).
 PATTERN_WORDS = {
@@ -338,12 +338,12 @@ def _unknown_setting(field: str, loc: tuple) -> Problem:
     parent, mode = _model_for(loc[:-1])
     allowed = list(parent.model_fields) if parent else []
     if mode is not None:
-        other = "karpenter" if mode == "auto" else "auto"
-        if key in MODES[other].model_fields and key not in MODES[mode].model_fields:
+        others = [other for other, model in MODES.items() if other != mode and key in model.model_fields]
+        if others and key not in MODES[mode].model_fields:
             return Problem(
                 field,
-                f"'{key}' is a setting of compute.mode {other} only (this environment is {mode})",
-                f"remove it, or set compute.mode: {other}",
+                f"'{key}' is a setting of compute.mode {' or '.join(others)} only (this environment is {mode})",
+                f"remove it, or set compute.mode: {others[0]}",
             )
     close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
     hint = f"did you mean '{close[0]}'? " if close else ""

@@ -16,10 +16,8 @@ BOTTLEROCKET_NVME_MOUNT = "/mnt/.ephemeral"
 
 
 def ami_family(compute: AutoModeCompute | KarpenterCompute) -> str:
-    """'bottlerocket' or 'al2023' (Auto Mode's nodes run Bottlerocket; its AMI is AWS's choice)."""
-    if isinstance(compute, AutoModeCompute):
-        return "bottlerocket"
-    return compute.ami_alias.split("@", 1)[0]
+    """'bottlerocket' or 'al2023': each mode's settings know their nodes' OS."""
+    return compute.node_os
 
 
 def ami_version(compute: KarpenterCompute) -> tuple[int, ...]:

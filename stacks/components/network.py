@@ -57,3 +57,7 @@ class WarmstartVpc(Construct):
             Tags.of(subnet).add("kubernetes.io/role/internal-elb", "1")
         for subnet in self.vpc.public_subnets:
             Tags.of(subnet).add("kubernetes.io/role/elb", "1")
+
+    def private_subnet_list(self) -> list[ec2.ISubnet]:
+        """The private subnets themselves (nodes and the image builder launch into them)."""
+        return self.vpc.select_subnets(subnet_type=self.private_subnets.subnet_type).subnets

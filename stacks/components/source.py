@@ -3,7 +3,7 @@ typing bridge for the cluster."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import cast
 
 from aws_cdk import aws_eks_v2 as eks
@@ -11,9 +11,18 @@ from aws_cdk import aws_eks_v2 as eks
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 
 
-def only(*folders: str) -> list[str]:
-    """Docker-style exclude patterns that keep just these top-level folders (no bytecode caches)."""
-    return ["*", *(f"!{folder}" for folder in folders), "**/__pycache__"]
+def only(*paths: str) -> list[str]:
+    """Docker-style exclude patterns that keep just these folders or files (paths from the repository root) and
+    the `__init__.py` of every package above them, so that a component's runtime keeps its import path; no
+    bytecode caches."""
+    kept: list[str] = []
+    for path in paths:
+        for parent in reversed(PurePosixPath(path).parents[:-1]):
+            init = f"{parent}/__init__.py"
+            if init not in kept:
+                kept.append(init)
+        kept.append(path)
+    return ["*", *(f"!{path}" for path in kept), "**/__pycache__"]
 
 
 def cluster_ref(cluster: eks.Cluster) -> eks.ICluster:

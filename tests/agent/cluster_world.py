@@ -13,14 +13,14 @@ from pathlib import Path
 
 import yaml
 
-from agent.kube import KubeApi
-from agent.layout import NodeCacheLayout
-from agent.log import EventLog
-from agent.node_agent import NodeAgent
-from agent.pod_records import PodRecords
-from agent.s3_store import CacheStore, WeightsSource
-from agent.weights import WeightsCache, WeightsLayout
 from k8s.render import render_workloads
+from node_agent.runtime.agent import NodeAgent
+from node_agent.runtime.kube import KubeApi
+from node_agent.runtime.layout import NodeCacheLayout
+from node_agent.runtime.log import EventLog
+from node_agent.runtime.pod_records import PodRecords
+from node_agent.runtime.s3_store import CacheStore, WeightsSource
+from node_agent.runtime.weights import WeightsCache, WeightsLayout
 from tests.agent.fake_kube import FakeCluster
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
 from tests.standins.kubelet import PodRun, StandInNode, run_pod, start_pod

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.layout import NodeCacheLayout
-from agent.log import EventLog
-from agent.s3_store import CacheStore
+from node_agent.runtime.layout import NodeCacheLayout
+from node_agent.runtime.log import EventLog
+from node_agent.runtime.s3_store import CacheStore
 from warmstart.cache_key import ModelFactors, compile_cache_key
 
 FACTORS = ModelFactors(
@@ -32,7 +32,7 @@ L40S_KEY = compile_cache_key(FACTORS, gpu="L40S", architecture="sm_89")
 
 def publish_as(store, layout, clock, log, key=H100_KEY, node="node-a"):
     """The agent's publish of FACTORS' configuration from one node."""
-    from agent.compile_cache import publish
+    from node_agent.runtime.compile_cache import publish
 
     return publish(
         store=store,
@@ -48,7 +48,7 @@ def publish_as(store, layout, clock, log, key=H100_KEY, node="node-a"):
 
 def restore_as(store, layout, clock, log, key=H100_KEY, node="node-b"):
     """The agent's restore of FACTORS' configuration on one node."""
-    from agent.compile_cache import restore
+    from node_agent.runtime.compile_cache import restore
 
     return restore(
         store=store,

@@ -9,7 +9,7 @@ import shutil
 import threading
 import time
 
-from agent.compile_cache import local_hash_dirs
+from node_agent.runtime.compile_cache import local_hash_dirs
 from tests.agent.cluster_world import MODEL, make_world, with_model, write_model
 from tests.standins.kubelet import run_container
 

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from agent.archive import REDACTED
-from agent.compile_cache import MANIFEST_VERSION, local_hash_dirs, publish
-from agent.s3_store import CacheStore
+from node_agent.runtime.archive import REDACTED
+from node_agent.runtime.compile_cache import MANIFEST_VERSION, local_hash_dirs, publish
+from node_agent.runtime.s3_store import CacheStore
 from tests.agent.conftest import (
     FACTORS,
     H100_KEY,
@@ -178,7 +178,7 @@ def test_disk_full_during_restore_leaves_nothing(tmp_path, store, clock, log, sm
     node_a = node_layout(tmp_path, "a")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), large_bytes=6 * 2**20)  # larger than the disk
     assert _publish(store, node_a, clock, log).status == "published"
-    from agent.layout import NodeCacheLayout
+    from node_agent.runtime.layout import NodeCacheLayout
 
     layout = NodeCacheLayout(small_disk / "compile-cache")
     outcome = _restore(store, layout, clock, log)

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from agent.image_gate import Progress, await_image, parse_args
-from agent.kube import KubeApi
-from agent.log import EventLog
+from image_preload.runtime.gate import Progress, await_image, parse_args
+from node_agent.runtime.kube import KubeApi
+from node_agent.runtime.log import EventLog
 from tests.agent.fake_kube import FakeCluster
 
 NAMESPACE, NAME = "warmstart-system", "image-cache-0123456789ab"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.kube import KubeApi, KubeError, host_paths, is_ready
+from node_agent.runtime.kube import KubeApi, KubeError, host_paths, is_ready
 from tests.agent.fake_kube import FakeCluster, vllm_pod
 
 

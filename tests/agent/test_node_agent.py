@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from datetime import UTC
 
-from agent.kube import KubeApi
-from agent.node_agent import NodeAgent
-from agent.pod_records import PodRecords
-from agent.s3_store import CacheStore
+from node_agent.runtime.agent import NodeAgent
+from node_agent.runtime.kube import KubeApi
+from node_agent.runtime.pod_records import PodRecords
+from node_agent.runtime.s3_store import CacheStore
 from tests.agent.conftest import Clock, fill_compile_cache, node_layout, read_tree
 from tests.agent.fake_kube import FakeCluster, vllm_pod
 from tests.synth import ROOT
@@ -125,8 +125,8 @@ def test_api_outage_at_start_still_releases_waiting_pods(tmp_path, s3_server, bu
 
 
 def _weights_agent(tmp_path, s3_server, clock, log, settings, cluster, node="node-a"):
-    from agent.s3_store import WeightsSource
-    from agent.weights import WeightsCache, WeightsLayout
+    from node_agent.runtime.s3_store import WeightsSource
+    from node_agent.runtime.weights import WeightsCache, WeightsLayout
 
     client = s3_server.client()
     weights = WeightsCache(
@@ -175,8 +175,8 @@ def _iso(epoch: float) -> str:
 
 
 def _record(tmp_path, node, pod_uid, model, **fields):
-    """What the pod's entry step writes (agent/vllm_entry.py) into the node's records folder."""
-    from agent.vllm_entry import write_record
+    """What the pod's entry step writes (model_workload/runtime/vllm_entry.py) into the node's records folder."""
+    from model_workload.runtime.vllm_entry import write_record
 
     record = {
         "version": 1,
@@ -310,7 +310,7 @@ def test_a_removed_model_loses_its_labels_pointer_and_node_data(tmp_path, s3_ser
 def test_an_agent_started_on_a_full_disk_writes_every_marker_it_can_and_keeps_going(
     tmp_path, s3_server, bucket, clock, log, small_disk
 ):
-    from agent.layout import NodeCacheLayout
+    from node_agent.runtime.layout import NodeCacheLayout
 
     settings = _settings(bucket)
     cluster = FakeCluster()
@@ -358,7 +358,7 @@ def test_folders_of_older_configurations_go_once_no_pod_mounts_them(tmp_path, s3
 def test_the_event_log_keeps_bounded_memory():
     import io
 
-    from agent.log import EventLog
+    from node_agent.runtime.log import EventLog
 
     stream = io.StringIO()
     log = EventLog(lambda: 0.0, stream=stream, keep=10)

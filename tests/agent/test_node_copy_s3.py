@@ -14,7 +14,7 @@ from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from agent.node_copy_s3 import serve_in_background
+from model_workload.runtime.node_copy_s3 import serve_in_background
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.s3_store import CacheStore
-from lambdas.compile_cache_pruner.aws import PrunerAws
-from lambdas.compile_cache_pruner.pruner import Settings, run
+from node_agent.runtime.s3_store import CacheStore
+from pruner.runtime.aws import PrunerAws
+from pruner.runtime.pruner import Settings, run
 from tests.agent.conftest import (
     FACTORS,
     H100_KEY,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from agent.s3_store import Unverifiable, WeightsSource
-from agent.weights import WeightsCache, WeightsLayout, weights_key
+from node_agent.runtime.s3_store import Unverifiable, WeightsSource
+from node_agent.runtime.weights import WeightsCache, WeightsLayout, weights_key
 from tests.s3_server import SeaweedS3
 
 PREFIX = "llama/"
@@ -262,7 +262,7 @@ class _HeadOnly:
 
 
 def test_an_object_that_cannot_be_verified_is_refused():
-    from agent.s3_store import ListedObject
+    from node_agent.runtime.s3_store import ListedObject
 
     source = WeightsSource(_HeadOnly(), "bucket")
     with pytest.raises(Unverifiable, match="checksum-algorithm"):
@@ -270,7 +270,7 @@ def test_an_object_that_cannot_be_verified_is_refused():
 
 
 def test_weights_key_covers_names_sizes_and_etags():
-    from agent.s3_store import ListedObject
+    from node_agent.runtime.s3_store import ListedObject
 
     base = [ListedObject("p/a", 1, "e1"), ListedObject("p/b", 2, "e2")]
     assert weights_key(base, "p/") == weights_key(list(reversed(base)), "p/")
@@ -368,9 +368,9 @@ def test_confirm_retires_a_copy_when_s3_moved_on(tmp_path, s3_server, model_buck
 
 
 def test_a_paused_download_waits_and_then_completes(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
-    import agent.s3_store
+    from node_agent.runtime import s3_store
 
-    monkeypatch.setattr(agent.s3_store, "PAUSE_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(s3_store, "PAUSE_POLL_SECONDS", 0.05)
     bucket, files = model_bucket
     cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log)
     paused = {"until": time.monotonic() + 1.0, "asked": 0}

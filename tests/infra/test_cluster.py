@@ -1,6 +1,6 @@
 import json
 
-from k8s.image_cache import GATE_SERVICE_ACCOUNT
+from image_preload.prepull_chart import GATE_SERVICE_ACCOUNT
 from tests.manifests import deployed_manifests, helm_charts, of_kind
 
 ALL_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]

@@ -9,10 +9,10 @@ import json
 from aws_cdk import App, Environment, Stack
 from aws_cdk.assertions import Match, Template
 
-from lambdas.compile_cache_pruner.settings import PrunerEnvironment
+from pruner.construct import CompileCachePruner
+from pruner.runtime.settings import PrunerEnvironment
 from stacks.components.buckets import ArtifactBuckets
 from stacks.components.pod_identity import model_read_statements
-from stacks.components.pruner import CompileCachePruner
 from tests.synth import cdk_context
 from warmstart.config import BucketsConfig, ModelBucket, PruningPolicy
 

@@ -3,14 +3,14 @@ snapshot build (workflow, its IAM, the custom resource and what the node class t
 
 import json
 
+from image_preload.prepull_chart import GATE_SERVICE_ACCOUNT, GATE_START_SECONDS
 from k8s.gpu_nodes import FAST_IMAGE_PULL_NODE_CONFIG
-from k8s.image_cache import GATE_SERVICE_ACCOUNT, GATE_START_SECONDS
 from tests.manifests import deployed_manifests, of_kind
 from tests.synth import ROOT
 from warmstart.image_preload import builder_commands, image_set_key, snapshot_images, snapshot_parameter_name
 from warmstart.workload import image_cache_name
 
-PULL_SCRIPT = (ROOT / "lambdas" / "image_snapshot" / "pull-images.sh").read_text()
+PULL_SCRIPT = (ROOT / "image_preload" / "runtime" / "snapshot" / "pull-images.sh").read_text()
 
 
 def _resources(template: dict, kind: str) -> dict:
@@ -34,7 +34,7 @@ def test_one_gate_job_per_image_waits_for_its_pre_pull_daemon_set(shipped):
         pod = spec["template"]["spec"]
         assert pod["serviceAccountName"] == GATE_SERVICE_ACCOUNT
         (container,) = pod["containers"]
-        assert container["command"] == ["python", "-m", "agent.image_gate"]
+        assert container["command"] == ["python", "-m", "image_preload.runtime.gate"]
         image = job["metadata"]["annotations"]["warmstart.io/image"]
         assert container["args"] == [
             "--namespace=warmstart-system",
@@ -77,7 +77,7 @@ def test_each_deployment_rolls_only_after_its_images_gate(shipped):
 
 
 def test_gate_job_name_changes_with_anything_in_the_job(shipped):
-    from k8s.image_cache import ImageCacheChart
+    from image_preload.prepull_chart import ImageCacheChart
 
     def names(**change) -> dict:
         props = (

@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from aws_cdk import App, Stack
@@ -32,12 +33,25 @@ def test_each_acknowledgment_is_recorded_with_a_reason(shipped):
         assert len(reason) > 40, key
 
 
+def construct_sources() -> list[Path]:
+    """Every module that defines CDK constructs: the shared ones under stacks/ and each component folder's."""
+    components = [path.parent for path in ROOT.glob("*/construct.py")]
+    assert {p.name for p in components} >= {"node_agent", "pruner", "model_workload"}
+    found = [
+        p
+        for folder in [ROOT / "stacks", *components, ROOT / "image_preload", ROOT / "lambdas"]
+        for p in folder.rglob("*.py")
+    ]
+    assert found
+    return found
+
+
 def test_each_construct_acknowledges_its_own_findings_through_one_helper():
     """No module acknowledges for another construct (the old central module reached into their internals), and
     acknowledgments go through stacks/components/nag.py, which always carries a reason."""
     helper = ROOT / "stacks" / "components" / "nag.py"
     assert "reason=reason" in helper.read_text()
-    for path in (ROOT / "stacks").rglob("*.py"):
+    for path in construct_sources():
         text = path.read_text()
         if path != helper:
             assert not re.search(r"\.acknowledge\(|Acknowledgment\(", text), path
@@ -47,7 +61,7 @@ def test_each_construct_acknowledges_its_own_findings_through_one_helper():
 def test_no_cdk_generated_logical_id_is_written_in_the_code():
     """A logical ID such as ControlPlaneClusterKubectlProviderHandler4C29DBB3 changes when aws-cdk-lib renames a
     construct; findings name them through stacks.components.nag.logical_id instead."""
-    for path in (ROOT / "stacks").rglob("*.py"):
+    for path in construct_sources():
         assert not re.search(r"[A-Za-z]+[0-9A-F]{8}\b", path.read_text()), path
 
 

@@ -120,12 +120,19 @@ def test_agent_aws_access_is_the_compile_cache_prefix_only(shipped):
     )
 
 
-def test_agent_image_is_an_asset_built_at_deploy_from_agent_and_domain_only(shipped):
+def test_agent_image_is_an_asset_built_at_deploy_from_the_runtimes_it_runs_and_the_domain_only(shipped):
     assets = json.loads((shipped.outdir / f"{shipped.stacks.cluster.stack_name}.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
-    assert image["source"]["dockerFile"] == "agent/Dockerfile"
+    assert image["source"]["dockerFile"] == "node_agent/Dockerfile"
     context = shipped.outdir / image["source"]["directory"]
-    assert sorted(p.name for p in context.iterdir()) == ["agent", "warmstart"]
+    assert sorted(p.name for p in context.iterdir()) == ["image_preload", "model_workload", "node_agent", "warmstart"]
+    assert sorted(p.name for p in (context / "node_agent").iterdir()) == [
+        "Dockerfile",  # the build needs it in the context it is sent
+        "__init__.py",
+        "requirements.txt",
+        "runtime",
+    ]
+    assert sorted(p.name for p in (context / "image_preload" / "runtime").iterdir()) == ["__init__.py", "gate.py"]
     assert not list(context.rglob("__pycache__"))
 
 
@@ -184,7 +191,7 @@ def test_the_agent_is_restarted_only_when_its_main_loop_stops_turning(shipped, t
     import sys
     import time
 
-    from k8s.node_agent import HEARTBEAT_FILE, HEARTBEAT_MAX_AGE_SECONDS
+    from node_agent.chart import HEARTBEAT_FILE, HEARTBEAT_MAX_AGE_SECONDS
 
     (daemon_set,) = of_kind(_agent_objects(shipped), "DaemonSet")
     (container,) = daemon_set["spec"]["template"]["spec"]["containers"]
@@ -208,7 +215,7 @@ def test_the_agent_is_restarted_only_when_its_main_loop_stops_turning(shipped, t
     os.utime(beat, (stale, stale))
     assert not passes()
     # Readiness: start-up done (the agent's ready file) and the loop beating.
-    from k8s.node_agent import READY_FILE
+    from node_agent.chart import READY_FILE
 
     ready = tmp_path / "ready"
     readiness = [

@@ -24,7 +24,7 @@ def test_function_runs_on_the_latest_python_with_its_settings(shipped):
     (function,) = _resources(shipped, "AWS::Lambda::Function")
     props = function["Properties"]
     assert props["Runtime"] == "python3.14"
-    assert props["Handler"] == "lambdas.compile_cache_pruner.handler.handler"
+    assert props["Handler"] == "pruner.runtime.handler.handler"
     # Defect 11: reserved concurrency fails to deploy on accounts with a low concurrency quota; runs keep
     # apart through a lock object instead (tests/lambdas: test_runs_never_overlap_and_a_dead_runs_lock_expires).
     assert "ReservedConcurrentExecutions" not in props
@@ -150,5 +150,9 @@ def test_function_code_is_the_repository_source_not_a_bundle(shipped):
     assets = json.loads((shipped.outdir / f"{shipped.stacks.pruner.stack_name}.assets.json").read_text())
     (files,) = [f for f in assets["files"].values() if f["source"].get("packaging") == "zip"]
     folder = shipped.outdir / files["source"]["path"]
-    assert sorted(p.name for p in folder.iterdir()) == ["lambdas", "warmstart"]
-    assert (folder / "lambdas" / "compile_cache_pruner" / "handler.py").exists()
+    # Only the function's own runtime, the shared Lambda log line and the domain package: a change elsewhere
+    # (the agent, the image snapshot's function, the constructs) does not redeploy it.
+    assert sorted(p.name for p in folder.iterdir()) == ["lambdas", "pruner", "warmstart"]
+    assert sorted(p.name for p in (folder / "lambdas").iterdir()) == ["__init__.py", "log.py"]
+    assert sorted(p.name for p in (folder / "pruner").iterdir()) == ["__init__.py", "runtime"]
+    assert (folder / "pruner" / "runtime" / "handler.py").exists()

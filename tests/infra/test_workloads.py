@@ -206,7 +206,7 @@ def test_workloads_wait_for_credentials_and_the_gpu_pool(shipped):
         # The GPU pool (and the image's rollout gate) live in the cluster stack: the model stack deploys after it.
         assert cluster_stack.stack_name in assembly[stack.artifact_id]["dependencies"]
         after = {d.node.path for d in stack.workload.manifest.node.dependencies}
-        assert cluster_stack.gpu_pool.manifest.node.path in after
+        assert cluster_stack.compute.gpu_pool.manifest.node.path in after
 
 
 def _without_prune_labels(obj: dict) -> dict:
@@ -287,7 +287,7 @@ def test_without_the_weights_cache_pods_have_no_weights_mount(dev):
 
 
 def test_the_entry_config_map_carries_the_entry_step_and_the_loopback_endpoint(shipped, dist):
-    from k8s.vllm_model import ENTRY_FILES
+    from model_workload.chart import ENTRY_FILES
 
     for objects in dist[shipped.name].values():
         (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]

@@ -8,7 +8,7 @@ provider framework (aws-cdk-lib 2.275 custom-resources) passes onEvent's result,
 
 import pytest
 
-from lambdas.image_snapshot.build import (
+from image_preload.runtime.snapshot.build import (
     ENVIRONMENT_TAG,
     IMAGE_SET_TAG,
     BuildFailed,

@@ -9,8 +9,8 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from lambdas.image_snapshot.aws import BUILDER_TAG, BotoSnapshotAws
-from lambdas.image_snapshot.build import ENVIRONMENT_TAG, IMAGE_SET_TAG
+from image_preload.runtime.snapshot.aws import BUILDER_TAG, BotoSnapshotAws
+from image_preload.runtime.snapshot.build import ENVIRONMENT_TAG, IMAGE_SET_TAG
 
 ARN = "arn:aws:states:us-east-1:210987654321:stateMachine:ImageSnapshot"
 

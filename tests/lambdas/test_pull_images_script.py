@@ -18,7 +18,7 @@ import pytest
 from tests.synth import ROOT
 from warmstart.image_preload import builder_commands
 
-SCRIPT = (ROOT / "lambdas" / "image_snapshot" / "pull-images.sh").read_text()
+SCRIPT = (ROOT / "image_preload" / "runtime" / "snapshot" / "pull-images.sh").read_text()
 
 FAKE_APICLIENT = textwrap.dedent("""\
     #!/usr/bin/env python3

@@ -63,7 +63,7 @@ def test_extra_active_set_names_are_checked():
 
 
 def test_a_large_active_set_is_split_into_parameters_the_pruner_reads_whole():
-    from lambdas.compile_cache_pruner.selection import parse_active_set_part
+    from pruner.runtime.selection import parse_active_set_part
     from warmstart.active_set import ADVANCED_LIMIT, active_set_documents
     from warmstart.cache_key import active_set_part_name
 

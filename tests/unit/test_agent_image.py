@@ -4,7 +4,11 @@ import ast
 import sys
 from pathlib import Path
 
+from node_agent.image import DOCKERFILE, IMAGE_SOURCE
 from tests.synth import ROOT
+
+# Our own packages that the image carries (node_agent/image.py), not installed from requirements.
+FIRST_PARTY = {path.split("/")[0] for path in IMAGE_SOURCE}
 
 IMPORT_TO_DISTRIBUTION = {
     "awscrt": "awscrt",
@@ -38,15 +42,18 @@ def _third_party_imports(folder: Path, files: list[Path] | None = None) -> set[s
             )
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in {"agent", "warmstart", "__future__"} | siblings:
+                if top not in sys.stdlib_module_names and top not in FIRST_PARTY | {"__future__"} | siblings:
                     found.add(top)
     return found
 
 
 def test_agent_requirements_cover_every_import_at_the_project_versions():
-    agent_pins = _pins(ROOT / "agent" / "requirements.txt")
+    agent_pins = _pins(ROOT / "node_agent" / "requirements.txt")
     project_pins = _pins(ROOT / "requirements.txt")
-    imports = _third_party_imports(ROOT / "agent") | _third_party_imports(ROOT / "warmstart")
+    imports = set().union(
+        *(_third_party_imports(ROOT / path) for path in IMAGE_SOURCE if (ROOT / path).is_dir()),
+        *(_third_party_imports((ROOT / path).parent, [ROOT / path]) for path in IMAGE_SOURCE if path.endswith(".py")),
+    )
     assert imports <= set(IMPORT_TO_DISTRIBUTION), imports - set(IMPORT_TO_DISTRIBUTION)
     for module in imports:
         assert IMPORT_TO_DISTRIBUTION[module].lower() in agent_pins, module
@@ -56,18 +63,21 @@ def test_agent_requirements_cover_every_import_at_the_project_versions():
 
 def test_the_entry_step_needs_only_the_standard_library():
     """It runs inside the serving image (vLLM's), from a ConfigMap: none of our packages are there."""
-    from k8s.vllm_model import ENTRY_FILES
+    from model_workload.chart import ENTRY_FILES
 
-    assert _third_party_imports(ROOT / "agent", list(ENTRY_FILES.values())) == set()
+    assert _third_party_imports(ROOT / "model_workload" / "runtime", list(ENTRY_FILES.values())) == set()
     for path in ENTRY_FILES.values():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                assert not any(m.split(".")[0] in ("agent", "warmstart") for m in modules), path.name
+                assert not any(m.split(".")[0] in FIRST_PARTY for m in modules), path.name
 
 
 def test_dockerfile_pins_its_base_image_and_runs_the_agent():
-    dockerfile = (ROOT / "agent" / "Dockerfile").read_text()
+    dockerfile = (ROOT / DOCKERFILE).read_text()
     base = next(line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM "))
     assert ":" in base and not base.endswith(":latest")
-    assert 'ENTRYPOINT ["python", "-m", "agent"]' in dockerfile
+    assert 'ENTRYPOINT ["python", "-m", "node_agent.runtime"]' in dockerfile
+    # Every package the image source holds is copied in.
+    for package in FIRST_PARTY:
+        assert f"COPY {package} {package}" in dockerfile, package

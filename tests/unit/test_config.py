@@ -370,3 +370,14 @@ def test_client_namespaces_must_be_namespace_names():
     document = raw("dev")
     document["serving"] = {"client_namespaces": ["Default"]}
     assert only_problem(document).field.startswith("serving.client_namespaces")
+
+
+def test_the_compute_modes_are_read_from_the_union_once():
+    """The loader's messages and the compute constructs know the modes from the config's union only."""
+    from warmstart.config import COMPUTE_MODES, AutoModeCompute, KarpenterCompute
+
+    assert COMPUTE_MODES == {"auto": AutoModeCompute, "karpenter": KarpenterCompute}
+    pool = {"instance_types": ["p5.48xlarge"]}
+    assert AutoModeCompute(mode="auto", gpu_pool=pool).node_os == "bottlerocket"
+    assert KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="bottlerocket@v1.50.0").node_os == "bottlerocket"
+    assert KarpenterCompute(mode="karpenter", gpu_pool=pool).node_os == "al2023"

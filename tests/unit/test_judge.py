@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.compile_cache import judge
+from node_agent.runtime.compile_cache import judge
 
 A, B = "torch_compile_cache/aaaaaaaaaa", "torch_compile_cache/bbbbbbbbbb"
 RESTORED = {"origin": "restored", "hash_dirs": [A]}

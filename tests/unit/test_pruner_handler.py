@@ -3,8 +3,8 @@
 import json
 from datetime import timedelta
 
-from lambdas.compile_cache_pruner import handler
-from lambdas.compile_cache_pruner.settings import PrunerEnvironment
+from pruner.runtime import handler
+from pruner.runtime.settings import PrunerEnvironment
 
 
 def test_settings_come_from_the_function_environment(monkeypatch):

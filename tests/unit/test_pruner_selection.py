@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lambdas.compile_cache_pruner.selection import Listed, Summary, count_done, parse_active_set_part, select
+from pruner.runtime.selection import Listed, Summary, count_done, parse_active_set_part, select
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -3,7 +3,7 @@ kernel writes them (proc(5)); the bind mount's 4th field is its root within the 
 
 import pytest
 
-from agent.storage import off_instance_store, parse_mountinfo
+from node_agent.runtime.storage import off_instance_store, parse_mountinfo
 
 KARPENTER_RAID0 = """\
 1321 1300 0:312 / / rw,relatime master:350 - overlay overlay rw,lowerdir=/var/lib/containerd/a

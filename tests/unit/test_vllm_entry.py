@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import vllm_entry
-from agent.pod_records import PodRecords
-from agent.vllm_entry import choose_weights, prepare, vllm_hash_dirs
+from model_workload.runtime import vllm_entry
+from model_workload.runtime.vllm_entry import choose_weights, prepare, vllm_hash_dirs
+from node_agent.runtime.pod_records import PodRecords
 
 S3 = "s3://models/llama/"
 ARGS = [
@@ -24,7 +24,7 @@ ARGS = [
     "--load-format=runai_streamer",
 ]
 NOW = 1_800_000_000.0
-ENTRY = Path(__file__).resolve().parents[2] / "agent" / "vllm_entry.py"
+ENTRY = Path(__file__).resolve().parents[2] / "model_workload" / "runtime" / "vllm_entry.py"
 
 
 def node(tmp_path: Path, *, key="abc123", s3_uri=S3, checked_at=NOW - 10, complete=True) -> Path:

@@ -336,7 +336,7 @@ def test_the_deployment_strategy_follows_the_plan(tmp_path):
 
 
 def test_the_agent_selects_exactly_the_pods_the_chart_labels():
-    from agent.node_agent import VLLM_POD_SELECTOR
+    from node_agent.runtime.agent import VLLM_POD_SELECTOR
     from warmstart.workload import model_labels
 
     wanted = dict(pair.split("=") for pair in VLLM_POD_SELECTOR.split(","))

@@ -1,0 +1,1 @@
+"""Runtime code of the image preload: the rollout gate (`gate.py`) and the image snapshot build (`snapshot/`)."""

@@ -1,0 +1,25 @@
+"""Lambda entry points of the image snapshot's custom resource (CDK provider framework: onEvent, isComplete)."""
+
+from __future__ import annotations
+
+import boto3
+
+from image_preload.runtime.snapshot.aws import BotoSnapshotAws
+from image_preload.runtime.snapshot.build import is_complete, on_event
+from lambdas.log import log_line
+
+
+def _aws() -> BotoSnapshotAws:
+    return BotoSnapshotAws(boto3.client("ec2"), boto3.client("stepfunctions"))
+
+
+def on_event_handler(event: dict, _context) -> dict:
+    result = on_event(event, _aws())
+    log_line({"event": "image-snapshot", "request": event["RequestType"], **result})
+    return result
+
+
+def is_complete_handler(event: dict, _context) -> dict:
+    result = is_complete(event, _aws())
+    log_line({"event": "image-snapshot-wait", "request": event["RequestType"], **result})
+    return result

@@ -1,0 +1,398 @@
+"""One served model: Namespace, ServiceAccount, Deployment, Service and PodDisruptionBudget.
+
+Built with the generated L1 classes: cdk8s-plus cannot request nvidia.com/gpu and injects CPU limits.
+Every value comes from the model's plan (`warmstart.workload.plan_model`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import cdk8s
+from cdk8s_plus_33 import k8s
+from constructs import Construct
+
+from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from k8s.hardening import NOBODY, RUNS_AS_ROOT, WRITABLE_ROOT, departure, locked_down, pod_security, scanner_annotations
+from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
+from warmstart.workload import (
+    AGENT_STATE_FOLDER,
+    COMPILE_CACHE_MOUNT,
+    DONE_MARKERS,
+    POD_RECORDS_MOUNT,
+    PROBE_INITIAL_DELAY_SECONDS,
+    PROBE_PERIOD_SECONDS,
+    VLLM_ASSETS_MOUNT,
+    VLLM_PORT,
+    ModelPlan,
+    done_marker_name,
+    model_labels,
+    vllm_args,
+    vllm_env,
+)
+
+SERVICE_ACCOUNT = "vllm"
+VLLM_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+AGENT_STATE_MOUNT = "/warmstart"
+WEIGHTS_MOUNT = "/warmstart-weights"
+ENTRY_MOUNT = "/warmstart-entry"
+RUNTIME = Path(__file__).resolve().parent / "runtime"
+# The entry step and the loopback S3 endpoint it starts: standard library only, run by the serving image.
+ENTRY_FILES = {name: RUNTIME / name for name in ("vllm_entry.py", "node_copy_s3.py")}
+# Waits for the node agent's done marker, at least the bound and at most a second more (date +%s counts whole
+# seconds, so "-ge" at start + bound could give up almost a second early), and never fails: with the agent
+# broken or absent the pod starts (and compiles) as it would without warmstart.
+WAIT_FOR_RESTORE = """\
+end=$(( $(date +%s) + ${WAIT_SECONDS} ))
+while [ ! -e "$MARKER" ]; do
+  if [ "$(date +%s)" -gt "$end" ]; then
+    echo "warmstart: no compile-cache restore after ${WAIT_SECONDS}s; vLLM will compile locally"
+    exit 0
+  fi
+  sleep 1
+done
+echo "warmstart: compile-cache restore finished: $(cat "$MARKER")"
+"""
+
+
+class VllmModel(cdk8s.Chart):
+    def __init__(self, scope: Construct, id: str, *, plan: ModelPlan) -> None:
+        super().__init__(scope, id)
+        name = plan.model.name
+        labels = model_labels(name)
+        self.namespace_object = k8s.KubeNamespace(self, "Namespace", metadata=k8s.ObjectMeta(name=name, labels=labels))
+        # No eks.amazonaws.com/role-arn annotation: the role comes from a Pod Identity association.
+        self.service_account = k8s.KubeServiceAccount(
+            self, "ServiceAccount", metadata=k8s.ObjectMeta(name=SERVICE_ACCOUNT, namespace=name, labels=labels)
+        )
+        self.entry_script = None
+        if plan.entry_step:
+            self.entry_script = k8s.KubeConfigMap(
+                self,
+                "EntryScript",
+                metadata=k8s.ObjectMeta(name="warmstart-entry", namespace=name, labels=labels),
+                data={file: path.read_text() for file, path in ENTRY_FILES.items()},
+            )
+            self.entry_script.add_dependency(self.namespace_object)
+        self.deployment = k8s.KubeDeployment(
+            self,
+            "Deployment",
+            metadata=k8s.ObjectMeta(name="vllm", namespace=name, labels=labels, annotations=DEPLOYMENT_ANNOTATIONS),
+            spec=k8s.DeploymentSpec(
+                replicas=plan.model.replicas,
+                selector=k8s.LabelSelector(match_labels=labels),
+                # The new pod first (no serving gap) when the pool's GPU limit leaves a node for it; otherwise
+                # one pod at a time, as the plan says.
+                strategy=k8s.DeploymentStrategy(
+                    type="RollingUpdate",
+                    rolling_update=k8s.RollingUpdateDeployment(
+                        max_surge=k8s.IntOrString.from_number(1 if plan.surge else 0),
+                        max_unavailable=k8s.IntOrString.from_number(0 if plan.surge else 1),
+                    ),
+                ),
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels=labels, annotations=_template_annotations(plan)),
+                    spec=pod_spec(plan),
+                ),
+            ),
+        )
+        self.service = k8s.KubeService(
+            self,
+            "Service",
+            metadata=k8s.ObjectMeta(name="vllm", namespace=name, labels=labels),
+            spec=k8s.ServiceSpec(
+                selector=labels,
+                ports=[
+                    k8s.ServicePort(
+                        name="http", port=VLLM_PORT, target_port=k8s.IntOrString.from_string("http"), protocol="TCP"
+                    )
+                ],
+            ),
+        )
+        self.disruption_budget = k8s.KubePodDisruptionBudget(
+            self,
+            "DisruptionBudget",
+            metadata=k8s.ObjectMeta(name="vllm", namespace=name, labels=labels),
+            spec=k8s.PodDisruptionBudgetSpec(
+                max_unavailable=k8s.IntOrString.from_number(1), selector=k8s.LabelSelector(match_labels=labels)
+            ),
+        )
+        # Only the listed client namespaces (and the model's own) reach the serving port; the AWS network
+        # policy agent always admits the node's own IP, so kubelet's probes still arrive (aws-network-policy-agent
+        # PR #65, "Ignore policy restrictions against Node IP").
+        self.network_policy = k8s.KubeNetworkPolicy(
+            self,
+            "NetworkPolicy",
+            metadata=k8s.ObjectMeta(name="vllm-clients", namespace=name, labels=labels),
+            spec=k8s.NetworkPolicySpec(
+                pod_selector=k8s.LabelSelector(match_labels=labels),
+                policy_types=["Ingress"],
+                ingress=[
+                    k8s.NetworkPolicyIngressRule(
+                        from_=[
+                            k8s.NetworkPolicyPeer(
+                                namespace_selector=k8s.LabelSelector(
+                                    match_expressions=[
+                                        k8s.LabelSelectorRequirement(
+                                            key="kubernetes.io/metadata.name",
+                                            operator="In",
+                                            values=sorted({name, *plan.client_namespaces}),
+                                        )
+                                    ]
+                                )
+                            )
+                        ],
+                        ports=[k8s.NetworkPolicyPort(port=k8s.IntOrString.from_number(VLLM_PORT), protocol="TCP")],
+                    )
+                ],
+            ),
+        )
+        for obj in (self.service_account, self.deployment, self.service, self.disruption_budget, self.network_policy):
+            obj.add_dependency(self.namespace_object)
+        if self.entry_script is not None:
+            self.deployment.add_dependency(self.entry_script)
+
+
+DEPLOYMENT_ANNOTATIONS = scanner_annotations(
+    [
+        departure(
+            RUNS_AS_ROOT,
+            "the vLLM serving image runs as root (it has no other user); no capabilities, no "
+            "privilege escalation, seccomp RuntimeDefault",
+        ),
+        departure(
+            WRITABLE_ROOT,
+            "vLLM, Triton, FlashInfer and torch write caches and IPC sockets under $HOME and the "
+            "temporary folder; not verified to run on a read-only root",
+        ),
+    ],
+    host_paths="node NVMe folders of warmstart: the torch.compile cache, the weights copy (read-only), the pods' "
+    "entry records; they are what makes a start on this node fast",
+)
+
+
+def _template_annotations(plan: ModelPlan) -> dict[str, str] | None:
+    """A new entry step rolls the pods, like any other change of what they run."""
+    if not plan.entry_step:
+        return None
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in ENTRY_FILES.values())).hexdigest()
+    return {"warmstart.io/entry-sha256": digest}
+
+
+def _field(path: str) -> k8s.EnvVarSource:
+    return k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path=path))
+
+
+def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
+    volumes = [
+        k8s.Volume(
+            name="dshm",
+            empty_dir=k8s.EmptyDirVolumeSource(
+                medium="Memory", size_limit=k8s.Quantity.from_string(f"{plan.model.shared_memory_gib}Gi")
+            ),
+        )
+    ]
+    # vLLM pulls the model's config and tokenizer here (a fresh folder per pod: no stale file survives).
+    volumes.append(
+        k8s.Volume(name="vllm-assets", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("2Gi")))
+    )
+    mounts = [
+        k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
+        k8s.VolumeMount(name="vllm-assets", mount_path=VLLM_ASSETS_MOUNT),
+    ]
+    if plan.compile_host_path:
+        volumes.append(
+            k8s.Volume(
+                name="compile-cache",
+                host_path=k8s.HostPathVolumeSource(path=plan.compile_host_path, type="DirectoryOrCreate"),
+            )
+        )
+        mounts.append(k8s.VolumeMount(name="compile-cache", mount_path=COMPILE_CACHE_MOUNT))
+    init_containers = []
+    if plan.compile_cache and plan.restore_wait_seconds > 0:
+        volumes.append(
+            k8s.Volume(
+                name="warmstart-state",
+                host_path=k8s.HostPathVolumeSource(
+                    path=f"{plan.compile_cache_root}/{AGENT_STATE_FOLDER}", type="DirectoryOrCreate"
+                ),
+            )
+        )
+        init_containers.append(wait_for_restore(plan))
+    env = vllm_env(plan)
+    env_from_pod = []
+    command = VLLM_COMMAND
+    if plan.entry_step:
+        # The entry step records what the pod finds and chooses (for the agent), serves the node's weights
+        # copy on the pod's loopback when the agent vouches for it, then execs vLLM with unchanged arguments.
+        command = ["python3", f"{ENTRY_MOUNT}/vllm_entry.py", *VLLM_COMMAND]
+        env |= {"WARMSTART_POD_RECORDS": POD_RECORDS_MOUNT}
+        if plan.compile_cache:
+            env |= {"WARMSTART_FINGERPRINT": plan.factors.fingerprint()}
+        env_from_pod = [
+            k8s.EnvVar(name=name, value_from=_field(path))
+            for name, path in (
+                ("POD_UID", "metadata.uid"),
+                ("POD_NAME", "metadata.name"),
+                ("POD_NAMESPACE", "metadata.namespace"),
+            )
+        ]
+        volumes += [
+            k8s.Volume(name="entry", config_map=k8s.ConfigMapVolumeSource(name="warmstart-entry")),
+            k8s.Volume(
+                name="pod-records",
+                host_path=k8s.HostPathVolumeSource(path=plan.pod_records_host_path, type="DirectoryOrCreate"),
+            ),
+        ]
+        mounts += [
+            k8s.VolumeMount(name="entry", mount_path=ENTRY_MOUNT, read_only=True),
+            k8s.VolumeMount(name="pod-records", mount_path=POD_RECORDS_MOUNT),
+        ]
+    if plan.weights_cache:
+        env |= {"WARMSTART_WEIGHTS_ROOT": WEIGHTS_MOUNT, "WARMSTART_WEIGHTS_MAX_AGE": str(plan.weights_max_age_seconds)}
+        volumes.append(
+            k8s.Volume(
+                name="weights",
+                host_path=k8s.HostPathVolumeSource(path=plan.weights_host_path, type="DirectoryOrCreate"),
+            )
+        )
+        mounts.append(k8s.VolumeMount(name="weights", mount_path=WEIGHTS_MOUNT, read_only=True))
+    gpus = k8s.Quantity.from_number(plan.gpus)
+    container = k8s.Container(
+        name="vllm",
+        image=plan.model.image,
+        command=command,
+        args=vllm_args(plan),
+        env=[k8s.EnvVar(name=key, value=value) for key, value in env.items()] + env_from_pod,
+        ports=[k8s.ContainerPort(name="http", container_port=VLLM_PORT, protocol="TCP")],
+        resources=k8s.ResourceRequirements(
+            requests={
+                "cpu": k8s.Quantity.from_string(f"{plan.cpu:g}"),
+                "memory": k8s.Quantity.from_string(f"{plan.memory_gib}Gi"),
+                "nvidia.com/gpu": gpus,
+            },
+            # Memory limit = request: the node never overcommits the memory the streamer's buffers count on.
+            limits={"memory": k8s.Quantity.from_string(f"{plan.memory_gib}Gi"), "nvidia.com/gpu": gpus},
+        ),
+        volume_mounts=mounts,
+        security_context=locked_down(read_only_root=False, run_as_user=None),
+        # Loading and compiling take minutes: the startup budget comes from the model (`warmstart plan`);
+        # liveness counts only after it.
+        startup_probe=k8s.Probe(
+            http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
+            initial_delay_seconds=PROBE_INITIAL_DELAY_SECONDS,
+            period_seconds=PROBE_PERIOD_SECONDS,
+            failure_threshold=plan.startup_failure_threshold,
+        ),
+        readiness_probe=k8s.Probe(
+            http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
+            period_seconds=5,
+            timeout_seconds=3,
+        ),
+        liveness_probe=k8s.Probe(
+            http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
+            period_seconds=10,
+            timeout_seconds=5,
+            failure_threshold=6,
+        ),
+    )
+    return k8s.PodSpec(
+        service_account_name=SERVICE_ACCOUNT,
+        # Credentials come from Pod Identity's own projected token; the pod never calls the Kubernetes API.
+        automount_service_account_token=False,
+        security_context=pod_security(),
+        init_containers=init_containers or None,
+        containers=[container],
+        volumes=volumes,
+        node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
+        affinity=_node_affinity(plan),
+        topology_spread_constraints=_spread(plan),
+        tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
+        termination_grace_period_seconds=60,
+    )
+
+
+def _spread(plan: ModelPlan) -> list[k8s.TopologySpreadConstraint] | None:
+    """Replicas on separate nodes (a node's expiry or drift takes one replica, never all), and over zones
+    where the pool has room."""
+    if plan.model.replicas < 2:
+        return None
+    selector = k8s.LabelSelector(match_labels=model_labels(plan.model.name))
+    return [
+        k8s.TopologySpreadConstraint(
+            max_skew=1,
+            topology_key="kubernetes.io/hostname",
+            when_unsatisfiable="DoNotSchedule",
+            label_selector=selector,
+        ),
+        k8s.TopologySpreadConstraint(
+            max_skew=1,
+            topology_key="topology.kubernetes.io/zone",
+            when_unsatisfiable="ScheduleAnyway",
+            label_selector=selector,
+        ),
+    ]
+
+
+def wait_for_restore(plan: ModelPlan) -> k8s.Container:
+    """Runs the serving image (already being pulled) so the wait costs no extra image pull."""
+    marker = f"{AGENT_STATE_MOUNT}/{DONE_MARKERS}/{done_marker_name(plan.model.name, plan.factors.fingerprint())}"
+    return k8s.Container(
+        name="wait-for-compile-cache",
+        image=plan.model.image,
+        command=["/bin/sh", "-c", WAIT_FOR_RESTORE],
+        env=[
+            k8s.EnvVar(name="MARKER", value=marker),
+            k8s.EnvVar(name="WAIT_SECONDS", value=str(plan.restore_wait_seconds)),
+        ],
+        volume_mounts=[k8s.VolumeMount(name="warmstart-state", mount_path=AGENT_STATE_MOUNT, read_only=True)],
+        resources=k8s.ResourceRequirements(
+            requests={"cpu": k8s.Quantity.from_string("10m"), "memory": k8s.Quantity.from_string("32Mi")},
+            limits={"memory": k8s.Quantity.from_string("32Mi")},
+        ),
+        # It only reads a marker: no root, no writable root.
+        security_context=locked_down(read_only_root=True, run_as_user=NOBODY),
+    )
+
+
+def _node_affinity(plan: ModelPlan) -> k8s.Affinity | None:
+    """Required: the model's instance types (when restricted). Preferred, never required: nodes that hold
+    its weights, so pods land warm when they can and still start anywhere else."""
+    required = None
+    if plan.model.instance_types:
+        required = k8s.NodeSelector(
+            node_selector_terms=[
+                k8s.NodeSelectorTerm(
+                    match_expressions=[
+                        k8s.NodeSelectorRequirement(
+                            key="node.kubernetes.io/instance-type",
+                            operator="In",
+                            values=list(plan.model.instance_types),
+                        )
+                    ]
+                )
+            ]
+        )
+    preferred = None
+    if plan.weights_cache:
+        preferred = [
+            k8s.PreferredSchedulingTerm(
+                weight=100,
+                preference=k8s.NodeSelectorTerm(
+                    match_expressions=[
+                        k8s.NodeSelectorRequirement(
+                            key=f"{WEIGHTS_LABEL_DOMAIN}/{plan.model.name}", operator="In", values=["ready"]
+                        )
+                    ]
+                ),
+            )
+        ]
+    if required is None and preferred is None:
+        return None
+    return k8s.Affinity(
+        node_affinity=k8s.NodeAffinity(
+            required_during_scheduling_ignored_during_execution=required,
+            preferred_during_scheduling_ignored_during_execution=preferred,
+        )
+    )

@@ -1,0 +1,289 @@
+"""The node agent on every GPU node: DaemonSet, its settings, and permissions limited to its own node.
+
+RBAC cannot name "the node I run on", so a ValidatingAdmissionPolicy adds that: the agent's service
+account may change only the node its token was issued for (the node-name claim Kubernetes puts in
+bound service-account tokens), and only labels under warmstart.io.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import cdk8s
+from cdk8s_plus_33 import k8s
+from constructs import Construct
+
+from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from k8s.hardening import (
+    NEEDS_API_TOKEN,
+    RUNS_AS_ROOT,
+    departure,
+    locked_down,
+    pod_security,
+    scanner_annotations,
+)
+from warmstart.agent_settings import (
+    AGENT_CACHE_MOUNT,
+    AGENT_NAMESPACE,
+    AGENT_PODS_MOUNT,
+    AGENT_SERVICE_ACCOUNT,
+    AGENT_WEIGHTS_MOUNT,
+    LABEL_DOMAINS,
+    AgentSettings,
+)
+
+SETTINGS_FILE = "agent.json"
+# Touched by the agent's main loop (runtime/__main__.py); liveness fails when it is older than this.
+HEARTBEAT_FILE = "/tmp/warmstart-agent-alive"
+HEARTBEAT_MAX_AGE_SECONDS = 900
+# Written by the agent once its start-up (every model's compile-cache restore) is done (runtime/__main__.py).
+READY_FILE = "/tmp/warmstart-agent-ready"
+AGENT_ANNOTATIONS = scanner_annotations(
+    [
+        departure(
+            RUNS_AS_ROOT,
+            "it creates and renames folders on root-owned node host paths (the caches the pods "
+            "mount); no capabilities, no privilege escalation, read-only root, seccomp "
+            "RuntimeDefault",
+        ),
+        departure(
+            NEEDS_API_TOKEN,
+            "it reads the pods of its node and labels its node through the Kubernetes API "
+            "(an admission policy limits it to its own node's warmstart labels)",
+        ),
+    ],
+    host_paths="the node's compile cache, weights copies and the vLLM pods' entry records, which it fills and cleans",
+)
+SETTINGS_MOUNT = "/etc/warmstart"
+AGENT_USER = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
+LABELS = {"app.kubernetes.io/name": "warmstart-agent", "app.kubernetes.io/part-of": "warmstart"}
+
+# CEL (Kubernetes 1.30+, no optional types): labels outside the agent's own domains unchanged, exact prefixes
+# (not "contains": evil.warmstart.io.example/x would pass that), and nothing else of the node changed.
+_OURS = "variables.ours.exists(p, k.startsWith(p))"
+_OTHER_LABELS_UNCHANGED = (
+    f"variables.oldLabels.all(k, {_OURS} || "
+    "(k in variables.newLabels && variables.newLabels[k] == variables.oldLabels[k])) && "
+    f"variables.newLabels.all(k, {_OURS} || k in variables.oldLabels)"
+)
+
+
+def _unchanged(field: str, empty: str) -> str:
+    """metadata.<field> equal before and after, an absent field counting as empty."""
+    return (
+        f"(has(object.metadata.{field}) ? object.metadata.{field} : {empty}) == "
+        f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})"
+    )
+
+
+class NodeAgentChart(cdk8s.Chart):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        settings: AgentSettings,
+        image: str,
+        cache_root: str,
+        weights_root: str,
+        pod_records_root: str,
+    ) -> None:
+        super().__init__(scope, id)
+        settings_json = settings.model_dump_json(indent=2)
+        meta = lambda name: k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=LABELS)  # noqa: E731
+        self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta(AGENT_SERVICE_ACCOUNT))
+        self.cluster_role = k8s.KubeClusterRole(
+            self,
+            "ClusterRole",
+            metadata=k8s.ObjectMeta(name="warmstart-agent", labels=LABELS),
+            rules=[
+                k8s.PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get", "patch"]),
+                k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"]),
+            ],
+        )
+        self.binding = k8s.KubeClusterRoleBinding(
+            self,
+            "ClusterRoleBinding",
+            metadata=k8s.ObjectMeta(name="warmstart-agent", labels=LABELS),
+            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="warmstart-agent"),
+            subjects=[k8s.Subject(kind="ServiceAccount", name=AGENT_SERVICE_ACCOUNT, namespace=AGENT_NAMESPACE)],
+        )
+        self.settings = k8s.KubeConfigMap(
+            self, "Settings", metadata=meta("warmstart-agent-settings"), data={SETTINGS_FILE: settings_json}
+        )
+        self.own_node_policy = k8s.KubeValidatingAdmissionPolicy(
+            self,
+            "OwnNodeOnly",
+            metadata=k8s.ObjectMeta(name="warmstart-agent-own-node-only", labels=LABELS),
+            spec=k8s.ValidatingAdmissionPolicySpec(
+                failure_policy="Fail",
+                match_constraints=k8s.MatchResources(
+                    resource_rules=[
+                        k8s.NamedRuleWithOperations(
+                            api_groups=[""], api_versions=["v1"], operations=["UPDATE"], resources=["nodes"]
+                        )
+                    ]
+                ),
+                match_conditions=[
+                    k8s.MatchCondition(
+                        name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'"
+                    )
+                ],
+                variables=[
+                    k8s.Variable(name="ours", expression=repr([f"{domain}/" for domain in LABEL_DOMAINS])),
+                    k8s.Variable(
+                        name="newLabels",
+                        expression="has(object.metadata.labels) ? object.metadata.labels : {}",
+                    ),
+                    k8s.Variable(
+                        name="oldLabels",
+                        expression="has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}",
+                    ),
+                ],
+                validations=[
+                    # The node-name claim of bound service-account tokens (on by default since Kubernetes 1.30).
+                    k8s.Validation(
+                        expression=(
+                            "has(request.userInfo.extra) && "
+                            "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
+                            "request.userInfo.extra['authentication.kubernetes.io/node-name'][0] "
+                            "== object.metadata.name"
+                        ),
+                        message="the warmstart agent may change only the node it runs on",
+                    ),
+                    k8s.Validation(
+                        expression=_OTHER_LABELS_UNCHANGED,
+                        message="the warmstart agent may change only its own warmstart.io labels",
+                    ),
+                    k8s.Validation(
+                        expression=" && ".join(
+                            [
+                                _unchanged("annotations", "{}"),
+                                _unchanged("finalizers", "[]"),
+                                _unchanged("ownerReferences", "[]"),
+                            ]
+                        ),
+                        message="the warmstart agent may not change a node's annotations, finalizers or owners",
+                    ),
+                    k8s.Validation(
+                        expression="object.spec == oldObject.spec",
+                        message="the warmstart agent may not change a node's spec (taints included)",
+                    ),
+                ],
+            ),
+        )
+        self.own_node_binding = k8s.KubeValidatingAdmissionPolicyBinding(
+            self,
+            "OwnNodeOnlyBinding",
+            metadata=k8s.ObjectMeta(name="warmstart-agent-own-node-only", labels=LABELS),
+            spec=k8s.ValidatingAdmissionPolicyBindingSpec(
+                policy_name="warmstart-agent-own-node-only", validation_actions=["Deny"]
+            ),
+        )
+        self.daemon_set = k8s.KubeDaemonSet(
+            self,
+            "DaemonSet",
+            metadata=k8s.ObjectMeta(
+                name="warmstart-agent", namespace=AGENT_NAMESPACE, labels=LABELS, annotations=AGENT_ANNOTATIONS
+            ),
+            spec=k8s.DaemonSetSpec(
+                selector=k8s.LabelSelector(match_labels=LABELS),
+                update_strategy=k8s.DaemonSetUpdateStrategy(
+                    type="RollingUpdate",
+                    rolling_update=k8s.RollingUpdateDaemonSet(max_unavailable=k8s.IntOrString.from_string("25%")),
+                ),
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(
+                        labels=LABELS,
+                        # New settings (a changed model) roll the agents, which then restore the new keys.
+                        annotations={
+                            "warmstart.io/settings-sha256": hashlib.sha256(settings_json.encode()).hexdigest()
+                        },
+                    ),
+                    spec=_agent_pod(
+                        image, cache_root, weights_root if settings.weights_models else None, pod_records_root
+                    ),
+                ),
+            ),
+        )
+        self.daemon_set.add_dependency(self.settings)
+        self.own_node_binding.add_dependency(self.own_node_policy)
+
+
+def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_records_root: str) -> k8s.PodSpec:
+    mounts = [
+        k8s.VolumeMount(name="settings", mount_path=SETTINGS_MOUNT, read_only=True),
+        k8s.VolumeMount(name="compile-cache", mount_path=AGENT_CACHE_MOUNT),
+        k8s.VolumeMount(name="pod-records", mount_path=AGENT_PODS_MOUNT),
+        k8s.VolumeMount(name="tmp", mount_path="/tmp"),
+    ]
+    volumes = [
+        k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
+        k8s.Volume(name="compile-cache", host_path=k8s.HostPathVolumeSource(path=cache_root, type="DirectoryOrCreate")),
+        k8s.Volume(
+            name="pod-records", host_path=k8s.HostPathVolumeSource(path=pod_records_root, type="DirectoryOrCreate")
+        ),
+        k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
+    ]
+    if weights_root:
+        mounts.append(k8s.VolumeMount(name="weights", mount_path=AGENT_WEIGHTS_MOUNT))
+        volumes.append(
+            k8s.Volume(name="weights", host_path=k8s.HostPathVolumeSource(path=weights_root, type="DirectoryOrCreate"))
+        )
+    return k8s.PodSpec(
+        service_account_name=AGENT_SERVICE_ACCOUNT,
+        # The same MCS level as the vLLM pods: files restored by one are readable by the other under SELinux.
+        security_context=pod_security(),
+        node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
+        tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
+        termination_grace_period_seconds=30,
+        containers=[
+            k8s.Container(
+                name="agent",
+                image=image,
+                env=[
+                    k8s.EnvVar(
+                        name="NODE_NAME",
+                        value_from=k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName")),
+                    ),
+                    k8s.EnvVar(name="WARMSTART_AGENT_SETTINGS", value=f"{SETTINGS_MOUNT}/{SETTINGS_FILE}"),
+                    k8s.EnvVar(name="WARMSTART_HEARTBEAT", value=HEARTBEAT_FILE),
+                    k8s.EnvVar(name="WARMSTART_READY", value=READY_FILE),
+                ],
+                # Measured peak about 120 MB resident during a download (make bench, weights_prefetch); the rest
+                # is room for the page cache of files it writes, which cgroup v2 charges to the pod.
+                resources=k8s.ResourceRequirements(
+                    requests={"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("1Gi")},
+                    limits={"memory": k8s.Quantity.from_string("1Gi")},
+                ),
+                # Root only to own the folders it creates on the host paths; no capability, no escalation.
+                security_context=locked_down(read_only_root=True, run_as_user=0),
+                # Start restores every model's compile cache before the first beat: up to 30 minutes. Then a main
+                # loop whose last turn ended over HEARTBEAT_MAX_AGE_SECONDS ago is stuck (one restore or publish
+                # of a compile cache takes seconds to a few minutes); weights downloads run beside it.
+                startup_probe=_heartbeat_probe(period_seconds=30, failure_threshold=60),
+                liveness_probe=_heartbeat_probe(period_seconds=60, failure_threshold=3),
+                # Ready (the DaemonSet's READY count, `warmstart status`): start-up done and the loop beating.
+                readiness_probe=_heartbeat_probe(period_seconds=30, failure_threshold=1, ready_file=READY_FILE),
+                volume_mounts=mounts,
+            )
+        ],
+        volumes=volumes,
+    )
+
+
+def _heartbeat_probe(*, period_seconds: int, failure_threshold: int, ready_file: str | None = None) -> k8s.Probe:
+    ready = f"os.path.exists('{ready_file}') and " if ready_file else ""
+    return k8s.Probe(
+        exec=k8s.ExecAction(
+            command=[
+                "python",
+                "-c",
+                f"import os, sys, time; sys.exit(not ({ready}time.time() - os.path.getmtime('{HEARTBEAT_FILE}') <= "
+                f"{HEARTBEAT_MAX_AGE_SECONDS}))",
+            ]
+        ),
+        period_seconds=period_seconds,
+        failure_threshold=failure_threshold,
+        timeout_seconds=10,  # a Python start on a node whose CPUs compile
+    )

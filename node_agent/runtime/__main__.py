@@ -1,0 +1,143 @@
+"""Entry point of the node agent (DaemonSet): wires real clients, then runs NodeAgent until stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+from node_agent.runtime.agent import NodeAgent
+from node_agent.runtime.fs import remove_tree
+from node_agent.runtime.kube import InClusterTransport, KubeApi
+from node_agent.runtime.layout import NodeCacheLayout
+from node_agent.runtime.log import EventLog
+from node_agent.runtime.pod_records import PodRecords
+from node_agent.runtime.s3_store import CacheStore, WeightsSource
+from node_agent.runtime.storage import check_host_folder
+from node_agent.runtime.weights import WeightsCache, WeightsLayout
+from warmstart.agent_settings import AgentSettings
+
+CLEANUP_SECONDS = 300
+HEARTBEAT = "/tmp/warmstart-agent-alive"
+READY = "/tmp/warmstart-agent-ready"
+
+
+def main() -> None:
+    settings = AgentSettings.model_validate(json.loads(Path(os.environ["WARMSTART_AGENT_SETTINGS"]).read_text()))
+    log = EventLog(time.time)
+    agent, weights = build(settings, log)
+    heartbeat = Path(os.environ.get("WARMSTART_HEARTBEAT", HEARTBEAT))
+    ready = Path(os.environ.get("WARMSTART_READY", READY))
+    # /tmp outlives a container restart (an emptyDir): marks from before must not pass the probes.
+    heartbeat.unlink(missing_ok=True)
+    ready.unlink(missing_ok=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    agent.start()  # restores every model's compile cache (up to the startup probe's 30 minutes)
+    ready.touch()  # the readiness probe: start-up is done (and the main loop beats)
+    run(agent, weights, settings, stop=stop, heartbeat=heartbeat, log=log)
+    log.summary()
+
+
+def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCache | None]:
+    """The agent with its real clients (S3, the Kubernetes API) and the node's folders, crash leftovers removed."""
+    client = boto3.client(
+        "s3",
+        region_name=settings.region,
+        config=Config(
+            retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=4 * settings.download_threads
+        ),
+    )
+    layout = NodeCacheLayout(Path(settings.cache_root))
+    remove_tree(layout.state / "tmp")  # whatever a crash left half-done is never used
+    weights = None
+    if settings.weights_models:
+        weights = WeightsCache(
+            source=WeightsSource(
+                client,
+                settings.model_bucket,
+                part_bytes=settings.download_part_bytes,
+                threads=settings.download_threads,
+                buffer_bytes=settings.download_buffer_bytes,
+            ),
+            layout=WeightsLayout(Path(settings.weights_root)),
+            clock=time.time,
+            log=log,
+            storage_problem=lambda: check_host_folder(
+                container_path=settings.weights_root,
+                host_path=settings.weights_host_path,
+                nvme_mount=settings.nvme_mount,
+            ),
+        )
+        weights.clean_temp()
+    agent = NodeAgent(
+        settings=settings,
+        node=os.environ["NODE_NAME"],
+        store=CacheStore(
+            client, settings.bucket, part_bytes=settings.download_part_bytes, threads=settings.download_threads
+        ),
+        kube=KubeApi(InClusterTransport(os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])),
+        layout=layout,
+        clock=time.time,
+        log=log,
+        weights=weights,
+        records=PodRecords(Path(settings.pod_records)),
+    )
+    return agent, weights
+
+
+def run(
+    agent: NodeAgent,
+    weights: WeightsCache | None,
+    settings: AgentSettings,
+    *,
+    stop: threading.Event,
+    heartbeat: Path,
+    log: EventLog,
+) -> None:
+    """The agent's loops until `stop`: compile caches (it beats), cleanup, and the weights downloads and pointer
+    confirmations in threads of their own (a download takes minutes; publishing never waits for it)."""
+    loops = [
+        repeat(agent.tick, settings.poll_seconds, stop=stop, log=log, beat=heartbeat),
+        repeat(agent.cleanup, CLEANUP_SECONDS, stop=stop, log=log),
+    ]
+    if weights is not None:
+        loops.append(repeat(agent.weights_tick, settings.weights_poll_seconds, stop=stop, log=log))
+        loops.append(repeat(agent.weights_confirm_tick, settings.weights_poll_seconds, stop=stop, log=log))
+    stop.wait()
+    for thread in loops:
+        thread.join(timeout=30)
+
+
+def repeat(
+    action: Callable[[], object], seconds: float, *, stop: threading.Event, log: EventLog, beat: Path | None = None
+) -> threading.Thread:
+    """Runs `action` every `seconds` in a thread until `stop`; an error is logged and the next round retries. With
+    `beat`, each finished round touches that file: the liveness probe restarts an agent whose loop stopped."""
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                action()
+            except Exception as error:
+                log.event(
+                    "loop-error", action=getattr(action, "__name__", "?"), reason=f"{type(error).__name__}: {error}"
+                )
+            if beat is not None:
+                beat.touch()
+            stop.wait(seconds)
+
+    thread = threading.Thread(target=loop, name=getattr(action, "__name__", "loop"), daemon=True)
+    thread.start()
+    return thread
+
+
+if __name__ == "__main__":
+    main()

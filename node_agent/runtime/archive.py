@@ -1,0 +1,128 @@
+"""Pack a cache folder into a zstd-compressed tar and unpack one safely (no links, no escapes)."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from node_agent.runtime.fs import sync_filesystem
+
+ZSTD_LEVEL = 3  # compile artifacts compress well already at low levels; packing stays I/O-bound
+# Not compile artifacts: vLLM's custom all-reduce records which GPU pairs of this node can reach each other
+# (vllm/distributed/device_communicators/all_reduce_utils.py, 0.21.0); another node measures its own.
+NODE_SPECIFIC = ("gpu_p2p_access_cache_for_*.json",)
+# vLLM writes every hashed environment variable's raw value into this file, never reads it back (0.21.0,
+# vllm/compilation/backends.py); secrets such as VLLM_API_KEY must not travel to S3 with the archive.
+FACTORS_FILE = "cache_key_factors.json"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+REDACTED = "<redacted by warmstart>"
+
+
+@dataclass(frozen=True)
+class PackedArchive:
+    path: Path
+    sha256: str
+    size: int
+    files: int
+
+
+class _HashingWriter:
+    def __init__(self, raw):
+        self._raw = raw
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self._raw.write(data)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
+def redact_factors(data: bytes) -> bytes:
+    """vLLM's factor record with secret-looking environment values replaced (hashes kept)."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return data
+    env = document.get("env") if isinstance(document, dict) else None
+    if isinstance(env, dict):
+        document["env"] = {
+            k: (REDACTED if _SECRET_NAME.search(k) and v not in (None, "") else v) for k, v in env.items()
+        }
+    return json.dumps(document, indent=2, sort_keys=True).encode()
+
+
+def pack(source: Path, destination: Path) -> PackedArchive:
+    """Regular files and folders only, in sorted order, so equal folders give equal archives; node-specific
+    files are left out and vLLM's factor records are redacted."""
+    files = 0
+    with open(destination, "wb") as raw:
+        hashing = _HashingWriter(raw)
+        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        with compressor.stream_writer(hashing, closefd=False) as compressed:  # type: ignore[arg-type]  # a writer
+            with tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                for folder, subfolders, names in os.walk(source):
+                    subfolders.sort()
+                    for name in sorted(names):
+                        path = Path(folder) / name
+                        if path.is_symlink() or not path.is_file():
+                            continue
+                        if any(fnmatch.fnmatch(name, pattern) for pattern in NODE_SPECIFIC):
+                            continue
+                        info = tar.gettarinfo(str(path), arcname=str(path.relative_to(source)))
+                        info.uid = info.gid = 0
+                        info.uname = info.gname = ""
+                        info.mtime = int(info.mtime)
+                        if name == FACTORS_FILE:
+                            data = redact_factors(path.read_bytes())
+                            info.size = len(data)
+                            tar.addfile(info, io.BytesIO(data))
+                        else:
+                            with open(path, "rb") as handle:
+                                tar.addfile(info, handle)
+                        files += 1
+    return PackedArchive(path=destination, sha256=hashing.sha256.hexdigest(), size=hashing.size, files=files)
+
+
+class UnsafeArchive(ValueError):
+    """The archive holds something other than plain files and folders inside the target."""
+
+
+def _plain_files_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo:
+    if not (member.isfile() or member.isdir()):
+        raise UnsafeArchive(f"{member.name!r} is not a regular file or folder")
+    return tarfile.data_filter(member, destination)  # rejects absolute paths and '..' escapes
+
+
+def unpack(archive: Path, destination: Path) -> int:
+    """Extracts into `destination` (which must be empty or absent); returns the number of files.
+
+    The filesystem is synced at the end, so the folder the caller then renames into place is complete on
+    disk even if the node crashes right after (a reboot keeps instance-store data).
+    """
+    destination.mkdir(parents=True, exist_ok=True)
+    files = 0
+    with open(archive, "rb") as raw:
+        decompressor = zstandard.ZstdDecompressor()
+        with decompressor.stream_reader(raw) as stream:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                for member in tar:
+                    try:
+                        tar.extract(member, destination, filter=_plain_files_only)
+                    except tarfile.FilterError as error:
+                        raise UnsafeArchive(str(error)) from error
+                    files += member.isfile()
+    sync_filesystem(destination)
+    return files

@@ -1,0 +1,405 @@
+"""Restore a node's torch.compile cache from S3, publish what this node's pods compiled, and tell whether a
+pod's vLLM used a cache.
+
+Invariants: a configuration's cache folder appears complete or not at all (temp folder on the same
+filesystem, checksum verified, atomic no-replace rename into the folder kubelet made), and one that vLLM
+created first is never touched; archives and manifests are written once and never replaced or deleted by a
+node (the compile-cache bucket's policy enforces it), a manifest after its archive and checked to name one
+that exists; a manifest whose archive is gone is skipped (a miss, never a failure forever) until the pruner
+removes it; a restored cache always matches the key, and vLLM's own hash still decides whether it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from model_workload.runtime.vllm_entry import vllm_hash_dirs
+from node_agent.runtime.archive import FACTORS_FILE, UnsafeArchive, pack, unpack
+from node_agent.runtime.fs import remove_tree, rename_no_replace
+from node_agent.runtime.layout import NodeCacheLayout
+from node_agent.runtime.log import EventLog
+from node_agent.runtime.s3_store import CacheStore, MissingObject
+from warmstart.cache_key import CompileCacheKey
+
+MANIFEST_VERSION = 2  # 2: lists vLLM's hash folders, archives carry an upload nonce
+VLLM_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)
+
+
+class Status(StrEnum):
+    """How a restore or a publish ended (a str: logs and node labels carry the value)."""
+
+    # restore
+    RESTORED = "restored"
+    PRESENT = "present"  # vLLM's cache folder was there already
+    BUSY = "busy"  # vLLM created the folder while the archive downloaded: left to it
+    MISS = "miss"
+    # publish
+    PUBLISHED = "published"
+    REPUBLISHED = "republished"
+    EXISTS = "exists"
+    LOST_RACE = "lost-race"  # another node created the manifest first
+    EMPTY = "empty"
+    # either
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Status
+    reason: str = ""
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "reason": self.reason, "bytes": self.bytes, "seconds": round(self.seconds, 3)}
+
+
+def _reporter(event: str, model: str, key: CompileCacheKey, clock: Callable[[], float], log: EventLog):
+    """Ends a restore or publish: the outcome, timed from now, logged as one event."""
+    started = clock()
+
+    def done(status: Status, reason: str = "", size: int = 0) -> Outcome:
+        outcome = Outcome(status, reason, size, clock() - started)
+        log.event(event, model=model, key=key.prefix, **outcome.as_dict())
+        return outcome
+
+    return done
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def local_hash_dirs(layout: NodeCacheLayout, model: str, fingerprint: str) -> list[str]:
+    return vllm_hash_dirs(layout.model_dir(model, fingerprint) / VLLM_FOLDER)
+
+
+def _check_manifest(manifest: dict, key: CompileCacheKey, name: str) -> str | None:
+    """Why a manifest cannot be trusted for this key, or None."""
+    if manifest.get("version") != MANIFEST_VERSION:
+        return f"manifest version {manifest.get('version')!r} is not {MANIFEST_VERSION}"
+    if manifest.get("digest") != key.digest or manifest.get("factors") != key.factors:
+        return "manifest describes another configuration"
+    sha, size = manifest.get("sha256"), manifest.get("size")
+    if not (isinstance(sha, str) and len(sha) == 64 and isinstance(size, int) and size > 0):
+        return "manifest lacks a valid checksum or size"
+    if not isinstance(manifest.get("archive"), str) or not key.names_archive(manifest["archive"], sha):
+        return "manifest points outside its key"
+    hash_dirs = manifest.get("hash_dirs")
+    if not isinstance(hash_dirs, list) or not all(isinstance(d, str) for d in hash_dirs):
+        return "manifest lists no vLLM hash folders"
+    if key.manifest_key(hash_dirs) != name:
+        return "manifest is stored under another name than its hash folders give"
+    return None
+
+
+@dataclass(frozen=True)
+class Published:
+    name: str
+    manifest: dict
+
+    @property
+    def hash_dirs(self) -> set[str]:
+        return set(self.manifest["hash_dirs"])
+
+
+def published(store: CacheStore, key: CompileCacheKey, log: EventLog, model: str) -> list[Published]:
+    """Every trustworthy manifest of the key, the most complete first (most hash folders, then newest)."""
+    found = []
+    for name in store.list_keys(key.manifest_prefix):
+        manifest = store.get_json(name)
+        problem = None if manifest is None else _check_manifest(manifest, key, name)
+        if problem:
+            log.event("manifest-refused", model=model, key=key.prefix, manifest=name, reason=problem)
+        elif manifest is not None:
+            found.append(Published(name, manifest))
+    return sorted(found, key=lambda p: (-len(p.hash_dirs), -float(p.manifest.get("published_at") or 0)))
+
+
+def restore(
+    *,
+    store: CacheStore,
+    layout: NodeCacheLayout,
+    key: CompileCacheKey,
+    model: str,
+    fingerprint: str,
+    node: str,
+    clock: Callable[[], float],
+    log: EventLog,
+) -> Outcome:
+    done = _reporter("restore", model, key, clock, log)
+    target = layout.model_dir(model, fingerprint)
+
+    # kubelet's empty mount folder is the parent: only the cache folder itself means "present".
+    if target.exists():
+        return done(Status.PRESENT, "the node already has this configuration's cache (restored or compiled here)")
+    try:
+        candidates = published(store, key, log, model)
+    except Exception as error:  # S3 unreachable, access denied: the pod compiles as usual
+        return done(Status.FAILED, f"manifests unreadable: {error}")
+    if not candidates:
+        return done(Status.MISS, "no cache published for this key yet")
+    temp = None
+    try:
+        for candidate in candidates:
+            manifest = candidate.manifest
+            if temp is not None:
+                remove_tree(temp)
+            temp = layout.new_temp_dir()
+            archive = temp / "archive.tar.zst"
+            try:
+                store.download(manifest["archive"], archive, manifest["size"])
+            except MissingObject:  # written once, removed only by the pruner: the next manifest may do
+                log.event("archive-missing", model=model, key=key.prefix, manifest=candidate.name)
+                continue
+            actual = sha256_of(archive)
+            if actual != manifest["sha256"]:
+                return done(Status.FAILED, f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
+            staged = temp / "cache"
+            unpack(archive, staged)
+            archive.unlink()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not rename_no_replace(staged, target):
+                return done(
+                    Status.BUSY,
+                    "vLLM created the cache folder while the archive was downloading (the pod "
+                    "started before the restore finished): left to it",
+                )
+            layout.record_origin(
+                model,
+                fingerprint,
+                {
+                    "origin": "restored",
+                    "key": key.prefix,
+                    "time": clock(),
+                    "manifest": candidate.name,
+                    "hash_dirs": manifest["hash_dirs"],
+                },
+            )
+            break
+        else:
+            return done(
+                Status.MISS,
+                "every published manifest names an archive that is gone (the pruner removes them; "
+                "the next Ready pod publishes again)",
+            )
+    except UnsafeArchive as error:
+        return done(Status.FAILED, f"unsafe archive: {error}")
+    except Exception as error:  # server gone mid-download, disk full, corrupt stream
+        return done(Status.FAILED, f"{type(error).__name__}: {error}")
+    finally:
+        if temp is not None:
+            remove_tree(temp)
+    touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
+    return done(Status.RESTORED, size=manifest["size"])
+
+
+def publish(
+    *,
+    store: CacheStore,
+    layout: NodeCacheLayout,
+    key: CompileCacheKey,
+    model: str,
+    fingerprint: str,
+    node: str,
+    clock: Callable[[], float],
+    log: EventLog,
+) -> Outcome:
+    """Publishes this node's cache unless a published one already holds every vLLM hash folder it has.
+
+    Everything is written once (If-None-Match; the bucket policy refuses anything else): the archive under a
+    name no one else uses, then a manifest named by the set of hash folders it holds. A node whose vLLM made
+    a folder the published cache lacks adds a manifest for its larger set; restores take the largest. Nothing
+    is ever replaced or deleted by a node: a lost race or a broken manifest is the pruner's to collect."""
+    done = _reporter("publish", model, key, clock, log)
+    source = layout.model_dir(model, fingerprint)
+    local = local_hash_dirs(layout, model, fingerprint)
+    if not local:
+        return done(Status.EMPTY, "vLLM has not written a compile cache on this node yet")
+    try:
+        candidates = published(store, key, log, model)
+        covering = next(
+            (p for p in candidates if set(local) <= p.hash_dirs and store.exists(p.manifest["archive"])), None
+        )
+        if covering is not None:
+            layout.record_origin(
+                model,
+                fingerprint,
+                {
+                    "origin": "already-published",
+                    "key": key.prefix,
+                    "hash_dirs": sorted(covering.hash_dirs),
+                    "seen": local,
+                },
+            )
+            return done(Status.EXISTS, "a published cache already holds every vLLM hash folder of this node")
+        name = key.manifest_key(local)
+        if any(p.name == name for p in candidates):
+            return done(
+                Status.FAILED,
+                "the manifest for this node's hash folders names an archive that is gone; "
+                "manifests are never replaced, the pruner removes it",
+            )
+    except Exception as error:
+        return done(Status.FAILED, f"manifest check failed: {error}")
+    temp = None
+    try:
+        temp = layout.new_temp_dir()  # inside: a full disk ends this publish, not the agent's tick
+        packed = pack(source, temp / "archive.tar.zst")
+        if packed.files == 0:
+            return done(Status.EMPTY, "the cache folder holds no files")
+        uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
+        store.upload_file_if_absent(packed.path, uploaded)
+        document = {
+            "version": MANIFEST_VERSION,
+            "digest": key.digest,
+            "factors": key.factors,
+            "archive": uploaded,
+            "sha256": packed.sha256,
+            "size": packed.size,
+            "files": packed.files,
+            "hash_dirs": local,
+            "published_by": node,
+            "published_at": clock(),
+        }
+        if not store.put_json_if_absent(name, document):
+            # Another node published the same hash folders first; our archive is the pruner's to collect.
+            layout.record_origin(
+                model,
+                fingerprint,
+                {"origin": "already-published", "key": key.prefix, "hash_dirs": local, "seen": local},
+            )
+            return done(Status.LOST_RACE, "another node published these hash folders first")
+        if not store.exists(uploaded):  # removed between upload and manifest (a pruner run): put it back
+            store.upload_file_if_absent(packed.path, uploaded)
+            log.event("archive-restored-after-manifest", model=model, key=key.prefix)
+        layout.record_origin(
+            model,
+            fingerprint,
+            {
+                "origin": "published",
+                "key": key.prefix,
+                "time": clock(),
+                "manifest": name,
+                "hash_dirs": local,
+                "seen": local,
+            },
+        )
+    except Exception as error:
+        return done(Status.FAILED, f"{type(error).__name__}: {error}")
+    finally:
+        if temp is not None:
+            remove_tree(temp)
+    touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
+    return done(Status.REPUBLISHED if candidates else Status.PUBLISHED, size=packed.size)
+
+
+def needs_publish(layout: NodeCacheLayout, model: str, fingerprint: str) -> bool:
+    """Nothing recorded yet, or vLLM wrote hash folders the record has not seen."""
+    origin = layout.origin(model, fingerprint)
+    if origin is None:
+        return True
+    local = local_hash_dirs(layout, model, fingerprint)
+    return bool(set(local) - set(origin.get("hash_dirs", []))) and origin.get("seen") != local
+
+
+def touch_last_use(
+    *, store: CacheStore, key: CompileCacheKey, node: str, clock: Callable[[], float], log: EventLog
+) -> None:
+    """The pruner keeps keys with a recent object; losing one touch only ages a key early."""
+    try:
+        store.put_json(key.last_use_key, {"node": node, "time": clock()})
+    except Exception as error:
+        log.event("last-use-failed", key=key.prefix, reason=str(error))
+
+
+# ---- did vLLM use a cache? ----
+
+
+@dataclass(frozen=True)
+class Observation:
+    outcome: str  # hit | miss | none
+    source: str  # restored | local | compiled | none
+    expected_hit: bool
+    reason: str
+    new_dirs: list[str] = field(default_factory=list)
+
+
+def _factors(cache_root: Path, hash_dir: str) -> dict | None:
+    """vLLM's own record of what it hashed, from any rank folder of a hash folder."""
+    for path in sorted((cache_root / hash_dir).glob(f"rank_*/*/{FACTORS_FILE}")):
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def why_hash_differs(cache_root: Path, cached: list[str], new: list[str]) -> str:
+    """Which of vLLM's hash parts changed between a cached folder and the one vLLM made (vLLM 0.21.0 hashes
+    env factors, the vLLM config, the traced code and the compiler)."""
+    ours, theirs = next(((f, d) for d in cached if (f := _factors(cache_root, d))), (None, None))
+    fresh = next((f for d in new if (f := _factors(cache_root, d))), None)
+    if ours is None or fresh is None:
+        return "vLLM computed another compile hash than the cached one (no factor record to compare)"
+    parts = []
+    if ours.get("config_hash") != fresh.get("config_hash"):
+        parts.append("vLLM config (a setting, the model's config.json, the model path or its weights URI)")
+    if ours.get("code_hash") != fresh.get("code_hash"):
+        parts.append("traced model code (another vLLM build or install path)")
+    if ours.get("compiler_hash") != fresh.get("compiler_hash"):
+        parts.append("compiler (PyTorch/Triton version, GPU or Inductor settings)")
+    env_old, env_new = ours.get("env") or {}, fresh.get("env") or {}
+    changed_env = sorted(k for k in set(env_old) | set(env_new) if env_old.get(k) != env_new.get(k))
+    if changed_env:
+        parts.append("environment " + ", ".join(changed_env[:5]))
+    return "vLLM's compile hash changed in: " + ("; ".join(parts) or f"nothing it recorded (folder {theirs})")
+
+
+def judge(
+    *, start_dirs: list[str], now_dirs: list[str], origin: dict | None, restore: dict | None, cache_root: Path
+) -> Observation:
+    """One pod start, judged once the pod is Ready: the hash folders present when its entry step ran
+    against those present now. No new folder: vLLM loaded one that was there (a hit). A new one: it compiled."""
+    new = sorted(set(now_dirs) - set(start_dirs))
+    restored_dirs = set(origin.get("hash_dirs", [])) if origin and origin.get("origin") == "restored" else set()
+    if not start_dirs and new and set(new) <= restored_dirs:
+        # The restore landed after the entry step looked (past the wait bound) but before vLLM did: the
+        # folders are new to the record, yet vLLM loaded them.
+        return Observation("hit", "restored", True, "loaded the restored cache (restored after the pod started)")
+    if not new:
+        if not start_dirs:
+            return Observation("none", "none", False, "vLLM wrote no compile cache (torch.compile off?)")
+        restored = bool(restored_dirs) and set(start_dirs) <= restored_dirs
+        return Observation(
+            "hit",
+            "restored" if restored else "local",
+            True,
+            "loaded the restored cache" if restored else "loaded a cache compiled on this node",
+        )
+    if start_dirs:
+        return Observation("miss", "compiled", True, why_hash_differs(cache_root, start_dirs, new), new)
+    status = (restore or {}).get("status")
+    reasons = {
+        "miss": (False, "no cache was published for this key yet (first pod of this configuration)"),
+        "busy": (True, "folder busy: the pod started before the restore finished"),
+        "present": (
+            True,
+            "folder busy: vLLM had created the cache folder before the agent restored it (a pod "
+            "started before the agent), so it was left to it",
+        ),
+        "failed": (True, f"the restore failed: {(restore or {}).get('reason', '')}"),
+        None: (True, "the pod started before the agent's restore (no done marker)"),
+    }
+    expected, reason = reasons.get(status, (True, f"the restore ended as {status!r}"))
+    return Observation("miss", "compiled", expected, reason, new)

@@ -1,0 +1,191 @@
+"""The one module that talks to AWS (boto3): the active sets, the listing, manifests, conditional deletes."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from botocore.exceptions import ClientError
+
+from pruner.runtime.selection import Listed
+from warmstart.cache_key import PRUNER_LOCK_KEY
+
+DELETE_BATCH = 1000  # DeleteObjects' maximum
+RETRIES = 5
+CHANGED = {"PreconditionFailed", "412"}  # the object was rewritten (or removed) since it was listed
+GONE = {"NoSuchKey", "404"}
+# DeleteObjects carries keys in XML 1.0, which cannot hold most control characters (S3 answers MalformedXML
+# for the whole batch) and normalizes carriage returns (the wrong key would be deleted). S3 guide, "Creating
+# object key names", XML related object key constraints. Such keys go one by one (the key is in the URL).
+_NOT_XML_SAFE = re.compile("[\x00-\x1f\x7f-\x9f\ufffe\uffff]")
+
+
+def xml_safe(key: str) -> bool:
+    return _NOT_XML_SAFE.search(key) is None
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+@dataclass
+class DeleteResult:
+    deleted: set[str] = field(default_factory=set)  # gone now (deleted by us or already absent)
+    changed: set[str] = field(default_factory=set)  # rewritten since listed: kept
+    single_requests: int = 0
+
+
+class PrunerAws:
+    def __init__(self, s3, ssm, bucket: str, *, sleep=time.sleep) -> None:
+        self._s3 = s3
+        self._ssm = ssm
+        self.bucket = bucket
+        self._sleep = sleep
+
+    def parameter(self, name: str) -> str:
+        return self._ssm.get_parameter(Name=name)["Parameter"]["Value"]
+
+    def listing(self, prefix: str) -> Iterator[Listed]:
+        """Every object under the prefix, in key order, one page (1,000 keys) at a time."""
+        for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                yield Listed(item["Key"], item["Size"], item["LastModified"], item.get("ETag", ""))
+
+    def manifest_archive(self, manifest: Listed) -> str | None:
+        """The archive a listed manifest names, read only if it is still the listed version."""
+        try:
+            body = self._s3.get_object(Bucket=self.bucket, Key=manifest.key, IfMatch=manifest.etag)["Body"].read()
+            archive = json.loads(body).get("archive")
+        except ClientError as error:
+            if _code(error) in CHANGED | GONE:
+                return None
+            raise
+        except (ValueError, AttributeError):
+            return None  # unreadable: the caller keeps the key as it is
+        return archive if isinstance(archive, str) else None
+
+    def delete(self, objects: Iterable[Listed]) -> DeleteResult:
+        """Conditional deletes (each object only if its ETag is still the listed one): DeleteObjects in
+        batches of 1,000, keys XML cannot carry one by one; failed entries are retried, changed ones kept."""
+        result = DeleteResult()
+        batch: list[Listed] = []
+        for item in objects:
+            if not xml_safe(item.key):
+                self._delete_one(item, result)
+                continue
+            batch.append(item)
+            if len(batch) == DELETE_BATCH:
+                self._delete_batch(batch, result)
+                batch = []
+        if batch:
+            self._delete_batch(batch, result)
+        return result
+
+    @staticmethod
+    def _identifier(item: Listed) -> dict:
+        return {"Key": item.key, "ETag": item.etag} if item.etag else {"Key": item.key}
+
+    def _delete_batch(self, items: list[Listed], result: DeleteResult) -> None:
+        pending = {item.key: item for item in items}
+        for attempt in range(RETRIES):
+            try:
+                response = self._s3.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [self._identifier(i) for i in pending.values()], "Quiet": True},
+                )
+            except ClientError as error:
+                if _code(error) != "MalformedXML":
+                    raise
+                for item in pending.values():  # a key XML could not carry after all: one request each
+                    self._delete_one(item, result)
+                return
+            retry = {}
+            for failure in response.get("Errors", []):
+                code, key = failure.get("Code", ""), failure["Key"]
+                if code in CHANGED:
+                    result.changed.add(key)
+                elif code in GONE:
+                    result.deleted.add(key)
+                else:
+                    retry[key] = pending[key]
+            result.deleted |= set(pending) - set(retry) - result.changed
+            if not retry:
+                return
+            pending = retry
+            self._sleep(min(2**attempt * 0.2, 5))
+        raise RuntimeError(f"{len(pending)} objects could not be deleted, e.g. {list(pending)[:3]}")
+
+    def _delete_one(self, item: Listed, result: DeleteResult) -> None:
+        for attempt in range(RETRIES):
+            result.single_requests += 1
+            try:
+                self._s3.delete_object(
+                    Bucket=self.bucket, Key=item.key, **({"IfMatch": item.etag} if item.etag else {})
+                )
+                result.deleted.add(item.key)
+                return
+            except ClientError as error:
+                code = _code(error)
+                if code in CHANGED:
+                    result.changed.add(item.key)
+                    return
+                if code in GONE:
+                    result.deleted.add(item.key)
+                    return
+                if attempt == RETRIES - 1:
+                    raise
+            self._sleep(min(2**attempt * 0.2, 5))
+
+    def take_lock(self, run_id: str, now: datetime, until: datetime) -> bool:
+        """One run at a time, without reserved concurrency (which accounts with a low concurrency quota refuse):
+        the lock object is created only if absent (If-None-Match); a lock past its expiry (a run that died) is
+        removed only if unchanged (If-Match) and taken again."""
+        body = json.dumps({"run": run_id, "until": until.isoformat()}).encode()
+        for _ in range(2):
+            try:
+                self._s3.put_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY, Body=body, IfNoneMatch="*")
+                return True
+            except ClientError as error:
+                if _code(error) not in CHANGED | {"ConditionalRequestConflict", "409"}:
+                    raise
+            try:
+                held = self._s3.get_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY)
+            except ClientError as error:
+                if _code(error) in GONE:
+                    continue  # released meanwhile: try again
+                raise
+            expires = datetime.fromisoformat(json.loads(held["Body"].read()).get("until", "1970-01-01T00:00:00+00:00"))
+            if expires > now:
+                return False
+            try:
+                self._s3.delete_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY, IfMatch=held["ETag"])
+            except ClientError as error:
+                if _code(error) not in CHANGED | GONE:
+                    raise
+        return False
+
+    def release_lock(self, run_id: str) -> None:
+        try:
+            held = self._s3.get_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY)
+            if json.loads(held["Body"].read()).get("run") == run_id:
+                self._s3.delete_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY, IfMatch=held["ETag"])
+        except ClientError as error:
+            if _code(error) not in CHANGED | GONE:
+                raise
+
+    def stale_uploads(self, prefix: str, older_than: datetime) -> Iterator[tuple[str, str]]:
+        for page in self._s3.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix):
+            for upload in page.get("Uploads", []):
+                if upload["Initiated"] < older_than:
+                    yield upload["Key"], upload["UploadId"]
+
+    def abort(self, key: str, upload_id: str) -> None:
+        try:
+            self._s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except ClientError as error:
+            if _code(error) != "NoSuchUpload":  # already gone: idempotent
+                raise

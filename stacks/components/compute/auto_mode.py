@@ -1,0 +1,173 @@
+"""EKS Auto Mode as a compute mode: the node role every Auto Mode node uses (ours included; it exists before the
+cluster, which is created with it), what the cluster role needs for the GPU NodeClass's custom tags,
+NetworkPolicy enforcement, and the GPU NodePool with its NodeClass."""
+
+from __future__ import annotations
+
+import cdk8s
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from k8s.gpu_nodes import AutoModeGpuNodes
+from stacks.components.compute.contract import ClusterCapacity, attached
+from stacks.components.compute.gpu_pool import GpuNodePool
+from stacks.components.compute.network_policy import AutoModeNetworkPolicy
+from stacks.components.nag import acknowledge, managed, wildcard
+from stacks.components.network import WarmstartVpc
+from warmstart.config import AutoModeCompute
+
+# Built-in pools kept next to ours: "system" runs cluster add-ons, "general-purpose" small workloads.
+BUILT_IN_NODE_POOLS = ["system", "general-purpose"]
+
+
+class AutoModeNodeRole(Construct):
+    """Role of every Auto Mode node, built-in pools and ours; EKS creates its access entry."""
+
+    def __init__(self, scope: Construct, id: str) -> None:
+        super().__init__(scope, id)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="EKS Auto Mode node role",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEKSWorkerNodeMinimalPolicy"),
+                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonEC2ContainerRegistryPullOnly"),
+            ],
+        )
+        acknowledge(
+            self.role,
+            "The two AWS-managed policies EKS documents for the Auto Mode node role: minimal node permissions "
+            "and image pulls.",
+            managed("AmazonEKSWorkerNodeMinimalPolicy"),
+            managed("AmazonEC2ContainerRegistryPullOnly"),
+        )
+
+    def compute_config(self) -> eks.ComputeConfig:
+        return eks.ComputeConfig(node_pools=BUILT_IN_NODE_POOLS, node_role=self.role)
+
+
+class AutoModeCustomTags(Construct):
+    """Lets Auto Mode put the NodeClass's own `tags` on what it creates for it.
+
+    The Auto Mode managed policies on the cluster role allow only EKS's tag keys on the instances, launch
+    templates, volumes and network interfaces they create (AmazonEKSComputePolicy: `aws:TagKeys` limited to
+    eks:* and kubernetes.io/cluster/*), so a NodeClass with user tags never launches a node. These statements
+    follow the EKS user guide ("Custom AWS tags for EKS Auto resources", Auto Mode cluster IAM role): the same
+    creations, still only for this cluster (the eks:eks-cluster-name tag must match the role session's), with
+    any further tags, and re-tagging this cluster's existing resources when the tags change; load balancers and
+    Shield are left out (warmstart creates none).
+    """
+
+    def __init__(self, scope: Construct, id: str, *, cluster_role: iam.IRole) -> None:
+        super().__init__(scope, id)
+        this_cluster = {"aws:RequestTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"}
+        self.policy = iam.Policy(
+            self,
+            "Policy",
+            roles=[cluster_role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="Compute",
+                    actions=["ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate"],
+                    resources=["*"],
+                    conditions={
+                        "StringEquals": this_cluster,
+                        "StringLike": {
+                            "aws:RequestTag/eks:kubernetes-node-class-name": "*",
+                            "aws:RequestTag/eks:kubernetes-node-pool-name": "*",
+                        },
+                    },
+                ),
+                iam.PolicyStatement(
+                    sid="Storage",
+                    actions=["ec2:CreateVolume", "ec2:CreateSnapshot"],
+                    resources=["arn:aws:ec2:*:*:volume/*", "arn:aws:ec2:*:*:snapshot/*"],
+                    conditions={"StringEquals": this_cluster},
+                ),
+                iam.PolicyStatement(
+                    sid="Networking",
+                    actions=["ec2:CreateNetworkInterface"],
+                    resources=["*"],
+                    conditions={
+                        "StringEquals": this_cluster,
+                        "StringLike": {"aws:RequestTag/eks:kubernetes-cni-node-name": "*"},
+                    },
+                ),
+                # A changed `tags` setting updates the tags of what already runs; without this those updates
+                # fail with an authorization error (same guide). Only on this cluster's own resources.
+                iam.PolicyStatement(
+                    sid="RetagThisClustersResources",
+                    actions=["ec2:CreateTags", "ec2:DeleteTags"],
+                    resources=[
+                        f"arn:aws:ec2:*:*:{kind}/*"
+                        for kind in ("instance", "volume", "snapshot", "network-interface", "launch-template")
+                    ],
+                    conditions={
+                        "StringEquals": {
+                            "aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
+                        }
+                    },
+                ),
+            ],
+        )
+        acknowledge(
+            self.policy,
+            "The documented grant for custom tags on Auto Mode resources (EKS user guide, Auto Mode cluster IAM role): "
+            "instances, launch templates, volumes, snapshots and interfaces have no ARN before they exist; every "
+            "creation must carry this cluster's eks:eks-cluster-name tag, and re-tagging is limited to resources that "
+            "already carry it.",
+            wildcard("*"),
+            *(
+                wildcard(f"arn:aws:ec2:*:*:{kind}/*")
+                for kind in ("volume", "snapshot", "instance", "network-interface", "launch-template")
+            ),
+        )
+
+
+class AutoModeGpuCompute(Construct):
+    """EKS Auto Mode: AWS runs the nodes (Bottlerocket, AWS's AMI) and the Pod Identity agent; warmstart adds the
+    GPU NodePool and NodeClass, and NetworkPolicy enforcement."""
+
+    def __init__(
+        self, scope: Construct, id: str, *, compute: AutoModeCompute, tags: dict[str, str], network: WarmstartVpc
+    ) -> None:
+        super().__init__(scope, id)
+        self._compute, self._tags, self._network = compute, tags, network
+        # Before the cluster: EKS creates the cluster with this role for every Auto Mode node.
+        self.node_role_construct = AutoModeNodeRole(self, "AutoModeNodeRole")
+        self.custom_tags: AutoModeCustomTags | None = None
+        self._attached: tuple[AutoModeNetworkPolicy, GpuNodePool] | None = None
+
+    @property
+    def node_role(self) -> iam.IRole:
+        return self.node_role_construct.role
+
+    def cluster_capacity(self) -> ClusterCapacity:
+        return ClusterCapacity(eks.DefaultCapacityType.AUTOMODE, self.node_role_construct.compute_config())
+
+    def attach(self, *, cluster: eks.Cluster, charts: cdk8s.App) -> None:
+        network_policy = AutoModeNetworkPolicy(self, "NetworkPolicySupport", cluster=cluster)
+        after: list[Construct] = []
+        if self._tags:  # the NodeClass carries them: Auto Mode needs leave to apply them before any launch
+            self.custom_tags = AutoModeCustomTags(self, "AutoModeCustomTags", cluster_role=cluster.role)
+            after.append(self.custom_tags.policy)
+        chart = AutoModeGpuNodes(
+            charts,
+            "GpuNodes",
+            compute=self._compute,
+            node_role_name=self.node_role.role_name,
+            subnet_ids=[subnet.subnet_id for subnet in self._network.private_subnet_list()],
+            security_group_ids=[cluster.cluster_security_group_id],
+            tags=self._tags,
+        )
+        self._attached = (network_policy, GpuNodePool(self, "GpuPool", cluster=cluster, chart=chart, after=after))
+
+    @property
+    def gpu_pool(self) -> GpuNodePool:
+        return attached(self._attached, self)[1]
+
+    @property
+    def workloads_wait_for(self) -> list[Construct]:
+        return [self.gpu_pool.manifest]

@@ -1,0 +1,429 @@
+"""Self-managed Karpenter's parts: the system node group, the controller (Helm, Pod Identity, interruption queue,
+GPU node role) and the NVIDIA device plugin; `karpenter.py` puts them together.
+
+The controller's permissions follow the upstream getting-started CloudFormation (Karpenter v1.14):
+every EC2 write is scoped to resources tagged for this cluster and a NodePool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.components.nag import acknowledge, managed, wildcard
+from stacks.components.pod_identity import PodIdentity
+from stacks.components.source import cluster_ref
+from warmstart.config import SystemNodeGroup
+
+KARPENTER_NAMESPACE = "kube-system"
+KARPENTER_SERVICE_ACCOUNT = "karpenter"
+KARPENTER_CHART_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter"
+KARPENTER_CRD_CHART_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter-crd"
+
+INTERRUPTION_EVENTS = {
+    "ScheduledChange": ("aws.health", "AWS Health Event"),
+    "SpotInterruption": ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    "Rebalance": ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    "InstanceStateChange": ("aws.ec2", "EC2 Instance State-change Notification"),
+    "CapacityReservationInterruption": ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+}
+
+
+class SystemNodes(Construct):
+    """A small managed node group for Karpenter itself and cluster add-ons (never GPU work)."""
+
+    def __init__(
+        self, scope: Construct, id: str, *, cluster: eks.Cluster, group: SystemNodeGroup, subnets: ec2.SubnetSelection
+    ) -> None:
+        super().__init__(scope, id)
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Nodegroup",
+            cluster=cluster_ref(cluster),
+            instance_types=[ec2.InstanceType(group.instance_type)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            min_size=group.min_size,
+            desired_size=group.min_size,
+            max_size=group.max_size,
+            subnets=subnets,
+            labels={"warmstart.io/role": "system"},
+        )
+        acknowledge(
+            self.nodegroup,
+            "The managed node group's role as EKS documents it: joining the cluster, the VPC CNI, image pulls.",
+            managed("AmazonEKSWorkerNodePolicy"),
+            managed("AmazonEKS_CNI_Policy"),
+            managed("AmazonEC2ContainerRegistryReadOnly"),
+        )
+
+
+class KarpenterController(Construct):
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, cluster_name: str, version: str) -> None:
+        super().__init__(scope, id)
+        self.node_role = iam.Role(
+            self,
+            "NodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"Nodes that Karpenter launches for {cluster_name}",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name(name)
+                for name in (
+                    "AmazonEKSWorkerNodePolicy",
+                    "AmazonEKS_CNI_Policy",
+                    "AmazonEC2ContainerRegistryPullOnly",
+                    "AmazonSSMManagedInstanceCore",
+                )
+            ],
+        )
+        self.node_access = eks.AccessEntry(
+            self,
+            "NodeAccess",
+            cluster=cluster_ref(cluster),
+            principal=self.node_role.role_arn,
+            access_entry_type=eks.AccessEntryType.EC2_LINUX,
+            access_policies=[],
+        )
+        self.interruption_queue = sqs.Queue(
+            self,
+            "InterruptionQueue",
+            retention_period=Duration.minutes(5),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        self.interruption_rules = [
+            events.Rule(
+                self,
+                f"{name}Rule",
+                event_pattern=events.EventPattern(source=[source], detail_type=[detail_type]),
+                targets=[targets.SqsQueue(self.interruption_queue)],
+            )
+            for name, (source, detail_type) in INTERRUPTION_EVENTS.items()
+        ]
+        self.identity = PodIdentity(
+            self,
+            "Identity",
+            cluster=cluster,
+            namespace=KARPENTER_NAMESPACE,
+            service_account=KARPENTER_SERVICE_ACCOUNT,
+            description=f"Karpenter controller of {cluster_name}",
+        )
+        stack = Stack.of(self)
+        self.policies = [
+            iam.ManagedPolicy(self, name, statements=statements, roles=[self.identity.role])
+            for name, statements in controller_statements(
+                cluster_name=cluster_name,
+                partition=stack.partition,
+                region=stack.region,
+                account=stack.account,
+                node_role_arn=self.node_role.role_arn,
+                queue_arn=self.interruption_queue.queue_arn,
+            ).items()
+        ]
+        # The CRDs from their own chart: Helm installs a chart's crds/ once and never upgrades them, so a version
+        # bump of the controller chart alone would run the new controller on old CRDs (Karpenter v1.14 upgrade
+        # guide: "we recommend using the independent karpenter-crd chart to manage CRDs").
+        pinned: dict[str, Any] = {
+            "version": version,
+            "namespace": KARPENTER_NAMESPACE,
+            "create_namespace": False,
+            "wait": True,
+        }
+        self.crds = cluster.add_helm_chart(
+            "KarpenterCrd",
+            chart="karpenter-crd",
+            repository=KARPENTER_CRD_CHART_REPOSITORY,
+            release="karpenter-crd",
+            **pinned,
+        )
+        self.chart = cluster.add_helm_chart(
+            "Karpenter",
+            chart="karpenter",
+            repository=KARPENTER_CHART_REPOSITORY,
+            release="karpenter",
+            # Declared, though the kubectl handler of aws-cdk-lib 2.275 does not pass it on to `helm upgrade`
+            # (aws/aws-cdk#31831); harmless: Helm installs a chart's crds/ only where they are absent, and the
+            # karpenter-crd release has installed them already.
+            skip_crds=True,
+            values={
+                "settings": {"clusterName": cluster_name, "interruptionQueue": self.interruption_queue.queue_name},
+                "serviceAccount": {"name": KARPENTER_SERVICE_ACCOUNT},
+                "replicas": 2,
+                "controller": {
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+                },
+            },
+            **pinned,
+        )
+        # CRDs and credentials must exist before the controller starts.
+        self.chart.node.add_dependency(self.crds, self.identity.association)
+        for policy in self.policies:
+            self.chart.node.add_dependency(policy)
+        self._acknowledge_findings()
+
+    def _acknowledge_findings(self) -> None:
+        stack = Stack.of(self)
+        region, account = stack.region, stack.account
+        acknowledge(
+            self.node_role,
+            "The node role Karpenter's v1 guide prescribes: join the cluster, VPC CNI, image pulls, SSM access.",
+            managed("AmazonEKSWorkerNodePolicy"),
+            managed("AmazonEKS_CNI_Policy"),
+            managed("AmazonEC2ContainerRegistryPullOnly"),
+            managed("AmazonSSMManagedInstanceCore"),
+        )
+        acknowledge(
+            self.interruption_queue,
+            "Interruption notices are only useful for minutes (5-minute retention); Karpenter deletes each one it "
+            "handles and a failed one is re-delivered, so a dead-letter queue would only collect stale notices.",
+            "AwsSolutions-SQS3",
+        )
+        ec2 = f"arn:aws:ec2:{region}"
+        launched = ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")
+        lifecycle, iam_integration, _, _, discovery = self.policies
+        acknowledge(
+            lifecycle,
+            "IDs of instances, volumes, fleets and launch templates do not exist before launch; every write is "
+            "conditioned on the cluster-ownership and NodePool tags (upstream Karpenter v1.14 policy).",
+            *(wildcard(f"{ec2}:*:{kind}/*") for kind in launched),
+        )
+        acknowledge(
+            lifecycle,
+            "RunInstances/CreateFleet must reference the AMIs, snapshots, subnets, security groups, capacity "
+            "reservations and placement groups that the EC2NodeClass selects at run time.",
+            wildcard(f"{ec2}::image/*"),
+            wildcard(f"{ec2}::snapshot/*"),
+            *(
+                wildcard(f"{ec2}:*:{kind}/*")
+                for kind in ("security-group", "subnet", "capacity-reservation", "placement-group")
+            ),
+        )
+        acknowledge(
+            iam_integration,
+            "Karpenter names the instance profiles it creates; every action is conditioned on this cluster's "
+            "ownership, region and EC2NodeClass tags.",
+            wildcard(f"arn:aws:iam::{account}:instance-profile/*"),
+        )
+        acknowledge(
+            discovery,
+            "Read-only discovery: Describe* calls (limited to this region by condition), pricing, instance-profile "
+            "reads and the public EKS AMI parameters under /aws/service/; these APIs take no resource ARNs.",
+            wildcard("*"),
+            wildcard(f"arn:aws:iam::{account}:instance-profile/*"),
+            wildcard(f"arn:aws:ssm:{region}::parameter/aws/service/*"),
+        )
+
+
+def controller_statements(
+    *, cluster_name: str, partition: str, region: str, account: str, node_role_arn: str, queue_arn: str
+) -> dict[str, list[iam.PolicyStatement]]:
+    ec2_arn = f"arn:{partition}:ec2:{region}"
+    owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    request_owned = {
+        f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned",
+        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+    }
+    launched = [
+        f"{ec2_arn}:*:{kind}/*"
+        for kind in ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")
+    ]
+    profile_arn = f"arn:{partition}:iam::{account}:instance-profile/*"
+    in_region = {"aws:ResourceTag/topology.kubernetes.io/region": region}
+    return {
+        "NodeLifecycle": [
+            iam.PolicyStatement(
+                sid="AllowScopedEC2InstanceAccessActions",
+                actions=["ec2:RunInstances", "ec2:CreateFleet"],
+                resources=[
+                    f"{ec2_arn}::image/*",
+                    f"{ec2_arn}::snapshot/*",
+                    *(
+                        f"{ec2_arn}:*:{kind}/*"
+                        for kind in ("security-group", "subnet", "capacity-reservation", "placement-group")
+                    ),
+                ],
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedEC2LaunchTemplateAccessActions",
+                actions=["ec2:RunInstances", "ec2:CreateFleet"],
+                resources=[f"{ec2_arn}:*:launch-template/*"],
+                conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedEC2InstanceActionsWithTags",
+                actions=["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
+                resources=launched,
+                conditions={
+                    "StringEquals": request_owned,
+                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedResourceCreationTagging",
+                actions=["ec2:CreateTags"],
+                resources=launched,
+                conditions={
+                    "StringEquals": {
+                        **request_owned,
+                        "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"],
+                    },
+                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedResourceTagging",
+                actions=["ec2:CreateTags"],
+                resources=[f"{ec2_arn}:*:instance/*"],
+                conditions={
+                    "StringEquals": owned,
+                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+                    "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
+                    "ForAllValues:StringEquals": {
+                        "aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]
+                    },
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedDeletion",
+                actions=["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+                resources=[f"{ec2_arn}:*:instance/*", f"{ec2_arn}:*:launch-template/*"],
+                conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
+            ),
+        ],
+        "IamIntegration": [
+            iam.PolicyStatement(
+                sid="AllowPassingInstanceRole",
+                actions=["iam:PassRole"],
+                resources=[node_role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}},
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedInstanceProfileCreationActions",
+                actions=["iam:CreateInstanceProfile"],
+                resources=[profile_arn],
+                conditions={
+                    "StringEquals": {**request_owned, "aws:RequestTag/topology.kubernetes.io/region": region},
+                    "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedInstanceProfileTagActions",
+                actions=["iam:TagInstanceProfile"],
+                resources=[profile_arn],
+                conditions={
+                    "StringEquals": {
+                        **owned,
+                        **in_region,
+                        **request_owned,
+                        "aws:RequestTag/topology.kubernetes.io/region": region,
+                    },
+                    "StringLike": {
+                        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                        "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                    },
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedInstanceProfileActions",
+                actions=[
+                    "iam:AddRoleToInstanceProfile",
+                    "iam:RemoveRoleFromInstanceProfile",
+                    "iam:DeleteInstanceProfile",
+                ],
+                resources=[profile_arn],
+                conditions={
+                    "StringEquals": {**owned, **in_region},
+                    "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+                },
+            ),
+        ],
+        "EksIntegration": [
+            iam.PolicyStatement(
+                sid="AllowAPIServerEndpointDiscovery",
+                actions=["eks:DescribeCluster"],
+                resources=[f"arn:{partition}:eks:{region}:{account}:cluster/{cluster_name}"],
+            ),
+        ],
+        "Interruption": [
+            iam.PolicyStatement(
+                sid="AllowInterruptionQueueActions",
+                actions=["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
+                resources=[queue_arn],
+            ),
+        ],
+        "ResourceDiscovery": [
+            iam.PolicyStatement(
+                sid="AllowRegionalReadActions",
+                actions=[
+                    "ec2:DescribeCapacityReservations",
+                    "ec2:DescribeImages",
+                    "ec2:DescribeInstances",
+                    "ec2:DescribeInstanceStatus",
+                    "ec2:DescribeInstanceTypeOfferings",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeLaunchTemplates",
+                    "ec2:DescribePlacementGroups",
+                    "ec2:DescribeSecurityGroups",
+                    "ec2:DescribeSpotPriceHistory",
+                    "ec2:DescribeSubnets",
+                ],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:RequestedRegion": region}},
+            ),
+            iam.PolicyStatement(
+                sid="AllowSSMReadActions",
+                actions=["ssm:GetParameter"],
+                resources=[f"arn:{partition}:ssm:{region}::parameter/aws/service/*"],
+            ),
+            iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]),
+            iam.PolicyStatement(
+                sid="AllowUnscopedInstanceProfileListAction", actions=["iam:ListInstanceProfiles"], resources=["*"]
+            ),
+            iam.PolicyStatement(
+                sid="AllowInstanceProfileReadActions", actions=["iam:GetInstanceProfile"], resources=[profile_arn]
+            ),
+        ],
+    }
+
+
+class NvidiaDevicePlugin(Construct):
+    """Advertises nvidia.com/gpu on Karpenter's GPU nodes (Auto Mode ships its own)."""
+
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, version: str) -> None:
+        super().__init__(scope, id)
+        self.chart = cluster.add_helm_chart(
+            "NvidiaDevicePlugin",
+            chart="nvidia-device-plugin",
+            repository="https://nvidia.github.io/k8s-device-plugin",
+            version=version,
+            release="nvidia-device-plugin",
+            namespace="kube-system",
+            create_namespace=False,
+            values={
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "karpenter.k8s.aws/instance-gpu-manufacturer",
+                                            "operator": "In",
+                                            "values": ["nvidia"],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+            },
+        )

@@ -1,0 +1,51 @@
+"""Kubernetes NetworkPolicy enforcement, which neither compute mode has by default; each mode has its own way.
+
+- Auto Mode: the `amazon-vpc-cni` ConfigMap in kube-system with `enable-network-policy-controller: "true"`
+  (EKS user guide, "Use Network Policies with EKS Auto Mode"); the GPU NodeClass keeps the default
+  `networkPolicy: DefaultAllow`, so only pods a policy selects are restricted.
+- Karpenter (self-managed nodes with the VPC CNI): the `vpc-cni` add-on with `{"enableNetworkPolicy": "true"}`
+  (EKS user guide, "Restrict Pod network traffic with Kubernetes network policies"; VPC CNI 1.14 or later),
+  taking over the add-on EKS installed with the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from stacks.components.source import cluster_ref
+
+
+class AutoModeNetworkPolicy(Construct):
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster) -> None:
+        super().__init__(scope, id)
+        # Applied, not created: the ConfigMap may exist already (the docs `kubectl apply` it too).
+        self.config_map = eks.KubernetesManifest(
+            self,
+            "NetworkPolicyController",
+            cluster=cluster_ref(cluster),
+            overwrite=True,
+            manifest=[
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "amazon-vpc-cni", "namespace": "kube-system"},
+                    "data": {"enable-network-policy-controller": "true"},
+                }
+            ],
+        )
+
+
+class VpcCniNetworkPolicy(Construct):
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster) -> None:
+        super().__init__(scope, id)
+        self.addon = eks.CfnAddon(
+            self,
+            "VpcCni",
+            addon_name="vpc-cni",
+            cluster_name=cluster.cluster_name,
+            configuration_values=json.dumps({"enableNetworkPolicy": "true"}),
+            resolve_conflicts="OVERWRITE",  # the add-on EKS installed with the cluster becomes this one
+        )
