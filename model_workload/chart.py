@@ -23,7 +23,9 @@ from warmstart.workload import (
     POD_RECORDS_MOUNT,
     PROBE_INITIAL_DELAY_SECONDS,
     PROBE_PERIOD_SECONDS,
+    RESTORE_WAIT_CONTAINER,
     VLLM_ASSETS_MOUNT,
+    VLLM_CONTAINER,
     VLLM_PORT,
     ModelPlan,
     done_marker_name,
@@ -260,7 +262,7 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         mounts.append(k8s.VolumeMount(name="weights", mount_path=WEIGHTS_MOUNT, read_only=True))
     gpus = k8s.Quantity.from_number(plan.gpus)
     container = k8s.Container(
-        name="vllm",
+        name=VLLM_CONTAINER,
         image=plan.model.image,
         command=command,
         args=vllm_args(plan),
@@ -339,7 +341,7 @@ def wait_for_restore(plan: ModelPlan) -> k8s.Container:
     """Runs the serving image (already being pulled) so the wait costs no extra image pull."""
     marker = f"{AGENT_STATE_MOUNT}/{DONE_MARKERS}/{done_marker_name(plan.model.name, plan.factors.fingerprint())}"
     return k8s.Container(
-        name="wait-for-compile-cache",
+        name=RESTORE_WAIT_CONTAINER,
         image=plan.model.image,
         command=["/bin/sh", "-c", WAIT_FOR_RESTORE],
         env=[

@@ -25,10 +25,12 @@ from k8s.hardening import (
 from warmstart.agent_settings import (
     AGENT_CACHE_MOUNT,
     AGENT_NAMESPACE,
+    AGENT_POD_LOGS_MOUNT,
     AGENT_PODS_MOUNT,
     AGENT_SERVICE_ACCOUNT,
     AGENT_WEIGHTS_MOUNT,
     LABEL_DOMAINS,
+    POD_LOGS_HOST_PATH,
     AgentSettings,
 )
 
@@ -52,11 +54,20 @@ AGENT_ANNOTATIONS = scanner_annotations(
             "(an admission policy limits it to its own node's warmstart labels)",
         ),
     ],
-    host_paths="the node's compile cache, weights copies and the vLLM pods' entry records, which it fills and cleans",
+    host_paths="the node's compile cache, weights copies and the vLLM pods' entry records, which it fills and cleans; "
+    "kubelet's pod logs, read-only, to time each vLLM start from vLLM's own lines",
 )
 SETTINGS_MOUNT = "/etc/warmstart"
 AGENT_USER = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
 LABELS = {"app.kubernetes.io/name": "warmstart-agent", "app.kubernetes.io/part-of": "warmstart"}
+METRICS_PATH = "/metrics"
+
+
+def scrape_annotations(port: int) -> dict[str, str]:
+    """The annotations the community Prometheus chart's kubernetes-pods and kubernetes-service-endpoints jobs
+    keep (prometheus.io/scrape, port, path)."""
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": METRICS_PATH}
+
 
 # CEL (Kubernetes 1.30+, no optional types): labels outside the agent's own domains unchanged, exact prefixes
 # (not "contains": evil.warmstart.io.example/x would pass that), and nothing else of the node changed.
@@ -87,6 +98,8 @@ class NodeAgentChart(cdk8s.Chart):
         cache_root: str,
         weights_root: str,
         pod_records_root: str,
+        scraper_cidrs: list[str],
+        scraper_namespaces: list[str],
     ) -> None:
         super().__init__(scope, id)
         settings_json = settings.model_dump_json(indent=2)
@@ -99,7 +112,68 @@ class NodeAgentChart(cdk8s.Chart):
             rules=[
                 k8s.PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get", "patch"]),
                 k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"]),
+                # The image pull of each vLLM pod it times (kubelet's Pulling/Pulled events), read-only.
+                k8s.PolicyRule(api_groups=[""], resources=["events"], verbs=["list"]),
             ],
+        )
+        # Its node's recent pod starts, published for `warmstart status --starts` (server-side apply: create and
+        # patch), in its own namespace only.
+        self.starts_role = k8s.KubeRole(
+            self,
+            "StartsRole",
+            metadata=meta("warmstart-agent-starts"),
+            rules=[k8s.PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "create", "patch"])],
+        )
+        self.starts_binding = k8s.KubeRoleBinding(
+            self,
+            "StartsRoleBinding",
+            metadata=meta("warmstart-agent-starts"),
+            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="warmstart-agent-starts"),
+            subjects=[k8s.Subject(kind="ServiceAccount", name=AGENT_SERVICE_ACCOUNT, namespace=AGENT_NAMESPACE)],
+        )
+        port = settings.metrics_port
+        self.metrics_service = k8s.KubeService(
+            self,
+            "MetricsService",
+            metadata=k8s.ObjectMeta(
+                name="warmstart-agent-metrics",
+                namespace=AGENT_NAMESPACE,
+                labels=LABELS,
+                annotations=scrape_annotations(port),
+            ),
+            spec=k8s.ServiceSpec(
+                cluster_ip="None",  # headless: one endpoint per node's agent, each scraped on its own
+                selector=LABELS,
+                ports=[
+                    k8s.ServicePort(
+                        name="metrics", port=port, target_port=k8s.IntOrString.from_string("metrics"), protocol="TCP"
+                    )
+                ],
+            ),
+        )
+        # The namespace admits no ingress; scrapers reach the metrics port, and nothing else.
+        sources = [k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=cidr)) for cidr in scraper_cidrs] + [
+            k8s.NetworkPolicyPeer(
+                namespace_selector=k8s.LabelSelector(match_labels={"kubernetes.io/metadata.name": namespace})
+            )
+            for namespace in scraper_namespaces
+        ]
+        self.metrics_policy = k8s.KubeNetworkPolicy(
+            self,
+            "MetricsScrapers",
+            metadata=meta("warmstart-agent-metrics"),
+            spec=k8s.NetworkPolicySpec(
+                pod_selector=k8s.LabelSelector(match_labels=LABELS),
+                policy_types=["Ingress"],
+                ingress=[
+                    k8s.NetworkPolicyIngressRule(
+                        from_=sources,
+                        ports=[k8s.NetworkPolicyPort(port=k8s.IntOrString.from_number(port), protocol="TCP")],
+                    )
+                ]
+                if sources
+                else [],
+            ),
         )
         self.binding = k8s.KubeClusterRoleBinding(
             self,
@@ -197,11 +271,16 @@ class NodeAgentChart(cdk8s.Chart):
                         labels=LABELS,
                         # New settings (a changed model) roll the agents, which then restore the new keys.
                         annotations={
-                            "warmstart.io/settings-sha256": hashlib.sha256(settings_json.encode()).hexdigest()
+                            "warmstart.io/settings-sha256": hashlib.sha256(settings_json.encode()).hexdigest(),
+                            **scrape_annotations(port),
                         },
                     ),
                     spec=_agent_pod(
-                        image, cache_root, weights_root if settings.weights_models else None, pod_records_root
+                        image,
+                        cache_root,
+                        weights_root if settings.weights_models else None,
+                        pod_records_root,
+                        metrics_port=port,
                     ),
                 ),
             ),
@@ -210,12 +289,15 @@ class NodeAgentChart(cdk8s.Chart):
         self.own_node_binding.add_dependency(self.own_node_policy)
 
 
-def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_records_root: str) -> k8s.PodSpec:
+def _agent_pod(
+    image: str, cache_root: str, weights_root: str | None, pod_records_root: str, *, metrics_port: int
+) -> k8s.PodSpec:
     mounts = [
         k8s.VolumeMount(name="settings", mount_path=SETTINGS_MOUNT, read_only=True),
         k8s.VolumeMount(name="compile-cache", mount_path=AGENT_CACHE_MOUNT),
         k8s.VolumeMount(name="pod-records", mount_path=AGENT_PODS_MOUNT),
         k8s.VolumeMount(name="tmp", mount_path="/tmp"),
+        k8s.VolumeMount(name="pod-logs", mount_path=AGENT_POD_LOGS_MOUNT, read_only=True),
     ]
     volumes = [
         k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
@@ -224,6 +306,9 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
             name="pod-records", host_path=k8s.HostPathVolumeSource(path=pod_records_root, type="DirectoryOrCreate")
         ),
         k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
+        # kubelet writes every container's output here; the agent reads the vLLM pods' lines (root-owned files:
+        # the agent runs as root; on Bottlerocket the files are local_t, which any container may read).
+        k8s.Volume(name="pod-logs", host_path=k8s.HostPathVolumeSource(path=POD_LOGS_HOST_PATH, type="Directory")),
     ]
     if weights_root:
         mounts.append(k8s.VolumeMount(name="weights", mount_path=AGENT_WEIGHTS_MOUNT))
@@ -241,6 +326,7 @@ def _agent_pod(image: str, cache_root: str, weights_root: str | None, pod_record
             k8s.Container(
                 name="agent",
                 image=image,
+                ports=[k8s.ContainerPort(name="metrics", container_port=metrics_port, protocol="TCP")],
                 env=[
                     k8s.EnvVar(
                         name="NODE_NAME",

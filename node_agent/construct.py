@@ -52,6 +52,8 @@ class NodeAgent(Construct):
         weights_root: str,
         pod_records_root: str,
         model_kms_key_arn: str | None,
+        scraper_cidrs: list[str],
+        scraper_namespaces: list[str],
     ) -> None:
         super().__init__(scope, id)
         self.image = image
@@ -94,6 +96,8 @@ class NodeAgent(Construct):
             cache_root=cache_root,
             weights_root=weights_root,
             pod_records_root=pod_records_root,
+            scraper_cidrs=scraper_cidrs,
+            scraper_namespaces=scraper_namespaces,
         )
         self.manifest = cluster.add_cdk8s_chart("NodeAgent", self.chart)
         self.manifest.node.add_dependency(

@@ -18,10 +18,12 @@ IMAGE_SOURCE = (
     "model_workload/runtime",
     "warmstart",
 )
+# Command-line only (the estimate's chart, which imports matplotlib): not in the image.
+IMAGE_LEAVES_OUT = ("warmstart/estimate_plot.py",)
 DOCKERFILE = "node_agent/Dockerfile"
 # CDK re-includes a Dockerfile by its base name only, which matches a top-level one: name ours explicitly, or the
 # build would find no Dockerfile in the context it is sent.
-IMAGE_CONTEXT = only(*IMAGE_SOURCE, DOCKERFILE)
+IMAGE_CONTEXT = only(*IMAGE_SOURCE, DOCKERFILE, leaving_out=IMAGE_LEAVES_OUT)
 
 
 class AgentImage(Construct):

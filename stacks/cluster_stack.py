@@ -13,7 +13,7 @@ from stacks.components.buckets import ArtifactBuckets
 from stacks.components.compute import gpu_compute
 from stacks.components.control_plane import ControlPlane
 from stacks.components.network import WarmstartVpc
-from warmstart.agent_settings import agent_settings
+from warmstart.agent_settings import agent_settings, metrics_scraper_cidrs
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.workload import compile_cache_root, pod_records_root, serving_images, weights_root
@@ -77,6 +77,8 @@ class ClusterStack(Stack):
                 weights_root=weights_root(config),
                 pod_records_root=pod_records_root(config),
                 model_kms_key_arn=config.buckets.models.kms_key_arn,
+                scraper_cidrs=metrics_scraper_cidrs(config),
+                scraper_namespaces=list(config.metrics.scraper_namespaces),
             )
             self.node_agent.manifest.node.add_dependency(self.system_namespace)
         if images:

@@ -1,6 +1,9 @@
 """warmstart command line:
-python -m warmstart plan --env dev        each model's derived settings (the synth-time checks included)
-python -m warmstart status --env prod     cache state per model, read through your kubeconfig (kubectl)
+python -m warmstart plan --env dev                  each model's derived settings (the synth-time checks included)
+python -m warmstart plan --env prod --estimate      each model's pod start, phase by phase, in three cases
+    [--nodes N] [--plot FILE.png]                   N new nodes scaling out at once; a stacked-bar chart
+python -m warmstart status --env prod               cache state per model, read through your kubeconfig (kubectl)
+python -m warmstart status --env prod --starts      the last pod starts per model, phase by phase
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import sys
 from pathlib import Path
 
 from warmstart.catalog import default_catalog
+from warmstart.estimate import estimate_environment, render_estimates
 from warmstart.loader import ConfigError, load_config
 from warmstart.plan import render_plan
-from warmstart.status import DAEMON_SETS_PATH, NODES_PATH, model_status, render_status
+from warmstart.starts import STARTS_PATH
+from warmstart.status import DAEMON_SETS_PATH, NODES_PATH, model_status, read_starts, render_starts, render_status
 
 
 def kubectl_get(kubectl: list[str], path: str) -> dict:
@@ -28,12 +33,38 @@ def kubectl_get(kubectl: list[str], path: str) -> dict:
     return json.loads(done.stdout)
 
 
+def plan_command(config, args: argparse.Namespace, source: str) -> int:
+    if not args.estimate:
+        if args.plot or args.nodes:
+            print("warmstart plan: --nodes and --plot go with --estimate", file=sys.stderr)
+            return 2
+        print(render_plan(config, default_catalog(), source))
+        return 0
+    if args.nodes is not None and args.nodes < 1:
+        print("warmstart plan: --nodes must be at least 1", file=sys.stderr)
+        return 2
+    estimates = estimate_environment(config, default_catalog(), nodes=args.nodes)
+    print(f"environment {config.name} ({source}): estimated pod start, seconds per phase")
+    print(render_estimates(estimates))
+    if args.plot:
+        from warmstart.estimate_plot import plot_estimates
+
+        written = plot_estimates(estimates, args.plot, f"warmstart {config.name}: estimated pod start")
+        print(f"chart written to {written}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="warmstart")
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("plan", help="print each model's derived settings and run the synth-time checks")
     status = commands.add_parser("status", help="cache state per model: READY/TARGET GPU nodes")
     status.add_argument("--kubectl", default="kubectl", help="kubectl command (e.g. 'kubectl --context prod')")
+    status.add_argument("--starts", action="store_true", help="the last pod starts per model, phase by phase")
+    status.add_argument("--last", type=int, default=5, help="with --starts: starts shown per model (default 5)")
+    plan.add_argument("--estimate", action="store_true", help="predict each phase of a pod start in three cases")
+    plan.add_argument("--nodes", type=int, help="new nodes scaling out at once (share the NAT; default: config)")
+    plan.add_argument("--plot", type=Path, help="with --estimate: write a stacked-bar chart (PNG) here")
     for command in (plan, status):
         source = command.add_mutually_exclusive_group(required=True)
         source.add_argument("--env", help="an environment in config/<env>.yaml")
@@ -46,9 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     if args.command == "plan":
-        print(render_plan(config, default_catalog(), str(path)))
-        return 0
+        return plan_command(config, args, str(path))
     kubectl = shlex.split(args.kubectl)
+    if args.starts:
+        try:
+            starts = read_starts(kubectl_get(kubectl, STARTS_PATH))
+        except (RuntimeError, FileNotFoundError) as error:
+            print(f"warmstart status: cannot read the cluster: {error}", file=sys.stderr)
+            return 3
+        print(render_starts(config, starts, last=max(1, args.last)))
+        return 0
     try:
         nodes, daemon_sets = kubectl_get(kubectl, NODES_PATH), kubectl_get(kubectl, DAEMON_SETS_PATH)
     except (RuntimeError, FileNotFoundError) as error:

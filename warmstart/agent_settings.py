@@ -19,6 +19,8 @@ AGENT_SERVICE_ACCOUNT = "warmstart-agent"
 AGENT_CACHE_MOUNT = "/node-cache/compile-cache"  # the node's compile-cache root, inside the agent
 AGENT_WEIGHTS_MOUNT = "/node-cache/weights"  # the node's weights root, inside the agent
 AGENT_PODS_MOUNT = "/node-cache/pods"  # the vLLM pods' entry records, inside the agent
+AGENT_POD_LOGS_MOUNT = "/node-logs/pods"  # kubelet's /var/log/pods, read-only, inside the agent
+POD_LOGS_HOST_PATH = "/var/log/pods"  # kubelet's default podLogsDir (Auto Mode and the EKS AMIs keep it)
 NODE_LABEL_DOMAIN = "compile-cache.warmstart.io"
 # Whether the last vLLM pod started on the node used a compile cache (hit) or compiled (miss).
 COMPILE_USE_LABEL_DOMAIN = "compile-use.warmstart.io"
@@ -72,6 +74,8 @@ class AgentSettings(_Strict):
     cache_root: str = AGENT_CACHE_MOUNT
     weights_root: str = AGENT_WEIGHTS_MOUNT
     pod_records: str = AGENT_PODS_MOUNT
+    pod_logs: str = AGENT_POD_LOGS_MOUNT
+    metrics_port: int = 9400
     # Host paths, for the agent's check that the weights land on the instance-store filesystem.
     nvme_mount: str
     weights_host_path: str
@@ -121,6 +125,13 @@ def agent_settings(config: EnvironmentConfig, catalog: Catalog) -> AgentSettings
         models=models,
         gpus=gpus,
         weights_poll_seconds=config.caches.weights_poll_seconds,
+        metrics_port=config.metrics.port,
         nvme_mount=nvme_mount(config.compute),
         weights_host_path=weights_root(config),
     )
+
+
+def metrics_scraper_cidrs(config: EnvironmentConfig) -> list[str]:
+    """Where the agent's metrics may be scraped from: the configured blocks, else the VPC (where Amazon Managed
+    Service for Prometheus' collector places its network interfaces)."""
+    return list(config.metrics.scraper_cidrs) if config.metrics.scraper_cidrs is not None else [config.network.vpc_cidr]

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 CATALOG_FILE = Path(__file__).with_name("catalog.yaml")
 BYTES_PER_GB = 10**9
@@ -27,6 +27,8 @@ class InstanceSpec(_Frozen):
     nvme_gb: PositiveInt
     vcpus: PositiveInt
     memory_gib: PositiveInt
+    network_gbit_per_s: PositiveFloat
+    nvme_read_gb_per_s: PositiveFloat | None = None  # only where a published figure applies
 
 
 class GpuInstance(_Frozen):
@@ -40,6 +42,8 @@ class GpuInstance(_Frozen):
     nvme_gb: int
     vcpus: int
     memory_gib: int
+    network_gbit_per_s: float
+    nvme_read_gb_per_s: float | None = None
 
     @property
     def nvme_bytes(self) -> int:
@@ -82,6 +86,8 @@ class Catalog(_Frozen):
             nvme_gb=spec.nvme_gb,
             vcpus=spec.vcpus,
             memory_gib=spec.memory_gib,
+            network_gbit_per_s=spec.network_gbit_per_s,
+            nvme_read_gb_per_s=spec.nvme_read_gb_per_s,
         )
 
 

@@ -221,6 +221,51 @@ class BucketsConfig(Strict):
     abort_incomplete_multipart_days: PositiveInt = 1
 
 
+class MeasuredCompile(Strict):
+    """torch.compile times measured for one model (vLLM logs them: `warmstart status --starts` shows them)."""
+
+    cold: PositiveFloat  # the first pod of a configuration, nothing cached
+    cached: PositiveFloat  # a pod that finds the compiled artifacts (same node, or restored on a new one)
+
+
+class StartEstimate(Strict):
+    """What `warmstart plan --estimate` assumes beyond the config and the GPU catalog. Each default is a published
+    figure, fitted to published figures, or a stated assumption; docs/estimate.md gives each one's origin."""
+
+    # GPU instance launch, boot, kubelet join and device plugin (fitted to the cold-start totals).
+    node_ready_seconds: float = Field(default=420, ge=0)
+    # Compressed size of a serving image (assumption for vllm/vllm-openai; a model's image_size_gb overrides).
+    image_size_gb: PositiveFloat = 10
+    # Pull and unpack time per GB of image: 10 GB in 6 minutes ("typically 5-7 min").
+    image_pull_seconds_per_gb: PositiveFloat = 36
+    # Starting a container whose image is already on the node (about 97% less than a pull).
+    image_present_seconds: float = Field(default=10, ge=0)
+    # Pull speed-up of SOCI parallel pull (image_preload.parallel_pull); AWS publishes no figure: none assumed.
+    parallel_pull_speedup: float = Field(default=1.0, ge=1.0)
+    # NAT gateway bandwidth a scale-out shares (documented 5 Gbps scaling to 100 Gbps; fitted to the 5-pod figure).
+    nat_gbit_per_s: PositiveFloat = 10
+    # How many new nodes download the weights at once (they share the NAT); `plan --estimate --nodes N` overrides.
+    scale_out_nodes: PositiveInt = 1
+    # Without warmstart: one downloader's S3 rate to the node's disk, then a load from the root EBS volume.
+    download_gb_per_s: PositiveFloat = 2.5
+    root_volume_gb_per_s: PositiveFloat = 1.0
+    # The Run:ai streamer: S3 rate of one stream (assumption), times concurrency and streaming processes.
+    s3_stream_gb_per_s: PositiveFloat = 0.1
+    # The node copy read back through the pod's loopback S3 endpoint, when the catalog has no NVMe figure.
+    nvme_gb_per_s: PositiveFloat = 2.0
+    # torch.compile, nothing cached: base + per GB of weights (fitted to 53 s at 60 GB, 60 s at 140 GB, 80 s at 640 GB).
+    compile_cold_base_seconds: float = Field(default=50.2, ge=0)
+    compile_cold_seconds_per_gb: float = Field(default=0.0466, ge=0)
+    # torch.compile with the artifacts on the node: ~6 s for every size.
+    compile_cached_seconds: float = Field(default=6, ge=0)
+    # Restoring the compile cache on a new node (a ~15 MB archive through the gateway endpoint, unpacked).
+    restore_seconds: float = Field(default=2, ge=0)
+    # KV-cache profiling, CUDA graph capture and warm-up after compile (assumption; vLLM logs it).
+    engine_init_seconds: float = Field(default=40, ge=0)
+    # From the server listening to the pod Ready (the readiness probe's period).
+    ready_seconds: float = Field(default=5, ge=0)
+
+
 class ModelSpec(Strict):
     name: str = Field(pattern=DNS_LABEL)
     s3_uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$")
@@ -248,6 +293,10 @@ class ModelSpec(Strict):
     memory_gib: PositiveInt | None = None
     # /dev/shm for NCCL between tensor-parallel ranks (memory-backed).
     shared_memory_gib: PositiveInt = 16
+    # For `warmstart plan --estimate` only: the serving image's compressed size (default estimate.image_size_gb)
+    # and torch.compile times measured for this model (default: estimate's size-based figures).
+    image_size_gb: PositiveFloat | None = None
+    compile_seconds: MeasuredCompile | None = None
 
     # Compile-relevant identity: every field below is a factor of the torch.compile cache key.
     # Which weights (a commit, release or date): new weights under the same name get a new key.
@@ -372,6 +421,16 @@ class ServingAccess(Strict):
     client_namespaces: list[Annotated[str, Field(pattern=DNS_LABEL)]] = Field(default_factory=list)
 
 
+class AgentMetricsAccess(Strict):
+    """The node agent's Prometheus endpoint (/metrics) and who may scrape it (a NetworkPolicy admits only them)."""
+
+    port: int = Field(default=9400, ge=1024, le=65535)
+    # Amazon Managed Service for Prometheus' collector connects from its network interfaces in the cluster's
+    # subnets: default, the VPC's CIDR. An in-cluster Prometheus: add its namespace below.
+    scraper_cidrs: list[CidrBlock] | None = None
+    scraper_namespaces: list[Annotated[str, Field(pattern=DNS_LABEL)]] = Field(default_factory=list)
+
+
 class Alerts(Strict):
     """Where alarms go: a new SNS topic per environment with these email subscriptions, or an existing topic."""
 
@@ -407,5 +466,7 @@ class EnvironmentConfig(Strict):
     pruning: PruningPolicy = PruningPolicy()
     serving: ServingAccess = ServingAccess()
     alerts: Alerts = Alerts()
+    estimate: StartEstimate = StartEstimate()
+    metrics: AgentMetricsAccess = AgentMetricsAccess()
     # AWS tags on every resource (at most 50 per resource, some added by CDK and EKS: keep well below).
     tags: dict[TagKey, TagValue] = Field(default_factory=dict, max_length=40)

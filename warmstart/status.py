@@ -1,13 +1,17 @@
 """`warmstart status`: per model, how many GPU nodes are targeted and how many are ready, for the weights
-cache, the compile cache and the image cache (as HyperPod reports TARGET / READY), from API objects."""
+cache, the compile cache and the image cache (as HyperPod reports TARGET / READY), from API objects; with
+`--starts`, the last pod starts per model, phase by phase, as the node agents published them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from warmstart.agent_settings import AGENT_NAMESPACE, COMPILE_USE_LABEL_DOMAIN, NODE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
+from warmstart.starts import STARTS_KEY, TIMELINE_PHASES, StartTimeline
 from warmstart.workload import image_cache_name, plan_model
 
 GPU_POOL_LABEL = ("karpenter.sh/nodepool", "gpu")
@@ -90,4 +94,97 @@ def render_status(config: EnvironmentConfig, statuses: dict[str, dict[str, Cache
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"environment {config.name}: READY/TARGET GPU nodes per cache"]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+# ---- `warmstart status --starts` ----
+
+PHASE_LETTERS = {
+    "node": "N",
+    "scheduling": "S",
+    "image": "I",
+    "restore": "R",
+    "weights": "W",
+    "compile": "C",
+    "engine": "E",
+    "other": ".",
+}
+BAR_WIDTH = 40
+
+
+def read_starts(config_maps: dict) -> list[StartTimeline]:
+    """Every node's published starts (records of another version skipped)."""
+    timelines = []
+    for item in config_maps.get("items", []):
+        try:
+            documents = json.loads(item.get("data", {}).get(STARTS_KEY, "[]"))
+        except ValueError:
+            continue
+        timelines += [t for t in (StartTimeline.from_dict(d) for d in documents) if t is not None]
+    return timelines
+
+
+def start_bar(timeline: StartTimeline, scale: float) -> str:
+    """One character per `scale` seconds, a letter per phase: the slow phase is the long run of its letter."""
+    cells = []
+    for phase in TIMELINE_PHASES:
+        seconds = timeline.phases.get(phase)
+        if seconds:
+            cells.append(PHASE_LETTERS[phase] * max(1, round(seconds / scale)))
+    return "".join(cells)
+
+
+def _missing(timeline: StartTimeline) -> str:
+    return "missing " + ", ".join(timeline.missing) if timeline.missing else ""
+
+
+def _cell(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.0f}"
+
+
+def render_starts(config: EnvironmentConfig, timelines: list[StartTimeline], *, last: int = 5) -> str:
+    lines = [f"environment {config.name}: the last {last} pod starts per model, seconds per phase"]
+    legend = ", ".join(f"{letter} {phase}" for phase, letter in PHASE_LETTERS.items())
+    known = [t for t in timelines if t.model in {m.name for m in config.models}]
+    if not known:
+        return "\n".join([*lines, "no pod start recorded yet (the node agents publish each start once it ends)"])
+    longest = max((t.total or sum(v for v in t.phases.values() if v)) for t in known) or 1.0
+    scale = longest / BAR_WIDTH
+    header = ("STARTED (UTC)", "POD", "NODE", "OUTCOME", *(p.upper() for p in TIMELINE_PHASES), "TOTAL", "SOURCES")
+    for model in config.models:
+        mine = sorted((t for t in known if t.model == model.name), key=lambda t: t.created, reverse=True)[:last]
+        if not mine:
+            continue
+        rows: list[tuple[str, ...]] = [header]
+        bars: list[tuple[str, str]] = []
+        for t in mine:
+            sources = ", ".join(
+                f"{name} {value}"
+                for name, value in (
+                    ("image", t.image),
+                    ("restore", t.restore),
+                    ("weights", t.weights_source),
+                    ("compile", t.compile_cache),
+                )
+                if value
+            )
+            rows.append(
+                (
+                    datetime.fromtimestamp(t.created, UTC).strftime("%m-%d %H:%M:%S"),
+                    t.pod,
+                    "new" if t.new_node else "existing",
+                    t.outcome,
+                    *(_cell(t.phases.get(p)) for p in TIMELINE_PHASES),
+                    _cell(t.total),
+                    "; ".join(part for part in (sources, _missing(t)) if part),
+                )
+            )
+            bars.append((t.pod, start_bar(t, scale)))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        lines.append(f"model {model.name}")
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+        pod_width = max(len(pod) for pod, _ in bars)
+        lines += [f"  {pod.ljust(pod_width)}  |{bar}" for pod, bar in bars]
+        lines.append("")
+    lines.append(f"bars: one character per {scale:.0f} s; {legend}")
     return "\n".join(lines)

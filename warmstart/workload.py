@@ -18,6 +18,9 @@ from warmstart.config import GIB, EnvironmentConfig, ModelSpec
 from warmstart.sizing import candidate_instances, nvme_mount, tensor_parallel_size
 
 VLLM_PORT = 8000
+# Container names in every model's pod: the chart names them, the agent's start timeline reads their statuses.
+VLLM_CONTAINER = "vllm"
+RESTORE_WAIT_CONTAINER = "wait-for-compile-cache"
 # Inside the container; one fixed absolute path: vLLM stores absolute artifact paths in its cache index and
 # hashes the model path (docs/upstream-facts.md, vLLM compile cache).
 COMPILE_CACHE_MOUNT = "/compile-cache"

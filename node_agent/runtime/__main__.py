@@ -18,8 +18,10 @@ from node_agent.runtime.fs import remove_tree
 from node_agent.runtime.kube import InClusterTransport, KubeApi
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
+from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecords
 from node_agent.runtime.s3_store import CacheStore, WeightsSource
+from node_agent.runtime.starts import StartTracker
 from node_agent.runtime.storage import check_host_folder
 from node_agent.runtime.weights import WeightsCache, WeightsLayout
 from warmstart.agent_settings import AgentSettings
@@ -40,6 +42,7 @@ def main() -> None:
     ready.unlink(missing_ok=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    agent.metrics.serve(settings.metrics_port)  # before the restores, so that their outcomes are scraped
     agent.start()  # restores every model's compile cache (up to the startup probe's 30 minutes)
     ready.touch()  # the readiness probe: start-up is done (and the main loop beats)
     run(agent, weights, settings, stop=stop, heartbeat=heartbeat, log=log)
@@ -56,6 +59,9 @@ def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCac
         ),
     )
     layout = NodeCacheLayout(Path(settings.cache_root))
+    node = os.environ["NODE_NAME"]
+    kube = KubeApi(InClusterTransport(os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]))
+    metrics = AgentMetrics()
     remove_tree(layout.state / "tmp")  # whatever a crash left half-done is never used
     weights = None
     if settings.weights_models:
@@ -79,16 +85,20 @@ def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCac
         weights.clean_temp()
     agent = NodeAgent(
         settings=settings,
-        node=os.environ["NODE_NAME"],
+        node=node,
         store=CacheStore(
             client, settings.bucket, part_bytes=settings.download_part_bytes, threads=settings.download_threads
         ),
-        kube=KubeApi(InClusterTransport(os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])),
+        kube=kube,
         layout=layout,
         clock=time.time,
         log=log,
         weights=weights,
         records=PodRecords(Path(settings.pod_records)),
+        metrics=metrics,
+        starts=StartTracker(
+            kube=kube, node=node, pod_logs=Path(settings.pod_logs), layout=layout, metrics=metrics, log=log
+        ),
     )
     return agent, weights
 

@@ -31,8 +31,10 @@ from node_agent.runtime.fs import remove_tree, write_atomic
 from node_agent.runtime.kube import KubeApi, host_paths, is_ready
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
+from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord, PodRecords
 from node_agent.runtime.s3_store import CacheStore
+from node_agent.runtime.starts import StartTracker
 from node_agent.runtime.weights import WeightsCache
 from warmstart.agent_settings import (
     COMPILE_USE_LABEL_DOMAIN,
@@ -80,6 +82,8 @@ class NodeAgent:
         weights: WeightsCache | None = None,
         records: PodRecords | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        metrics: AgentMetrics | None = None,
+        starts: StartTracker | None = None,
     ) -> None:
         self.settings = settings
         self.node = node
@@ -91,6 +95,8 @@ class NodeAgent:
         self.log = log
         self.weights = weights
         self.records = records
+        self.metrics = metrics or AgentMetrics()
+        self.starts = starts
         self.models = {m.name: ModelState(m) for m in settings.compile_models}
         self._unwritten_markers: dict[str, Outcome] = {}
         self._pod_states: dict[str, str] = {}  # uid -> ready | starting | gone, as of the last pod list
@@ -128,6 +134,7 @@ class NodeAgent:
                 log=self.log,
             )
             outcomes[state.model.name] = outcome
+            self.metrics.restored(state.model.name, outcome.status, outcome.bytes)
             self._finish(state, outcome)
         return outcomes
 
@@ -154,6 +161,11 @@ class NodeAgent:
             return outcomes
         self._observe(pods, records)
         self._track_pods(pods, records)
+        if self.starts is not None:
+            try:
+                self.starts.observe(pods, records)
+            except Exception as error:  # timing is reporting: the caches go on
+                self.log.event("start-timing-failed", reason=f"{type(error).__name__}: {error}")
         for state in self.models.values():
             mine = [pod for pod in pods if self._serves(pod, state)]
             if state.key is None or not any(is_ready(pod) for pod in mine):
@@ -179,6 +191,7 @@ class NodeAgent:
                     log=self.log,
                 )
                 outcomes[state.model.name] = outcome
+                self.metrics.published(state.model.name, outcome.status, outcome.bytes)
                 if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED, Status.EXISTS, Status.LOST_RACE):
                     value = "published" if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED) else "present"
                     self._label({f"{NODE_LABEL_DOMAIN}/{state.model.name}": value})
@@ -227,6 +240,7 @@ class NodeAgent:
                 new_hash_dirs=observation.new_dirs,
                 weights_source=record.weights_source,
             )
+            self.metrics.judged(record.model, observation.outcome)
             if observation.outcome != "none":
                 self._label({f"{COMPILE_USE_LABEL_DOMAIN}/{record.model}": observation.outcome})
             try:
@@ -297,6 +311,9 @@ class NodeAgent:
                 pause=lambda: bool(self.streaming_from_s3()),
             )
             statuses[model.name] = outcome.status
+            self.metrics.weights_synced(
+                model.name, outcome.status, outcome.bytes if outcome.status == "downloaded" else 0
+            )
             self._label({f"{WEIGHTS_LABEL_DOMAIN}/{model.name}": WEIGHTS_LABELS.get(outcome.status)})
         self.weights.evict(in_use, current_models={m.name for m in self.settings.weights_models})
         return statuses

@@ -1,4 +1,5 @@
-"""The Kubernetes API, as much of it as the agent needs: its own node and the pods on it.
+"""The Kubernetes API, as much of it as the agent needs: its own node, the pods on it, their events, and the
+ConfigMap where it publishes its node's pod starts.
 
 `KubeApi` builds requests; a transport sends them. Tests pass a fake transport and check the request
 shapes; the DaemonSet uses `InClusterTransport`.
@@ -79,6 +80,26 @@ class KubeApi:
     def daemon_set(self, namespace: str, name: str) -> dict:
         return self._call(
             "GET", f"/apis/apps/v1/namespaces/{urllib.parse.quote(namespace)}/daemonsets/{urllib.parse.quote(name)}"
+        )
+
+    def pod_events(self, namespace: str, uid: str) -> list[dict]:
+        query = urllib.parse.urlencode({"fieldSelector": f"involvedObject.uid={uid}"})
+        return self._call("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/events?{query}").get("items", [])
+
+    def apply_config_map(self, namespace: str, body: dict) -> dict:
+        """Server-side apply (creates or updates; this agent owns the fields it sets)."""
+        name = urllib.parse.quote(body["metadata"]["name"])
+        query = urllib.parse.urlencode({"fieldManager": "warmstart-agent", "force": "true"})
+        return self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps/{name}?{query}",
+            body=body,
+            content_type="application/apply-patch+yaml",  # JSON is YAML
+        )
+
+    def config_map(self, namespace: str, name: str) -> dict:
+        return self._call(
+            "GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps/{urllib.parse.quote(name)}"
         )
 
     def pods_on_node(self, node: str, label_selector: str) -> list[dict]:

@@ -11,10 +11,10 @@ from aws_cdk import aws_eks_v2 as eks
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 
 
-def only(*paths: str) -> list[str]:
+def only(*paths: str, leaving_out: tuple[str, ...] = ()) -> list[str]:
     """Docker-style exclude patterns that keep just these folders or files (paths from the repository root) and
-    the `__init__.py` of every package above them, so that a component's runtime keeps its import path; no
-    bytecode caches."""
+    the `__init__.py` of every package above them, so that a component's runtime keeps its import path, less the
+    paths `leaving_out` names; no bytecode caches."""
     kept: list[str] = []
     for path in paths:
         for parent in reversed(PurePosixPath(path).parents[:-1]):
@@ -22,7 +22,7 @@ def only(*paths: str) -> list[str]:
             if init not in kept:
                 kept.append(init)
         kept.append(path)
-    return ["*", *(f"!{path}" for path in kept), "**/__pycache__"]
+    return ["*", *(f"!{path}" for path in kept), *leaving_out, "**/__pycache__"]
 
 
 def cluster_ref(cluster: eks.Cluster) -> eks.ICluster:

@@ -1,4 +1,8 @@
-"""A fake Kubernetes API transport: answers from a small in-memory cluster and records every request."""
+"""A fake Kubernetes API transport: answers from a small in-memory cluster and records every request.
+
+Events are listed by `fieldSelector=involvedObject.uid=...`; ConfigMaps are written by server-side apply as the
+Kubernetes 1.35 API server takes it (PATCH with application/apply-patch+yaml, a fieldManager, the object's
+apiVersion, kind and name in the body, which must match the path), creating the object when it is absent."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ class FakeCluster:
     nodes: dict[str, dict] = field(default_factory=dict)
     pods: list[dict] = field(default_factory=list)
     daemon_sets: dict[tuple[str, str], dict] = field(default_factory=dict)
+    events: list[dict] = field(default_factory=list)
+    config_maps: dict[tuple[str, str], dict] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     fail_with: int | None = None
 
@@ -56,6 +62,28 @@ class FakeCluster:
                 if p["spec"]["nodeName"] == node and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())
             ]
             return 200, {"items": copy.deepcopy(items)}
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "events" and method == "GET":
+            uid = query["fieldSelector"].removeprefix("involvedObject.uid=")
+            items = [
+                e for e in self.events if e["involvedObject"]["uid"] == uid and e["metadata"]["namespace"] == parts[3]
+            ]
+            return 200, {"items": copy.deepcopy(items)}
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and parts[4] == "configmaps":
+            key = (parts[3], parts[5])
+            if method == "GET":
+                found = self.config_maps.get(key)
+                return (
+                    (200, copy.deepcopy(found)) if found else (404, {"message": f'configmaps "{parts[5]}" not found'})
+                )
+            if method == "PATCH":
+                if content_type != "application/apply-patch+yaml" or not query.get("fieldManager"):
+                    return 400, {"message": "apply needs application/apply-patch+yaml and a fieldManager"}
+                if body.get("apiVersion") != "v1" or body.get("kind") != "ConfigMap":
+                    return 400, {"message": "apply body must name apiVersion and kind"}
+                if body["metadata"].get("name") != parts[5] or body["metadata"].get("namespace", parts[3]) != parts[3]:
+                    return 400, {"message": "the name of the object does not match the name on the URL"}
+                self.config_maps[key] = copy.deepcopy(body)
+                return 200, copy.deepcopy(body)
         if (
             parts[:3] == ["apis", "apps", "v1"]
             and parts[3] == "namespaces"

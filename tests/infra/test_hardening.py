@@ -160,7 +160,20 @@ def test_one_network_policy_per_model_admits_only_its_clients_on_the_serving_por
         assert clients == sorted(shipped.config.serving.client_namespaces)  # no model overrides them here
 
 
-def test_nothing_may_connect_to_warmstarts_own_pods(shipped):
+def test_nothing_may_connect_to_warmstarts_own_pods_but_scrapers_to_the_metrics_port(shipped):
     manifests = shipped.manifests()
-    (policy,) = [p for p in of_kind(manifests, "NetworkPolicy") if p["metadata"]["namespace"] == "warmstart-system"]
-    assert policy["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}  # every pod there, no ingress rule
+    policies = {
+        p["metadata"]["name"]: p["spec"]
+        for p in of_kind(manifests, "NetworkPolicy")
+        if p["metadata"]["namespace"] == "warmstart-system"
+    }
+    assert policies["no-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}  # every pod, no ingress rule
+    # The one opening: the agent's metrics port, from the VPC (the managed collector's interfaces) only.
+    metrics = policies.pop("warmstart-agent-metrics")
+    assert set(policies) == {"no-ingress"}
+    assert metrics["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "warmstart-agent", "app.kubernetes.io/part-of": "warmstart"}
+    }
+    (rule,) = metrics["ingress"]
+    assert rule["from"] == [{"ipBlock": {"cidr": shipped.config.network.vpc_cidr}}]
+    assert rule["ports"] == [{"port": shipped.config.metrics.port, "protocol": "TCP"}]

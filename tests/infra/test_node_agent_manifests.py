@@ -59,16 +59,45 @@ def test_settings_describe_every_cached_model_and_roll_the_agents_on_change(ship
     assert len(daemon_set["spec"]["template"]["metadata"]["annotations"]["warmstart.io/settings-sha256"]) == 64
 
 
-def test_rbac_reads_pods_and_patches_nodes_only(shipped):
+def test_rbac_reads_pods_and_events_patches_nodes_and_writes_configmaps_in_its_namespace_only(shipped):
     (role,) = of_kind(_agent_objects(shipped), "ClusterRole")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
     ]
     (binding,) = of_kind(_agent_objects(shipped), "ClusterRoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "warmstart-agent", "namespace": "warmstart-system"}
     ]
+    (starts,) = of_kind(_agent_objects(shipped), "Role")
+    assert starts["metadata"]["namespace"] == "warmstart-system"
+    assert starts["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]
+    (starts_binding,) = of_kind(_agent_objects(shipped), "RoleBinding")
+    assert starts_binding["roleRef"]["name"] == "warmstart-agent-starts"
+
+
+def test_metrics_port_service_and_scrape_annotations(shipped):
+    objects = _agent_objects(shipped)
+    port = shipped.config.metrics.port
+    (daemon_set,) = of_kind(objects, "DaemonSet")
+    template = daemon_set["spec"]["template"]
+    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+    assert annotations.items() <= template["metadata"]["annotations"].items()
+    (container,) = template["spec"]["containers"]
+    assert container["ports"] == [{"containerPort": port, "name": "metrics", "protocol": "TCP"}]
+    (service,) = [s for s in of_kind(objects, "Service") if s["metadata"]["name"] == "warmstart-agent-metrics"]
+    assert (
+        service["spec"]["clusterIP"] == "None"
+        and service["spec"]["selector"] == daemon_set["spec"]["selector"]["matchLabels"]
+    )
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": port, "protocol": "TCP", "targetPort": "metrics"}]
+    assert annotations.items() <= service["metadata"]["annotations"].items()
+    # kubelet's pod logs, read-only, where vLLM's lines are read from.
+    (logs,) = [v for v in template["spec"]["volumes"] if v["name"] == "pod-logs"]
+    assert logs["hostPath"] == {"path": "/var/log/pods", "type": "Directory"}
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "pod-logs"]
+    assert mount["readOnly"] is True
 
 
 def test_admission_policy_limits_the_agent_to_its_own_node_and_labels(shipped):
@@ -133,6 +162,9 @@ def test_agent_image_is_an_asset_built_at_deploy_from_the_runtimes_it_runs_and_t
         "runtime",
     ]
     assert sorted(p.name for p in (context / "image_preload" / "runtime").iterdir()) == ["__init__.py", "gate.py"]
+    assert (context / "warmstart" / "estimate.py").exists() and not (
+        context / "warmstart" / "estimate_plot.py"
+    ).exists()
     assert not list(context.rglob("__pycache__"))
 
 

@@ -6,49 +6,49 @@ FAMILIES = ("g5", "g6", "g6e", "g7e", "gr6", "p4d", "p4de", "p5", "p5e", "p5en",
 
 # The EC2 DescribeInstanceTypes figures as Karpenter's generated reference lists them (aws/karpenter-provider-aws
 # website/content/en/docs/reference/instance-types.md, commit 692ccdd0, v1.14.0): GPU name and count,
-# instance-local-nvme (GB), instance-cpu, instance-memory (MiB).
+# instance-local-nvme (GB), instance-cpu, instance-memory (MiB), and instance-network-bandwidth (Mbps, read at
+# commit 1d927085, v1.14.1 docs).
 EC2_REFERENCE = """
-p5.4xlarge h100 1 3800 16 262144
-p5.48xlarge h100 8 30400 192 2097152
-p5e.48xlarge h200 8 30400 192 2097152
-p5en.48xlarge h200 8 30400 192 2097152
-p6-b200.48xlarge b200 8 30400 192 2097152
-p6-b300.48xlarge b300 8 30400 192 4194304
-g7e.2xlarge rtx-pro-server-6000 1 1900 8 65536
-g7e.4xlarge rtx-pro-server-6000 1 1900 16 131072
-g7e.8xlarge rtx-pro-server-6000 1 1900 32 262144
-g7e.12xlarge rtx-pro-server-6000 2 3800 48 524288
-g7e.24xlarge rtx-pro-server-6000 4 7600 96 1048576
-g7e.48xlarge rtx-pro-server-6000 8 15200 192 2097152
-gr6.4xlarge l4 1 600 16 131072
-gr6.8xlarge l4 1 900 32 262144
-g5.xlarge a10g 1 250 4 16384
-g5.2xlarge a10g 1 450 8 32768
-g5.4xlarge a10g 1 600 16 65536
-g5.8xlarge a10g 1 900 32 131072
-g5.12xlarge a10g 4 3800 48 196608
-g5.16xlarge a10g 1 1900 64 262144
-g5.24xlarge a10g 4 3800 96 393216
-g5.48xlarge a10g 8 7600 192 786432
-g6.xlarge l4 1 250 4 16384
-g6.2xlarge l4 1 450 8 32768
-g6.4xlarge l4 1 600 16 65536
-g6.8xlarge l4 1 900 32 131072
-g6.12xlarge l4 4 3760 48 196608
-g6.16xlarge l4 1 1880 64 262144
-g6.24xlarge l4 4 3760 96 393216
-g6.48xlarge l4 8 7520 192 786432
-g6e.xlarge l40s 1 250 4 32768
-g6e.2xlarge l40s 1 450 8 65536
-g6e.4xlarge l40s 1 600 16 131072
-g6e.8xlarge l40s 1 900 32 262144
-g6e.12xlarge l40s 4 3800 48 393216
-g6e.16xlarge l40s 1 1900 64 524288
-g6e.24xlarge l40s 4 3800 96 786432
-g6e.48xlarge l40s 8 7600 192 1572864
-p4d.24xlarge a100 8 8000 96 1179648
-p4de.24xlarge a100 8 8000 96 1179648
-"""
+p5.4xlarge h100 1 3800 16 262144 100000
+p5.48xlarge h100 8 30400 192 2097152 3200000
+p5e.48xlarge h200 8 30400 192 2097152 3200000
+p5en.48xlarge h200 8 30400 192 2097152 3200000
+p6-b200.48xlarge b200 8 30400 192 2097152 3200000
+p6-b300.48xlarge b300 8 30400 192 4194304 6400000
+g7e.2xlarge rtx-pro-server-6000 1 1900 8 65536 50000
+g7e.4xlarge rtx-pro-server-6000 1 1900 16 131072 50000
+g7e.8xlarge rtx-pro-server-6000 1 1900 32 262144 100000
+g7e.12xlarge rtx-pro-server-6000 2 3800 48 524288 400000
+g7e.24xlarge rtx-pro-server-6000 4 7600 96 1048576 800000
+g7e.48xlarge rtx-pro-server-6000 8 15200 192 2097152 1600000
+gr6.4xlarge l4 1 600 16 131072 10000
+gr6.8xlarge l4 1 900 32 262144 25000
+g5.xlarge a10g 1 250 4 16384 2500
+g5.2xlarge a10g 1 450 8 32768 5000
+g5.4xlarge a10g 1 600 16 65536 10000
+g5.8xlarge a10g 1 900 32 131072 25000
+g5.12xlarge a10g 4 3800 48 196608 40000
+g5.16xlarge a10g 1 1900 64 262144 25000
+g5.24xlarge a10g 4 3800 96 393216 50000
+g5.48xlarge a10g 8 7600 192 786432 100000
+g6.xlarge l4 1 250 4 16384 2500
+g6.2xlarge l4 1 450 8 32768 5000
+g6.4xlarge l4 1 600 16 65536 10000
+g6.8xlarge l4 1 900 32 131072 25000
+g6.12xlarge l4 4 3760 48 196608 40000
+g6.16xlarge l4 1 1880 64 262144 25000
+g6.24xlarge l4 4 3760 96 393216 50000
+g6.48xlarge l4 8 7520 192 786432 100000
+g6e.xlarge l40s 1 250 4 32768 2500
+g6e.2xlarge l40s 1 450 8 65536 5000
+g6e.4xlarge l40s 1 600 16 131072 20000
+g6e.8xlarge l40s 1 900 32 262144 25000
+g6e.12xlarge l40s 4 3800 48 393216 100000
+g6e.16xlarge l40s 1 1900 64 524288 35000
+g6e.24xlarge l40s 4 3800 96 786432 200000
+g6e.48xlarge l40s 8 7600 192 1572864 400000
+p4d.24xlarge a100 8 8000 96 1179648 400000
+p4de.24xlarge a100 8 8000 96 1179648 400000"""
 EC2_GPU_NAMES = {
     "h100": "H100",
     "h200": "H200",
@@ -70,8 +70,9 @@ def test_every_required_family_is_covered(catalog):
 def test_every_instance_matches_the_ec2_api_figures(catalog):
     rows = [line.split() for line in EC2_REFERENCE.strip().splitlines()]
     assert {row[0] for row in rows} == set(catalog.instances)  # nothing in the catalog without its EC2 figures
-    for name, gpu, count, nvme_gb, vcpus, memory_mib in rows:
+    for name, gpu, count, nvme_gb, vcpus, memory_mib, network_mbps in rows:
         instance = catalog.instance(name)
+        assert instance.network_gbit_per_s * 1000 == int(network_mbps), name
         names = EC2_GPU_NAMES[gpu]
         assert instance.gpu_name in (names if isinstance(names, tuple) else (names,)), name
         assert (instance.gpu_count, instance.nvme_gb, instance.vcpus, instance.memory_gib) == (
@@ -118,7 +119,14 @@ def test_catalog_rejects_an_instance_of_an_unknown_gpu():
             {
                 "gpus": {"H100": {"architecture": "sm_90", "memory_gb": 80}},
                 "instances": {
-                    "p6.48xlarge": {"gpu": "B200", "gpu_count": 8, "nvme_gb": 30720, "vcpus": 192, "memory_gib": 2048}
+                    "p6.48xlarge": {
+                        "gpu": "B200",
+                        "gpu_count": 8,
+                        "nvme_gb": 30720,
+                        "vcpus": 192,
+                        "memory_gib": 2048,
+                        "network_gbit_per_s": 3200,
+                    }
                 },
             }
         )

@@ -129,7 +129,14 @@ def test_nvme_rule_applies_only_with_the_weights_cache_on():
         {
             "gpus": {"H200": {"architecture": "sm_90", "memory_gb": 141}},
             "instances": {
-                "small-disk.48xlarge": {"gpu": "H200", "gpu_count": 8, "nvme_gb": 200, "vcpus": 192, "memory_gib": 2048}
+                "small-disk.48xlarge": {
+                    "gpu": "H200",
+                    "gpu_count": 8,
+                    "nvme_gb": 200,
+                    "vcpus": 192,
+                    "memory_gib": 2048,
+                    "network_gbit_per_s": 3200,
+                }
             },
         }
     )

@@ -81,3 +81,59 @@ def test_status_command_reports_an_unreachable_cluster(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["status", "--env", "prod", "--kubectl", "false"]) == 3
     assert "cannot read the cluster" in capsys.readouterr().err
+
+
+def test_status_starts_shows_the_last_starts_per_model_with_a_bar(capsys, monkeypatch):
+    """The node agents' published starts (recorded ConfigMaps built from tests/fixtures/starts/), newest first."""
+    monkeypatch.chdir(ROOT)
+    kubectl = f"{sys.executable} {FIXTURES / 'fake_kubectl.py'}"
+    assert main(["status", "--env", "prod", "--starts", "--last", "3", "--kubectl", kubectl]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "environment prod: the last 3 pod starts per model, seconds per phase"
+    assert out[1] == "model qwen3-6-35b-a3b"
+    header = out[2].split()
+    assert header[:5] == ["STARTED", "(UTC)", "POD", "NODE", "OUTCOME"]
+    assert header[5:] == [
+        "NODE",
+        "SCHEDULING",
+        "IMAGE",
+        "RESTORE",
+        "WEIGHTS",
+        "COMPILE",
+        "ENGINE",
+        "OTHER",
+        "TOTAL",
+        "SOURCES",
+    ]
+    rows = [line.split() for line in out[3:6]]
+    assert [row[2] for row in rows] == ["vllm-7d9f-sparse", "vllm-7d9f-warm", "vllm-7d9f-cold"]  # newest first, 3
+    assert rows[2][3:15] == ["new", "ready", "410", "2", "303", "2", "44", "65", "30", "45", "900", "image"]
+    assert rows[0][7] == "-"  # no image event kept: unknown, not zero
+    bars = out[6:9]
+    assert bars[2].startswith("  vllm-7d9f-cold") and "|" in bars[2]
+    cold_bar = bars[2].split("|", 1)[1]
+    # One character per 22.5 s (the longest start, 900 s, over 40): the node wait is the longest run.
+    assert cold_bar.count("N") == 18 and cold_bar.count("I") == 13 and cold_bar.startswith("N" * 18)
+    assert out[-1].startswith("bars: one character per 22 s; N node, S scheduling, I image")
+    assert "llama-3-3-70b" not in "\n".join(out)  # no start of it recorded: no section
+
+
+def test_status_starts_skips_records_it_cannot_read():
+    from warmstart.status import read_starts
+
+    starts = read_starts(_recorded("prod-starts.json"))
+    assert sorted(t.pod for t in starts) == [
+        "vllm-7d9f-cold",
+        "vllm-7d9f-restored",
+        "vllm-7d9f-sparse",
+        "vllm-7d9f-stuck",
+        "vllm-7d9f-warm",
+    ]  # the version-2 record in the first ConfigMap is left out
+    assert read_starts({"items": [{"data": {"starts.json": "not json"}}]}) == []
+
+
+def test_status_starts_on_a_cluster_without_starts(capsys):
+    from warmstart.status import render_starts
+
+    config = load_config(ROOT / "config" / "prod.yaml")
+    assert "no pod start recorded yet" in render_starts(config, [])

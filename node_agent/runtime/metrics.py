@@ -1,0 +1,107 @@
+"""The agent's metrics in the Prometheus exposition format (prometheus_client), on its own registry.
+
+Names (docs/metrics.md): every pod start's phases and total, and the outcomes and bytes of the caches' work.
+Labels stay bounded: models are the configured ones, phases, sources and outcomes fixed sets.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.exposition import generate_latest
+
+from warmstart.starts import StartTimeline
+
+# Seconds, from a warm start's few seconds to a cold large model's half hour.
+PHASE_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600)
+START_BUCKETS = (10, 30, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700, 3600)
+
+
+class AgentMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.phase_seconds = Histogram(
+            "warmstart_pod_start_phase_seconds",
+            "Seconds a vLLM pod start spent in each phase",
+            ["model", "phase", "source"],
+            buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
+        self.start_seconds = Histogram(
+            "warmstart_pod_start_seconds",
+            "Seconds from a vLLM pod's creation to Ready",
+            ["model", "node"],
+            buckets=START_BUCKETS,
+            registry=self.registry,
+        )
+        self.starts = Counter(
+            "warmstart_pod_starts", "vLLM pod starts timed on this node", ["model", "outcome"], registry=self.registry
+        )
+        self.restores = Counter(
+            "warmstart_compile_cache_restores", "Compile-cache restores", ["model", "outcome"], registry=self.registry
+        )
+        self.publishes = Counter(
+            "warmstart_compile_cache_publishes", "Compile-cache publishes", ["model", "outcome"], registry=self.registry
+        )
+        self.compile_use = Counter(
+            "warmstart_compile_cache_use",
+            "vLLM pod starts that used a compile cache (hit) or compiled (miss), as the agent judged them",
+            ["model", "outcome"],
+            registry=self.registry,
+        )
+        self.cache_bytes = Counter(
+            "warmstart_compile_cache_bytes",
+            "Compile-cache archive bytes moved",
+            ["model", "direction"],
+            registry=self.registry,
+        )
+        self.weights = Counter(
+            "warmstart_weights_syncs", "Weights copy syncs with S3", ["model", "outcome"], registry=self.registry
+        )
+        self.weights_bytes = Counter(
+            "warmstart_weights_downloaded_bytes",
+            "Weights bytes downloaded to the node copy",
+            ["model"],
+            registry=self.registry,
+        )
+
+    def observe_start(self, timeline: StartTimeline) -> None:
+        model = timeline.model or "unknown"
+        self.starts.labels(model, timeline.outcome).inc()
+        sources = {
+            "node": "new-node" if timeline.new_node else "existing-node",
+            "image": timeline.image or "unknown",
+            "restore": timeline.restore or "none",
+            "weights": timeline.weights_source or "s3",
+            "compile": timeline.compile_cache or "unknown",
+        }
+        for phase, seconds in timeline.phases.items():
+            if seconds is not None:
+                self.phase_seconds.labels(model, phase, sources.get(phase, "-")).observe(seconds)
+        if timeline.total is not None:
+            self.start_seconds.labels(model, "new" if timeline.new_node else "existing").observe(timeline.total)
+
+    def restored(self, model: str, outcome: str, size: int) -> None:
+        self.restores.labels(model, outcome).inc()
+        if size:
+            self.cache_bytes.labels(model, "restored").inc(size)
+
+    def published(self, model: str, outcome: str, size: int) -> None:
+        self.publishes.labels(model, outcome).inc()
+        if size:
+            self.cache_bytes.labels(model, "published").inc(size)
+
+    def judged(self, model: str, outcome: str) -> None:
+        if outcome in ("hit", "miss"):
+            self.compile_use.labels(model, outcome).inc()
+
+    def weights_synced(self, model: str, outcome: str, size: int) -> None:
+        self.weights.labels(model, outcome).inc()
+        if size:
+            self.weights_bytes.labels(model).inc(size)
+
+    def exposition(self) -> str:
+        return generate_latest(self.registry).decode()
+
+    def serve(self, port: int) -> None:
+        """The /metrics endpoint, in a daemon thread of its own."""
+        start_http_server(port, registry=self.registry)

@@ -1,0 +1,157 @@
+"""Times every vLLM pod start on this node once: when the pod is Ready, or when the start ends without it (the
+pod went away, or its container restarted). Each timeline goes to the metrics, the agent's log, and the node's
+ConfigMap of recent starts, which `warmstart status --starts` reads."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from node_agent.runtime.kube import KubeApi, KubeError, is_ready
+from node_agent.runtime.layout import NodeCacheLayout
+from node_agent.runtime.log import EventLog
+from node_agent.runtime.metrics import AgentMetrics
+from node_agent.runtime.pod_records import PodRecord
+from node_agent.runtime.timeline import assemble, vllm_restarts
+from node_agent.runtime.vllm_log import container_log_path, parse_start, read_container_log
+from warmstart.agent_settings import AGENT_NAMESPACE
+from warmstart.starts import STARTS_KEPT, STARTS_KEY, STARTS_LABEL, StartTimeline, starts_config_map_name
+from warmstart.workload import VLLM_CONTAINER
+
+
+def start_id(pod: dict) -> str:
+    return f"{pod['metadata'].get('uid', '')}.{vllm_restarts(pod)}"
+
+
+class StartTracker:
+    def __init__(
+        self,
+        *,
+        kube: KubeApi,
+        node: str,
+        pod_logs: Path,
+        layout: NodeCacheLayout | None,
+        metrics: AgentMetrics,
+        log: EventLog,
+        kept: int = STARTS_KEPT,
+        read_log: Callable[[Path], list[tuple[float, str]] | None] = read_container_log,
+    ) -> None:
+        self.kube, self.node, self.pod_logs, self.layout = kube, node, pod_logs, layout
+        self.metrics, self.log, self.read_log = metrics, log, read_log
+        self.recent: deque[StartTimeline] = deque(maxlen=kept)
+        self._timed: set[str] = set()  # start ids already timed, pruned to the pods still listed
+        self._open: dict[str, dict] = {}  # start id -> the pod as last seen, not Ready yet
+        self._loaded = False
+
+    def observe(self, pods: list[dict], records: dict[str, PodRecord]) -> list[StartTimeline]:
+        if not self._loaded:
+            self._load()
+        listed = {start_id(pod): pod for pod in pods}
+        timed = []
+        for sid, pod in listed.items():
+            if sid in self._timed:
+                continue
+            if is_ready(pod):
+                timed.append(self._time(sid, pod, records, "ready"))
+                self._open.pop(sid, None)
+            else:
+                self._open[sid] = pod
+        for sid in [sid for sid in self._open if sid not in listed]:  # gone, or its container restarted
+            timed.append(self._time(sid, self._open.pop(sid), records, "not-ready"))
+        self._timed = {sid for sid in self._timed if sid in listed}
+        if timed:
+            self._publish()
+        return timed
+
+    def _time(self, sid: str, pod: dict, records: dict[str, PodRecord], outcome: str) -> StartTimeline:
+        metadata = pod["metadata"]
+        uid, namespace = metadata.get("uid", ""), metadata.get("namespace", "")
+        try:
+            events = self.kube.pod_events(namespace, uid)
+        except Exception as error:  # a timeline without image facts beats none
+            self.log.event("start-events-unreadable", pod=f"{namespace}/{metadata.get('name')}", reason=str(error))
+            events = []
+        try:
+            node = self.kube.node(self.node)
+        except Exception as error:
+            self.log.event("start-node-unreadable", reason=str(error))
+            node = {"metadata": {"name": self.node}}
+        lines = self.read_log(
+            container_log_path(
+                self.pod_logs, namespace, metadata.get("name", ""), uid, VLLM_CONTAINER, vllm_restarts(pod)
+            )
+        )
+        record = records.get(uid)
+        timeline = assemble(
+            pod=pod,
+            node=node,
+            events=events,
+            vllm=parse_start(lines) if lines is not None else None,
+            weights_source=record.weights_source if record else None,
+            restore_outcome=self._restore_outcome(record),
+            outcome=outcome,
+        )
+        self._timed.add(sid)
+        self.recent.append(timeline)
+        self.metrics.observe_start(timeline)
+        self.log.event(
+            "pod-start",
+            model=timeline.model,
+            pod=f"{namespace}/{timeline.pod}",
+            outcome=outcome,
+            total_s=None if timeline.total is None else round(timeline.total, 1),
+            phases=timeline.phases,
+            missing=list(timeline.missing),
+        )
+        return timeline
+
+    def _restore_outcome(self, record: PodRecord | None) -> str | None:
+        if record is None or not record.fingerprint or self.layout is None:
+            return None
+        try:
+            return json.loads(self.layout.done_marker(record.model, record.fingerprint).read_text()).get("status")
+        except (OSError, ValueError):
+            return None
+
+    def _load(self) -> None:
+        """The starts published before this agent (re)started: kept, and not timed again."""
+        self._loaded = True
+        try:
+            data = self.kube.config_map(AGENT_NAMESPACE, starts_config_map_name(self.node)).get("data", {})
+        except KubeError as error:
+            if error.status != 404:
+                self.log.event("starts-unreadable", reason=str(error))
+            return
+        except Exception as error:
+            self.log.event("starts-unreadable", reason=str(error))
+            return
+        for document in json.loads(data.get(STARTS_KEY, "[]")):
+            timeline = StartTimeline.from_dict(document)
+            if timeline is not None:
+                self.recent.append(timeline)
+                self._timed.add(f"{timeline.uid}.{timeline.start}")
+
+    def _publish(self) -> None:
+        try:
+            node_uid = self.kube.node(self.node)["metadata"]["uid"]
+            owner = [{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": node_uid}]
+        except Exception:
+            owner = []  # published without an owner: it outlives the node until deleted by hand
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": starts_config_map_name(self.node),
+                "namespace": AGENT_NAMESPACE,
+                "labels": {STARTS_LABEL[0]: STARTS_LABEL[1], "app.kubernetes.io/part-of": "warmstart"},
+                # Deleted with its node (a namespaced object may have a cluster-scoped owner).
+                **({"ownerReferences": owner} if owner else {}),
+            },
+            "data": {STARTS_KEY: json.dumps([t.to_dict() for t in self.recent], separators=(",", ":"))},
+        }
+        try:
+            self.kube.apply_config_map(AGENT_NAMESPACE, body)
+        except Exception as error:  # the metrics and the log have the starts; the next start retries
+            self.log.event("starts-unpublished", reason=str(error))

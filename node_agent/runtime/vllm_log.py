@@ -1,0 +1,130 @@
+"""What a vLLM container's log says about its start, read read-only from the node's pod log files.
+
+kubelet keeps each container's output at /var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log, one
+CRI line per output line: `<RFC3339Nano time> <stdout|stderr> <P|F> <text>` (P: a piece of a longer line).
+The messages are vLLM 0.21.0's (docs/upstream-facts.md, "vLLM log lines"); each process prefixes its lines
+("(EngineCore pid=187) INFO 05-20 14:03:11 [core.py:299] ..."), so the patterns are searched, not anchored.
+A line that is not there leaves its fact None: the timeline names it missing, never guesses.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+VLLM_LOG_FORMAT = "vllm 0.21.0"
+# vLLM writes its start in the first few MB; a huge log (a crash loop's traces) is not read past this.
+MAX_LOG_BYTES = 16 * 2**20
+_CRI_LINE = re.compile(r"^(\S+) (stdout|stderr) ([PF]) ?(.*)$")
+_NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+# gpu_model_runner.py (V1 runner; the opt-in V2 runner drops "memory"), then the default loader's own line.
+WEIGHTS = re.compile(rf"Model loading took \S+ GiB (?:memory )?and {_NUMBER} seconds")
+WEIGHTS_DEFAULT_LOADER = re.compile(rf"Loading weights took {_NUMBER} seconds")
+# compilation/monitor.py; decorators.py when AOT compile is off (then it includes the profiling run).
+COMPILE_TOTAL = re.compile(rf"torch\.compile (?:and initial profiling/warmup run together )?took {_NUMBER} s in total")
+# compilation/backends.py and decorators.py: loaded from the cache (AOT or per graph) or compiled.
+COMPILE_HIT = re.compile(r"Directly load (?:AOT compilation from path|the compiled graph\(s\))")
+COMPILE_MISS = re.compile(
+    r"Compiling a graph for compile range|saved AOT compiled function to|Compiling model again due to a load failure"
+)
+# v1/engine/core.py: KV-cache profiling (which runs the compile), cache allocation and warm-up.
+ENGINE = re.compile(
+    rf"init engine \(profile, create kv cache, warmup model\) took {_NUMBER} s(?: \(compilation: {_NUMBER} s)?"
+)
+# entrypoints/openai/api_server.py, then uvicorn once the app is up.
+SERVER_UP = re.compile(r"Application startup complete\.|Starting vLLM server on ")
+
+
+@dataclass(frozen=True)
+class VllmStart:
+    weights_seconds: float | None = None
+    compile_seconds: float | None = None
+    compile_cache: str | None = None  # hit | miss
+    engine_seconds: float | None = None  # init engine less its compilation
+    server_up: float | None = None  # epoch seconds
+    first_line: float | None = None  # epoch seconds of the container's first output
+    missing: tuple[str, ...] = field(default_factory=tuple)
+
+
+def cri_time(text: str) -> float:
+    """RFC3339Nano (Go drops trailing zeros, so 0-9 fraction digits) to epoch seconds."""
+    head, _, rest = text.partition(".")
+    if not rest:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    digits = re.match(r"\d*", rest).group(0)  # type: ignore[union-attr]
+    zone = rest[len(digits) :].replace("Z", "+00:00")
+    whole = datetime.fromisoformat(head + zone).timestamp()
+    return whole + (int(digits) / 10 ** len(digits) if digits else 0.0)
+
+
+def cri_lines(data: str) -> list[tuple[float, str]]:
+    """(time, text) per output line; pieces of a long line (P) joined to their final piece (F)."""
+    lines: list[tuple[float, str]] = []
+    pending: tuple[float, str] | None = None
+    for raw in data.split("\n"):  # only "\n" ends a CRI line: a bare "\r" (progress bars) stays inside one
+        match = _CRI_LINE.match(raw)
+        if not match:
+            continue  # a torn last line of a file being written
+        when, text = cri_time(match.group(1)), match.group(4)
+        if pending is not None:
+            when, text = pending[0], pending[1] + text
+        if match.group(3) == "P":
+            pending = (when, text)
+            continue
+        pending = None
+        lines.append((when, text))
+    return lines
+
+
+def container_log_path(root: Path, namespace: str, pod: str, uid: str, container: str, restart: int) -> Path:
+    return root / f"{namespace}_{pod}_{uid}" / container / f"{restart}.log"
+
+
+def read_container_log(path: Path) -> list[tuple[float, str]] | None:
+    """None when the file is not there (rotated away, another node, not started)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return cri_lines(handle.read(MAX_LOG_BYTES))
+    except OSError:
+        return None
+
+
+def parse_start(lines: list[tuple[float, str]]) -> VllmStart:
+    weights = compile_total = engine = engine_compile = server_up = None
+    default_loader = None
+    hit = miss = False
+    for when, text in lines:
+        if weights is None and (match := WEIGHTS.search(text)):
+            weights = float(match.group(1))
+        elif default_loader is None and (match := WEIGHTS_DEFAULT_LOADER.search(text)):
+            default_loader = float(match.group(1))
+        if compile_total is None and (match := COMPILE_TOTAL.search(text)):
+            compile_total = float(match.group(1))
+        hit = hit or bool(COMPILE_HIT.search(text))
+        miss = miss or bool(COMPILE_MISS.search(text))
+        if engine is None and (match := ENGINE.search(text)):
+            engine = float(match.group(1))
+            engine_compile = float(match.group(2)) if match.group(2) else None
+        if server_up is None and SERVER_UP.search(text):
+            server_up = when
+    weights = weights if weights is not None else default_loader
+    compiled = engine_compile if engine_compile is not None else compile_total
+    engine_only = max(0.0, engine - (compiled or 0.0)) if engine is not None else None
+    facts = {
+        "weights": weights,
+        "compile": compile_total,
+        "engine": engine,
+        "server": server_up,
+    }
+    return VllmStart(
+        weights_seconds=weights,
+        compile_seconds=compile_total,
+        # A graph compiled anew is a miss even if others came from the cache: the start paid for a compile.
+        compile_cache="miss" if miss else ("hit" if hit else None),
+        engine_seconds=engine_only,
+        server_up=server_up,
+        first_line=lines[0][0] if lines else None,
+        missing=tuple(f"vllm-log:{name}" for name, value in facts.items() if value is None),
+    )
