@@ -33,6 +33,7 @@ from warmstart.agent_settings import (
     POD_LOGS_HOST_PATH,
     AgentSettings,
 )
+from warmstart.starts import starts_config_map_name
 
 SETTINGS_FILE = "agent.json"
 # Touched by the agent's main loop (runtime/__main__.py); liveness fails when it is older than this.
@@ -61,11 +62,12 @@ SETTINGS_MOUNT = "/etc/warmstart"
 AGENT_USER = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
 LABELS = {"app.kubernetes.io/name": "warmstart-agent", "app.kubernetes.io/part-of": "warmstart"}
 METRICS_PATH = "/metrics"
+OWN_STARTS_POLICY = "warmstart-agent-own-starts-only"
 
 
 def scrape_annotations(port: int) -> dict[str, str]:
-    """The annotations the community Prometheus chart's kubernetes-pods and kubernetes-service-endpoints jobs
-    keep (prometheus.io/scrape, port, path)."""
+    """The annotations the community Prometheus chart's kubernetes-pods job keeps (prometheus.io/scrape, port,
+    path)."""
     return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": METRICS_PATH}
 
 
@@ -135,12 +137,9 @@ class NodeAgentChart(cdk8s.Chart):
         self.metrics_service = k8s.KubeService(
             self,
             "MetricsService",
-            metadata=k8s.ObjectMeta(
-                name="warmstart-agent-metrics",
-                namespace=AGENT_NAMESPACE,
-                labels=LABELS,
-                annotations=scrape_annotations(port),
-            ),
+            # No scrape annotations here: the pods carry them, and a Prometheus that honours both would scrape
+            # every agent twice. The Service is for ServiceMonitors and endpoints-based jobs.
+            metadata=k8s.ObjectMeta(name="warmstart-agent-metrics", namespace=AGENT_NAMESPACE, labels=LABELS),
             spec=k8s.ServiceSpec(
                 cluster_ip="None",  # headless: one endpoint per node's agent, each scraped on its own
                 selector=LABELS,
@@ -254,6 +253,50 @@ class NodeAgentChart(cdk8s.Chart):
                 policy_name="warmstart-agent-own-node-only", validation_actions=["Deny"]
             ),
         )
+        # RBAC cannot limit `create` to names: the agent may write only its own node's starts ConfigMap
+        # (server-side apply is admitted as CREATE or UPDATE), never the settings or another node's starts.
+        self.own_starts_policy = k8s.KubeValidatingAdmissionPolicy(
+            self,
+            "OwnStartsOnly",
+            metadata=k8s.ObjectMeta(name=OWN_STARTS_POLICY, labels=LABELS),
+            spec=k8s.ValidatingAdmissionPolicySpec(
+                failure_policy="Fail",
+                match_constraints=k8s.MatchResources(
+                    resource_rules=[
+                        k8s.NamedRuleWithOperations(
+                            api_groups=[""],
+                            api_versions=["v1"],
+                            operations=["CREATE", "UPDATE", "DELETE"],
+                            resources=["configmaps"],
+                        )
+                    ]
+                ),
+                match_conditions=[
+                    k8s.MatchCondition(
+                        name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'"
+                    )
+                ],
+                validations=[
+                    k8s.Validation(
+                        expression=(
+                            "request.operation != 'DELETE' && has(request.userInfo.extra) && "
+                            "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
+                            f"request.namespace == '{AGENT_NAMESPACE}' && "
+                            f"object.metadata.name == '{starts_config_map_name('')}' + "
+                            "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]"
+                        ),
+                        message="the warmstart agent may write only its own node's starts ConfigMap",
+                    )
+                ],
+            ),
+        )
+        self.own_starts_binding = k8s.KubeValidatingAdmissionPolicyBinding(
+            self,
+            "OwnStartsOnlyBinding",
+            metadata=k8s.ObjectMeta(name=OWN_STARTS_POLICY, labels=LABELS),
+            spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=OWN_STARTS_POLICY, validation_actions=["Deny"]),
+        )
+        self.own_starts_binding.add_dependency(self.own_starts_policy)
         self.daemon_set = k8s.KubeDaemonSet(
             self,
             "DaemonSet",

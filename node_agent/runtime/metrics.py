@@ -29,7 +29,7 @@ class AgentMetrics:
         self.start_seconds = Histogram(
             "warmstart_pod_start_seconds",
             "Seconds from a vLLM pod's creation to Ready",
-            ["model", "node"],
+            ["model", "node_kind"],  # not "node": Prometheus's endpoints jobs set that target label
             buckets=START_BUCKETS,
             registry=self.registry,
         )

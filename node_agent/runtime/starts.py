@@ -5,6 +5,7 @@ ConfigMap of recent starts, which `warmstart status --starts` reads."""
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord
-from node_agent.runtime.timeline import assemble, vllm_restarts
+from node_agent.runtime.timeline import assemble, condition_time, vllm_restarts
 from node_agent.runtime.vllm_log import container_log_path, parse_start, read_container_log
 from warmstart.agent_settings import AGENT_NAMESPACE
 from warmstart.starts import STARTS_KEPT, STARTS_KEY, STARTS_LABEL, StartTimeline, starts_config_map_name
@@ -23,6 +24,13 @@ from warmstart.workload import VLLM_CONTAINER
 
 def start_id(pod: dict) -> str:
     return f"{pod['metadata'].get('uid', '')}.{vllm_restarts(pod)}"
+
+
+def ended_without_ready(pod: dict) -> bool:
+    """A pod that will not become Ready: finished (Failed, Succeeded: the ReplicaSet keeps it listed) or deleted."""
+    return pod.get("status", {}).get("phase") in ("Failed", "Succeeded") or bool(
+        pod["metadata"].get("deletionTimestamp")
+    )
 
 
 class StartTracker:
@@ -37,9 +45,14 @@ class StartTracker:
         log: EventLog,
         kept: int = STARTS_KEPT,
         read_log: Callable[[Path], list[tuple[float, str]] | None] = read_container_log,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.kube, self.node, self.pod_logs, self.layout = kube, node, pod_logs, layout
         self.metrics, self.log, self.read_log = metrics, log, read_log
+        # Pods already Ready when this agent started were timed by its predecessor (or too long ago for their
+        # events and logs to be whole): not timed again.
+        self.since = clock()
+        self._node_uid: str | None = None
         self.recent: deque[StartTimeline] = deque(maxlen=kept)
         self._timed: set[str] = set()  # start ids already timed, pruned to the pods still listed
         self._open: dict[str, dict] = {}  # start id -> the pod as last seen, not Ready yet
@@ -54,8 +67,14 @@ class StartTracker:
             if sid in self._timed:
                 continue
             if is_ready(pod):
-                timed.append(self._time(sid, pod, records, "ready"))
                 self._open.pop(sid, None)
+                if (condition_time(pod, "Ready") or 0.0) < self.since:
+                    self._timed.add(sid)
+                    continue
+                timed.append(self._time(sid, pod, records, "ready"))
+            elif ended_without_ready(pod):
+                self._open.pop(sid, None)
+                timed.append(self._time(sid, pod, records, "not-ready"))
             else:
                 self._open[sid] = pod
         for sid in [sid for sid in self._open if sid not in listed]:  # gone, or its container restarted
@@ -94,6 +113,10 @@ class StartTracker:
             outcome=outcome,
         )
         self._timed.add(sid)
+        if outcome == "not-ready":  # a crash loop keeps one record, its latest start, not one per restart
+            kept = [t for t in self.recent if not (t.uid == timeline.uid and t.outcome == "not-ready")]
+            self.recent.clear()
+            self.recent.extend(kept)
         self.recent.append(timeline)
         self.metrics.observe_start(timeline)
         self.log.event(
@@ -134,11 +157,15 @@ class StartTracker:
                 self._timed.add(f"{timeline.uid}.{timeline.start}")
 
     def _publish(self) -> None:
-        try:
-            node_uid = self.kube.node(self.node)["metadata"]["uid"]
-            owner = [{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": node_uid}]
-        except Exception:
-            owner = []  # published without an owner: it outlives the node until deleted by hand
+        """Applied with the node as owner, so it goes with the node; until the node's uid is known (it never
+        changes) nothing is applied, since an apply without the owner would remove it."""
+        if self._node_uid is None:
+            try:
+                self._node_uid = self.kube.node(self.node)["metadata"]["uid"]
+            except Exception as error:
+                self.log.event("starts-unpublished", reason=f"node unreadable: {error}")
+                return
+        owner = [{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self._node_uid}]
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -147,7 +174,7 @@ class StartTracker:
                 "namespace": AGENT_NAMESPACE,
                 "labels": {STARTS_LABEL[0]: STARTS_LABEL[1], "app.kubernetes.io/part-of": "warmstart"},
                 # Deleted with its node (a namespaced object may have a cluster-scoped owner).
-                **({"ownerReferences": owner} if owner else {}),
+                "ownerReferences": owner,
             },
             "data": {STARTS_KEY: json.dumps([t.to_dict() for t in self.recent], separators=(",", ":"))},
         }

@@ -91,6 +91,8 @@ def assemble(
     outcome: str,
 ) -> StartTimeline:
     metadata = pod["metadata"]
+    if vllm_restarts(pod):
+        return _assemble_restart(pod, node, vllm, weights_source, restore_outcome, outcome)
     created = api_time(metadata["creationTimestamp"])
     assert created is not None
     missing: list[str] = []
@@ -123,8 +125,79 @@ def assemble(
     phases["restore"] = restore_seconds
     if restore_seconds is None:
         missing.append(f"pod:{RESTORE_WAIT_CONTAINER}")
+    return _timeline(
+        pod,
+        node,
+        vllm,
+        phases,
+        missing,
+        created=created,
+        ready=ready,
+        new_node=new_node,
+        image=image_state,
+        weights_source=weights_source,
+        restore_outcome=restore_outcome,
+        outcome=outcome,
+    )
+
+
+def _assemble_restart(
+    pod: dict,
+    node: dict,
+    vllm: VllmStart | None,
+    weights_source: str | None,
+    restore_outcome: str | None,
+    outcome: str,
+) -> StartTimeline:
+    """A start of a restarted vLLM container: it begins when the previous run ended (kubelet's back-off
+    included); the pod's node, scheduling, image and restore wait were not part of it (None, not missing)."""
+    status = container_status(pod, VLLM_CONTAINER) or {}
+    began = api_time(status.get("lastState", {}).get("terminated", {}).get("finishedAt")) or api_time(
+        status.get("state", {}).get("running", {}).get("startedAt")
+    )
+    missing = [] if began is not None else ["pod:vllm lastState"]
+    created = began if began is not None else api_time(pod["metadata"]["creationTimestamp"])
+    assert created is not None
+    ready = condition_time(pod, "Ready") if outcome == "ready" else None
+    if ready is not None and ready < created:
+        ready = None  # a Ready transition from before this run: no figure rather than a wrong one
+        missing.append("pod:Ready")
+    phases: dict[str, float | None] = dict.fromkeys(TIMELINE_PHASES)
+    return _timeline(
+        pod,
+        node,
+        vllm,
+        phases,
+        missing,
+        created=created,
+        ready=ready,
+        new_node=False,
+        image=None,
+        weights_source=weights_source,
+        restore_outcome=restore_outcome,
+        outcome=outcome,
+    )
+
+
+def _timeline(
+    pod: dict,
+    node: dict,
+    vllm: VllmStart | None,
+    phases: dict[str, float | None],
+    missing: list[str],
+    *,
+    created: float,
+    ready: float | None,
+    new_node: bool,
+    image: str | None,
+    weights_source: str | None,
+    restore_outcome: str | None,
+    outcome: str,
+) -> StartTimeline:
+    """vLLM's own phases from its log, and `other`: what they leave of the total."""
+    metadata = pod["metadata"]
     vllm = vllm or VllmStart(missing=("vllm-log",))
-    missing += vllm.missing
+    missing = [*missing, *vllm.missing]
     phases["weights"], phases["compile"], phases["engine"] = (
         vllm.weights_seconds,
         vllm.compile_seconds,
@@ -144,7 +217,7 @@ def assemble(
         created=created,
         ready=ready,
         new_node=new_node,
-        image=image_state,
+        image=image,
         restore=restore_outcome,
         weights_source=weights_source,
         compile_cache=vllm.compile_cache,

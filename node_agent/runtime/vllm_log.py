@@ -62,18 +62,18 @@ def cri_time(text: str) -> float:
 def cri_lines(data: str) -> list[tuple[float, str]]:
     """(time, text) per output line; pieces of a long line (P) joined to their final piece (F)."""
     lines: list[tuple[float, str]] = []
-    pending: tuple[float, str] | None = None
+    pending: dict[str, tuple[float, str]] = {}  # per stream: stdout and stderr pieces interleave
     for raw in data.split("\n"):  # only "\n" ends a CRI line: a bare "\r" (progress bars) stays inside one
         match = _CRI_LINE.match(raw)
         if not match:
             continue  # a torn last line of a file being written
-        when, text = cri_time(match.group(1)), match.group(4)
-        if pending is not None:
-            when, text = pending[0], pending[1] + text
+        when, stream, text = cri_time(match.group(1)), match.group(2), match.group(4)
+        if stream in pending:
+            earlier = pending.pop(stream)
+            when, text = earlier[0], earlier[1] + text
         if match.group(3) == "P":
-            pending = (when, text)
+            pending[stream] = (when, text)
             continue
-        pending = None
         lines.append((when, text))
     return lines
 
@@ -110,17 +110,19 @@ def parse_start(lines: list[tuple[float, str]]) -> VllmStart:
         if server_up is None and SERVER_UP.search(text):
             server_up = when
     weights = weights if weights is not None else default_loader
+    # The engine line's figure covers every compiled part (language model and encoder); the first
+    # "torch.compile took" line only one of them.
     compiled = engine_compile if engine_compile is not None else compile_total
     engine_only = max(0.0, engine - (compiled or 0.0)) if engine is not None else None
     facts = {
         "weights": weights,
-        "compile": compile_total,
+        "compile": compiled,
         "engine": engine,
         "server": server_up,
     }
     return VllmStart(
         weights_seconds=weights,
-        compile_seconds=compile_total,
+        compile_seconds=compiled,
         # A graph compiled anew is a miss even if others came from the cache: the start paid for a compile.
         compile_cache="miss" if miss else ("hit" if hit else None),
         engine_seconds=engine_only,

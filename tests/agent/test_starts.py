@@ -33,6 +33,19 @@ def recorded(case: str) -> tuple[dict, dict, list[dict]]:
     )
 
 
+def tracker_for(cluster: FakeCluster, metrics: AgentMetrics, *, pod_logs: Path, started: float = 0.0) -> StartTracker:
+    """`started`: when the agent started (0: before every recorded pod)."""
+    return StartTracker(
+        kube=KubeApi(cluster),
+        node=NODE,
+        pod_logs=pod_logs,
+        layout=None,
+        metrics=metrics,
+        log=EventLog(lambda: 0.0),
+        clock=lambda: started,
+    )
+
+
 @pytest.fixture
 def world(tmp_path):
     pod, node, events = recorded("cold")
@@ -43,9 +56,7 @@ def world(tmp_path):
     log_file.parent.mkdir(parents=True)
     shutil.copy(RECORDED / "cold" / "vllm.log", log_file)
     metrics = AgentMetrics()
-    tracker = StartTracker(
-        kube=KubeApi(cluster), node=NODE, pod_logs=logs, layout=None, metrics=metrics, log=EventLog(lambda: 0.0)
-    )
+    tracker = tracker_for(cluster, metrics, pod_logs=logs)
     return cluster, tracker, metrics, pod
 
 
@@ -94,22 +105,80 @@ def test_a_start_that_ends_without_ready_is_timed_as_not_ready(world):
     assert (failed.outcome, failed.start, failed.total) == ("not-ready", 0, None)
     (gone,) = tracker.observe([], {})  # start 1 ended too: the pod went away
     assert (gone.outcome, gone.start) == ("not-ready", 1)
-    assert [(s["start"], s["outcome"]) for s in published(cluster)] == [(0, "not-ready"), (1, "not-ready")]
+    # One record per pod that never became Ready: its latest start (a crash loop does not fill the ConfigMap).
+    assert [(s["start"], s["outcome"]) for s in published(cluster)] == [(1, "not-ready")]
 
 
 def test_a_restarted_agent_keeps_what_it_published_and_does_not_time_it_again(world):
     cluster, tracker, metrics, pod = world
     tracker.observe([pod], {})
-    again = StartTracker(
-        kube=KubeApi(cluster),
-        node=NODE,
-        pod_logs=Path("/nonexistent"),
-        layout=None,
-        metrics=metrics,
-        log=EventLog(lambda: 0.0),
-    )
+    again = tracker_for(cluster, metrics, pod_logs=Path("/nonexistent"))
     assert again.observe([pod], {}) == []
     assert [t.pod for t in again.recent] == ["vllm-7d9f-cold"]
+
+
+def test_pods_ready_before_the_agent_started_are_not_timed_again(world):
+    """Its predecessor timed them (or their events and logs are no longer whole)."""
+    cluster, _, metrics, pod = world
+    later = tracker_for(cluster, metrics, pod_logs=Path("/nonexistent"), started=4_102_444_800.0)  # 2100
+    assert later.observe([pod], {}) == [] and later.observe([pod], {}) == []
+    assert not cluster.config_maps
+
+
+def test_a_failed_or_deleted_pod_is_timed_as_not_ready_at_once(world):
+    _, tracker, _, pod = world
+    failed = starting(pod)
+    failed["status"]["phase"] = "Failed"
+    (timeline,) = tracker.observe([failed], {})
+    assert timeline.outcome == "not-ready"
+    deleted = starting(pod)
+    deleted["metadata"]["uid"] = "uid-deleted"
+    deleted["metadata"]["deletionTimestamp"] = "2026-11-30T09:20:00Z"
+    (timeline,) = tracker.observe([deleted], {})
+    assert timeline.outcome == "not-ready" and timeline.uid == "uid-deleted"
+
+
+def test_a_crash_loop_keeps_one_record_its_latest_start(world):
+    cluster, tracker, _, pod = world
+    for restarts in range(6):
+        looping = starting(pod)
+        status = looping["status"]["containerStatuses"][0]
+        status["restartCount"] = restarts
+        status["lastState"] = {"terminated": {"finishedAt": f"2026-11-30T09:{15 + restarts:02d}:00Z"}}
+        tracker.observe([looping], {})
+    tracker.observe([], {})
+    (record,) = published(cluster)
+    assert (record["start"], record["outcome"]) == (5, "not-ready")
+    # A restart's start begins when the previous run ended; the pod's node, image and restore are not part of it.
+    assert record["created"] == pytest.approx(1_796_029_200.0)  # 2026-11-30T09:20:00Z
+    assert record["phases"]["node"] is None and record["phases"]["image"] is None and not record["new_node"]
+
+
+def test_a_restarted_container_that_becomes_ready_is_timed_from_its_previous_run(world):
+    _, tracker, _, pod = world
+    restarted = copy.deepcopy(pod)
+    status = restarted["status"]["containerStatuses"][0]
+    status["restartCount"] = 1
+    status["lastState"] = {"terminated": {"finishedAt": "2026-11-30T09:14:00Z"}}  # Ready at 09:15:00
+    (timeline,) = tracker.observe([restarted], {})
+    assert timeline.start == 1 and timeline.total == 60.0
+    assert timeline.phases["node"] is None and timeline.phases["other"] == pytest.approx(
+        60.0 - 43.5 - 65.0 - 30.0, abs=200
+    )
+
+
+def test_nothing_is_published_without_the_nodes_owner_reference(world):
+    """An apply without ownerReferences would remove the owner: wait until the node's uid is known."""
+    cluster, tracker, _, pod = world
+    node = cluster.nodes.pop(NODE)
+    tracker.observe([pod], {})
+    assert not cluster.config_maps
+    assert "starts-unpublished" in [event["event"] for event in tracker.log.events]
+    cluster.nodes[NODE] = node
+    second = copy.deepcopy(pod)
+    second["metadata"]["uid"] = "uid-second"
+    tracker.observe([pod, second], {})
+    assert [s["pod"] for s in published(cluster)] == ["vllm-7d9f-cold", "vllm-7d9f-cold"]
 
 
 def test_the_node_keeps_its_last_starts_only(world):
@@ -180,8 +249,8 @@ def test_metrics_in_the_exposition_format_with_names_and_labels(world):
         _sample(metrics, "warmstart_pod_start_phase_seconds_count", {**model, "phase": "node", "source": "new-node"})
         == 1
     )
-    assert _sample(metrics, "warmstart_pod_start_seconds_bucket", {**model, "node": "new", "le": "900.0"}) == 1
-    assert _sample(metrics, "warmstart_pod_start_seconds_bucket", {**model, "node": "new", "le": "600.0"}) == 0
+    assert _sample(metrics, "warmstart_pod_start_seconds_bucket", {**model, "node_kind": "new", "le": "900.0"}) == 1
+    assert _sample(metrics, "warmstart_pod_start_seconds_bucket", {**model, "node_kind": "new", "le": "600.0"}) == 0
     assert _sample(metrics, "warmstart_compile_cache_bytes_total", {**model, "direction": "restored"}) == 15_000_000
     assert _sample(metrics, "warmstart_compile_cache_use_total", {**model, "outcome": "hit"}) == 1
     with pytest.raises(AssertionError):

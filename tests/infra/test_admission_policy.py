@@ -25,19 +25,42 @@ NODE = {
 }
 
 
-@pytest.fixture(scope="module")
-def policy(dev):
-    (policy,) = of_kind(dev.manifests(), "ValidatingAdmissionPolicy")
+def _policy(synthesized, name: str) -> dict:
+    (policy,) = [
+        p for p in of_kind(synthesized.manifests(), "ValidatingAdmissionPolicy") if p["metadata"]["name"] == name
+    ]
     return policy["spec"]
 
 
-def admitted(policy: dict, new: dict, *, user: str = AGENT, node_claim: str | None = "node-a") -> bool:
+@pytest.fixture(scope="module")
+def policy(dev):
+    return _policy(dev, "warmstart-agent-own-node-only")
+
+
+@pytest.fixture(scope="module")
+def starts_policy(dev):
+    return _policy(dev, "warmstart-agent-own-starts-only")
+
+
+def admitted(
+    policy: dict,
+    new: dict | None,
+    *,
+    user: str = AGENT,
+    node_claim: str | None = "node-a",
+    old: dict | None = NODE,
+    request: dict | None = None,
+) -> bool:
     extra = {"authentication.kubernetes.io/node-name": [node_claim]} if node_claim else {}
-    context = {"object": new, "oldObject": NODE, "request": {"userInfo": {"username": user, "extra": extra}}}
+    context = {
+        "object": new,
+        "oldObject": old,
+        "request": {"userInfo": {"username": user, "extra": extra}, **(request or {})},
+    }
     if not all(cel.evaluate(c["expression"], context) for c in policy["matchConditions"]):
         return True  # not the agent: the policy does not apply
     context["variables"] = {}
-    for variable in policy["variables"]:
+    for variable in policy.get("variables", []):
         context["variables"][variable["name"]] = cel.evaluate(variable["expression"], context)
     return all(cel.evaluate(v["expression"], context) for v in policy["validations"])
 
@@ -84,3 +107,26 @@ def test_only_its_own_node_and_only_with_a_node_bound_token(policy):
 
 def test_other_users_are_not_this_policys_business(policy):
     assert admitted(policy, changed(FORBIDDEN["a taint removed"]), user="system:node:node-a")
+
+
+def _config_map(name: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "warmstart-system"}, "data": {"starts.json": "[]"}}
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_the_agent_may_write_its_own_nodes_starts_only(starts_policy, operation):
+    def write(name: str, *, namespace: str = "warmstart-system", **kwargs) -> bool:
+        request = {"operation": operation, "namespace": namespace}
+        return admitted(starts_policy, _config_map(name), old=None, request=request, **kwargs)
+
+    assert write("starts-node-a")
+    assert not write("starts-node-b")  # another node's record
+    assert not write("warmstart-agent-settings")  # the settings every agent reads
+    assert not write("starts-node-a", namespace="default")
+    assert not write("starts-node-a", node_claim=None)  # a token not bound to a node
+    assert write("warmstart-agent-settings", user="system:serviceaccount:kube-system:deployer")  # others: RBAC's
+
+
+def test_the_agent_may_delete_no_configmap(starts_policy):
+    request = {"operation": "DELETE", "namespace": "warmstart-system"}
+    assert not admitted(starts_policy, None, old=_config_map("starts-node-a"), request=request)

@@ -92,7 +92,7 @@ def test_metrics_port_service_and_scrape_annotations(shipped):
         and service["spec"]["selector"] == daemon_set["spec"]["selector"]["matchLabels"]
     )
     assert service["spec"]["ports"] == [{"name": "metrics", "port": port, "protocol": "TCP", "targetPort": "metrics"}]
-    assert annotations.items() <= service["metadata"]["annotations"].items()
+    assert "annotations" not in service["metadata"]  # the pods carry them: scraped once, not twice
     # kubelet's pod logs, read-only, where vLLM's lines are read from.
     (logs,) = [v for v in template["spec"]["volumes"] if v["name"] == "pod-logs"]
     assert logs["hostPath"] == {"path": "/var/log/pods", "type": "Directory"}
@@ -102,7 +102,9 @@ def test_metrics_port_service_and_scrape_annotations(shipped):
 
 def test_admission_policy_limits_the_agent_to_its_own_node_and_labels(shipped):
     objects = _agent_objects(shipped)
-    (policy,) = of_kind(objects, "ValidatingAdmissionPolicy")
+    policies = {p["metadata"]["name"]: p for p in of_kind(objects, "ValidatingAdmissionPolicy")}
+    assert set(policies) == {"warmstart-agent-own-node-only", "warmstart-agent-own-starts-only"}
+    policy = policies["warmstart-agent-own-node-only"]
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
     assert spec["matchConditions"][0]["expression"] == (
@@ -117,8 +119,13 @@ def test_admission_policy_limits_the_agent_to_its_own_node_and_labels(shipped):
     assert {v["name"]: v["expression"] for v in spec["variables"]}["ours"] == (
         "['compile-cache.warmstart.io/', 'compile-use.warmstart.io/', 'weights.warmstart.io/']"
     )
-    (binding,) = of_kind(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    bindings = sorted(b["spec"]["policyName"] for b in of_kind(objects, "ValidatingAdmissionPolicyBinding"))
+    assert bindings == sorted(policies)
+    for binding in of_kind(objects, "ValidatingAdmissionPolicyBinding"):
+        assert binding["spec"]["validationActions"] == ["Deny"]
+    starts = policies["warmstart-agent-own-starts-only"]["spec"]
+    assert starts["failurePolicy"] == "Fail"
+    assert starts["matchConstraints"]["resourceRules"][0]["resources"] == ["configmaps"]
 
 
 def test_agent_aws_access_is_the_compile_cache_prefix_only(shipped):
