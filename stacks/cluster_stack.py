@@ -64,7 +64,7 @@ class ClusterStack(Stack):
         self.system_namespace = self.cluster.add_cdk8s_chart(
             "WarmstartSystem", SystemNamespace(self.charts, "WarmstartSystem")
         )
-        self.agent_image = AgentImage(self, "AgentImage")
+        self.agent_image = AgentImage(self, "AgentImage", prebuilt=config.deploy.agent_image)
         if settings.models:
             self.node_agent = NodeAgent(
                 self,

@@ -8,6 +8,7 @@ from aws_cdk import App, Environment, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from pruner.construct import pruner_role_name
+from stacks.ci_stack import CiAccessStack
 from stacks.cluster_stack import ClusterStack
 from stacks.data_stack import DataStack
 from stacks.model_stack import ModelStack
@@ -25,9 +26,17 @@ class EnvironmentStacks:
     cluster: ClusterStack
     pruner: PrunerStack
     models: dict[str, ModelStack]
+    ci: CiAccessStack | None = None
 
     def all(self) -> list:
-        return [self.network, self.data, self.cluster, self.pruner, *self.models.values()]
+        return [
+            self.network,
+            self.data,
+            self.cluster,
+            self.pruner,
+            *self.models.values(),
+            *([self.ci] if self.ci else []),
+        ]
 
 
 def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStacks:
@@ -57,7 +66,8 @@ def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStack
         )
         for model in config.models
     }
-    stacks = EnvironmentStacks(network=network, data=data, cluster=cluster, pruner=pruner, models=models)
+    ci = CiAccessStack(app, f"{prefix}-ci", env=env, config=config) if config.deploy.github else None
+    stacks = EnvironmentStacks(network=network, data=data, cluster=cluster, pruner=pruner, models=models, ci=ci)
     for stack in stacks.all():
         for key, value in config.tags.items():
             Tags.of(stack).add(key, value)

@@ -61,6 +61,13 @@ ACTION_KEYS: dict[str, set[str]] = {
     # AWS STS (Pod Identity tags the session it assumes)
     "sts:AssumeRole": TAGS,
     "sts:TagSession": TAGS,
+    # An OIDC provider's claims, named after its host (AWS STS: "<provider>:aud", ":sub", ":amr"; the IAM guide's
+    # GitHub example conditions token.actions.githubusercontent.com:aud and :sub).
+    "sts:AssumeRoleWithWebIdentity": {
+        "token.actions.githubusercontent.com:aud",
+        "token.actions.githubusercontent.com:sub",
+        "token.actions.githubusercontent.com:amr",
+    },
 }
 
 

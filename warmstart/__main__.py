@@ -4,6 +4,8 @@ python -m warmstart plan --env prod --estimate      each model's pod start, phas
     [--nodes N] [--plot FILE.png]                   N new nodes scaling out at once; a stacked-bar chart
 python -m warmstart status --env prod               cache state per model, read through your kubeconfig (kubectl)
 python -m warmstart status --env prod --starts      the last pod starts per model, phase by phase
+python -m warmstart preflight --env prod --for deploy --assembly cdk.out/prod
+                                                    the checks `make deploy` (bootstrap, diff, destroy) runs first
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from warmstart.catalog import default_catalog
 from warmstart.estimate import estimate_environment, render_estimates
 from warmstart.loader import ConfigError, load_config
 from warmstart.plan import render_plan
+from warmstart.preflight import ACTIONS, check, run_command, target
 from warmstart.starts import STARTS_PATH
 from warmstart.status import DAEMON_SETS_PATH, NODES_PATH, model_status, read_starts, render_starts, render_status
 
@@ -54,6 +57,28 @@ def plan_command(config, args: argparse.Namespace, source: str) -> int:
     return 0
 
 
+def preflight_command(config, args: argparse.Namespace) -> int:
+    if args.target:
+        print(target(config))
+        return 0
+    if args.action is None:
+        print("warmstart preflight: say --for one of " + ", ".join(ACTIONS), file=sys.stderr)
+        return 2
+    if args.action in ("diff", "deploy", "destroy") and not (args.assembly and args.assembly.is_dir()):
+        print(f"warmstart preflight: no cloud assembly at {args.assembly}; run make synth first", file=sys.stderr)
+        return 2
+    problems, notes = check(args.action, config, run=run_command, assembly=args.assembly, confirm=args.confirm)
+    for note in notes:
+        print(note)
+    if problems:
+        print(f"warmstart {args.action} {config.name}: stopped before touching the account", file=sys.stderr)
+        for problem in problems:
+            print(f"- {problem}", file=sys.stderr)
+        return 2
+    print(f"warmstart {args.action} {config.name}: {target(config)}, checks passed")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="warmstart")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -65,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--estimate", action="store_true", help="predict each phase of a pod start in three cases")
     plan.add_argument("--nodes", type=int, help="new nodes scaling out at once (share the NAT; default: config)")
     plan.add_argument("--plot", type=Path, help="with --estimate: write a stacked-bar chart (PNG) here")
-    for command in (plan, status):
+    preflight = commands.add_parser("preflight", help="the checks the make deploy targets run first")
+    preflight.add_argument("--for", dest="action", choices=ACTIONS, help="the make target about to run")
+    preflight.add_argument("--assembly", type=Path, help="the synthesized cloud assembly (cdk.out/<env>)")
+    preflight.add_argument("--confirm", default="", help="destroy: the environment's name, typed back")
+    preflight.add_argument("--target", action="store_true", help="print aws://<account>/<region> and stop")
+    for command in (plan, status, preflight):
         source = command.add_mutually_exclusive_group(required=True)
         source.add_argument("--env", help="an environment in config/<env>.yaml")
         source.add_argument("--config", type=Path, help="any environment file")
@@ -78,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "plan":
         return plan_command(config, args, str(path))
+    if args.command == "preflight":
+        return preflight_command(config, args)
     kubectl = shlex.split(args.kubectl)
     if args.starts:
         try:

@@ -93,6 +93,7 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
     problems += _fast_image_pull_nodes(config, catalog)
     problems += _gpu_budget(config, catalog)
     problems += _agent_policies(config)
+    problems += _agent_image(config)
     for index, _ in enumerate(config.models):
         problems += _model(config, catalog, index)
     if not problems:  # it derives every model's keys, which needs every model valid
@@ -710,6 +711,26 @@ def _image_pinned(image: str, field: str) -> list[Problem]:
             "pin a release tag (vllm/vllm-openai:v0.21.0) or a digest (...@sha256:<64 hex>)",
         )
     ]
+
+
+def _agent_image(config: EnvironmentConfig) -> list[Problem]:
+    """A prebuilt agent image must name its digest: a tag can be pushed again, and the DaemonSet, the gates and
+    their names (from the image's revision) would not follow."""
+    image = config.deploy.agent_image
+    if image is None:
+        return []
+    malformed = reference_problem(image)
+    if malformed:
+        return [Problem("deploy.agent_image", f"{image!r} {malformed}", "write registry/repository@sha256:<64 hex>")]
+    if not re.search(r"@sha256:[0-9a-f]{64}$", image):
+        return [
+            Problem(
+                "deploy.agent_image",
+                f"{image!r} names no digest: a tag can be pushed again, and nodes would run different agents",
+                "use the digest `make agent-image` prints (registry/repository@sha256:<64 hex>)",
+            )
+        ]
+    return []
 
 
 def _agent_policies(config: EnvironmentConfig) -> list[Problem]:

@@ -431,6 +431,32 @@ class AgentMetricsAccess(Strict):
     scraper_namespaces: list[Annotated[str, Field(pattern=DNS_LABEL)]] = Field(default_factory=list)
 
 
+class GithubAccess(Strict):
+    """Who may deploy this environment from GitHub Actions (OIDC, no stored keys): the CI access stack's roles."""
+
+    repository: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$")  # owner/name
+    # The deploy role trusts jobs of this GitHub environment (whose required reviewers gate the deploy) or,
+    # without one, pushes to this branch.
+    environment: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,255}$")
+    branch: str = Field(default="main", pattern=r"^[A-Za-z0-9._/-]{1,255}$")
+    # Pull requests of the repository may run `make diff` through a read-only role (the CDK lookup role).
+    pull_request_diff: bool = True
+    # The account's GitHub OIDC provider (one per account): created by this environment's CI stack, or already
+    # there (another environment of the account, or made by hand).
+    create_oidc_provider: bool = True
+
+
+class DeploySettings(Strict):
+    """How the environment is deployed (`make bootstrap/diff/deploy/destroy`)."""
+
+    # A prebuilt agent image (registry/repository@sha256:<digest>, built and pushed with `make agent-image`): no
+    # Docker needed at deploy. Default: CDK builds node_agent/Dockerfile at deploy (Docker with buildx).
+    agent_image: str | None = None
+    # The CDK bootstrap qualifier of the account and Region (cdk bootstrap's default).
+    bootstrap_qualifier: str = Field(default="hnb659fds", pattern=r"^[a-z0-9]{1,10}$")
+    github: GithubAccess | None = None
+
+
 class Alerts(Strict):
     """Where alarms go: a new SNS topic per environment with these email subscriptions, or an existing topic."""
 
@@ -468,5 +494,6 @@ class EnvironmentConfig(Strict):
     alerts: Alerts = Alerts()
     estimate: StartEstimate = StartEstimate()
     metrics: AgentMetricsAccess = AgentMetricsAccess()
+    deploy: DeploySettings = DeploySettings()
     # AWS tags on every resource (at most 50 per resource, some added by CDK and EKS: keep well below).
     tags: dict[TagKey, TagValue] = Field(default_factory=dict, max_length=40)

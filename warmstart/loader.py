@@ -53,6 +53,10 @@ PATTERN_WORDS = {
     r"^cr-[0-9a-z]+$": "a capacity reservation ID (cr-...)",
     r"^[\w .:/=+\-@]*$": "an AWS tag: letters, digits, spaces and _ . : / = + - @",
     r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$": "s3://<bucket>/<prefix>/, ending with '/'",
+    r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$": "a GitHub repository as owner/name",
+    r"^[A-Za-z0-9._-]{1,255}$": "a GitHub environment name: letters, digits, '.', '_' and '-'",
+    r"^[A-Za-z0-9._/-]{1,255}$": "a branch name: letters, digits, '.', '_', '/' and '-'",
+    r"^[a-z0-9]{1,10}$": "a CDK bootstrap qualifier: 1-10 lowercase letters and digits",
 }
 
 

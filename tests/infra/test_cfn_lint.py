@@ -13,7 +13,8 @@ IGNORED = ["W3005", "W3010"]
 
 def test_every_template_lints_clean(every_env):
     paths = every_env.template_paths()
-    assert len(paths) == 4 + len(every_env.config.models)  # network, data, cluster, pruner, one per model
+    ci = 1 if every_env.config.deploy.github else 0
+    assert len(paths) == 4 + len(every_env.config.models) + ci  # network, data, cluster, pruner, models, ci
     for path in paths:
         matches = lint_file(Path(path), config=ManualArgs(regions=[every_env.config.region], ignore_checks=IGNORED))
         assert [str(m) for m in matches] == [], path.name

@@ -14,7 +14,7 @@ from warmstart.scale import TEMPLATE_BYTES, TEMPLATE_OUTPUTS, TEMPLATE_RESOURCES
 def test_a_hundred_models_fit_cloudformations_limits(tmp_path):
     synthesized = synthesize(many_models(100), tmp_path, "hundred")  # cdk-nag included: raises on findings
     paths = synthesized.template_paths()
-    assert len(paths) == 4 + 100
+    assert len(paths) == 4 + 100 + 1  # network, data, cluster, pruner, one per model, ci
     for path in paths:
         text = path.read_text()
         assert template_problems(path.stem, text) == []

@@ -9,7 +9,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from tests.synth import ROOT, SHIPPED_ENVIRONMENTS
 from warmstart.loader import load_config
 
-STACK_KINDS = ["network", "data", "cluster", "pruner"]
+STACK_KINDS = ["network", "data", "cluster", "pruner", "ci"]
 ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 # A gate Job's name is a digest over its image and the agent image's asset hash (warmstart.workload.image_gate_name).
 GATE_NAME = re.compile(r"image-gate-[0-9a-f]{12}")

@@ -84,3 +84,11 @@ def test_dockerfile_pins_its_base_image_and_runs_the_agent():
     # Every package the image source holds is copied in.
     for package in FIRST_PARTY:
         assert f"COPY {package} {package}" in dockerfile, package
+
+
+def test_make_agent_image_sends_the_same_context_as_cdk():
+    """`make agent-image` builds with BuildKit, which reads node_agent/Dockerfile.dockerignore; CDK's asset uses
+    IMAGE_CONTEXT: one list for both, written from node_agent/image.py."""
+    from node_agent.image import dockerignore
+
+    assert (ROOT / "node_agent" / "Dockerfile.dockerignore").read_text() == dockerignore()

@@ -1,0 +1,102 @@
+"""The CI access stack: GitHub's OIDC provider and roles that only the configured repository's jobs may assume
+(audience, and the subject GitHub puts in its tokens), which may only assume the CDK bootstrap roles."""
+
+from __future__ import annotations
+
+from aws_cdk import App, Environment
+from aws_cdk.assertions import Template
+
+from stacks.ci_stack import CiAccessStack
+from tests.synth import cdk_context
+from warmstart.config import EnvironmentConfig
+
+TOKEN = "token.actions.githubusercontent.com"
+
+
+def _roles(template: Template) -> dict[str, dict]:
+    return {r["Properties"]["RoleName"]: r["Properties"] for r in template.find_resources("AWS::IAM::Role").values()}
+
+
+def _policies(template: Template) -> list[dict]:
+    return [p["Properties"] for p in template.find_resources("AWS::IAM::Policy").values()]
+
+
+def test_prod_deploys_only_from_its_github_environment(prod):
+    template = prod.template("ci")
+    template.has_resource_properties(
+        "AWS::IAM::OIDCProvider", {"Url": f"https://{TOKEN}", "ClientIdList": ["sts.amazonaws.com"]}
+    )
+    roles = _roles(template)
+    assert set(roles) == {"warmstart-prod-github-deploy", "warmstart-prod-github-diff"}
+    (deploy_trust,) = roles["warmstart-prod-github-deploy"]["AssumeRolePolicyDocument"]["Statement"]
+    assert deploy_trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert deploy_trust["Condition"] == {
+        "StringEquals": {
+            f"{TOKEN}:aud": "sts.amazonaws.com",
+            f"{TOKEN}:sub": "repo:acme/warmstart-infra:environment:prod",
+        }
+    }
+    assert "Ref" in deploy_trust["Principal"]["Federated"]  # the provider this stack creates
+    (diff_trust,) = roles["warmstart-prod-github-diff"]["AssumeRolePolicyDocument"]["Statement"]
+    assert diff_trust["Condition"]["StringEquals"][f"{TOKEN}:sub"] == "repo:acme/warmstart-infra:pull_request"
+    assert roles["warmstart-prod-github-deploy"]["MaxSessionDuration"] == 3600
+
+
+def test_dev_deploys_from_pushes_to_main(dev):
+    (trust,) = _roles(dev.template("ci"))["warmstart-dev-github-deploy"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Condition"]["StringEquals"][f"{TOKEN}:sub"] == "repo:acme/warmstart-infra:ref:refs/heads/main"
+
+
+def test_the_roles_may_only_assume_the_cdk_bootstrap_roles(prod):
+    template = prod.template("ci")
+    granted = []
+    for policy in _policies(template):
+        (statement,) = policy["PolicyDocument"]["Statement"]
+        assert statement["Action"] == "sts:AssumeRole" and statement["Effect"] == "Allow"
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        granted.append(sorted(arn.removeprefix("arn:aws:iam::210987654321:role/") for arn in resources))
+    region = "210987654321-us-east-1"
+    assert sorted(granted) == [
+        [f"cdk-hnb659fds-{kind}-role-{region}" for kind in ("deploy", "file-publishing", "image-publishing", "lookup")],
+        [f"cdk-hnb659fds-lookup-role-{region}"],  # pull requests: read-only
+    ]
+    assert not template.find_resources("AWS::IAM::User") and not template.find_resources("AWS::IAM::AccessKey")
+
+
+def test_an_account_whose_provider_exists_names_it_and_creates_none():
+    raw = {
+        "name": "qa",
+        "account": "210987654321",
+        "region": "us-east-1",
+        "network": {"vpc_cidr": "10.50.0.0/16", "availability_zones": ["us-east-1a", "us-east-1b"]},
+        "cluster": {"name": "qa"},
+        "compute": {"mode": "auto", "gpu_pool": {"instance_types": ["g6e.xlarge"]}},
+        "buckets": {"compile_cache": "qa-compile-cache", "models": {"name": "qa-models"}},
+        "models": [
+            {
+                "name": "m",
+                "s3_uri": "s3://qa-models/m/",
+                "size_gb": 10,
+                "weights_revision": "r1",
+                "image": "vllm/vllm-openai:v0.21.0",
+                "torch_version": "2.11.0",
+                "replicas": 2,
+            }
+        ],
+        "deploy": {
+            "bootstrap_qualifier": "wsqa",
+            "github": {"repository": "acme/infra", "create_oidc_provider": False, "pull_request_diff": False},
+        },
+    }
+    config = EnvironmentConfig.model_validate(raw)
+    stack = CiAccessStack(
+        App(context=cdk_context()), "Ci", config=config, env=Environment(account="210987654321", region="us-east-1")
+    )
+    template = Template.from_stack(stack)
+    assert not template.find_resources("AWS::IAM::OIDCProvider")
+    (role,) = template.find_resources("AWS::IAM::Role").values()
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"]["Federated"] == f"arn:aws:iam::210987654321:oidc-provider/{TOKEN}"
+    (policy,) = template.find_resources("AWS::IAM::Policy").values()
+    resources = policy["Properties"]["PolicyDocument"]["Statement"][0]["Resource"]
+    assert all(r.startswith("arn:aws:iam::210987654321:role/cdk-wsqa-") for r in resources)  # the qualifier

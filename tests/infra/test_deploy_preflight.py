@@ -1,0 +1,182 @@
+"""The checks `make bootstrap/diff/deploy/destroy/agent-image` run first, with fake `aws` and `docker`
+executables first on PATH: they answer as the AWS CLI v2 and the Docker CLI do (exit codes, the identity JSON,
+"Unable to locate credentials" on stderr)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.synth import ROOT, synthesize
+from warmstart.loader import load_config
+
+FAKE_AWS = """#!/bin/sh
+# sts get-caller-identity as the AWS CLI v2 answers it, or its refusal without credentials.
+if [ -z "$FAKE_ACCOUNT" ]; then
+  echo "Unable to locate credentials. You can configure credentials by running \\"aws configure\\"." >&2
+  exit 253
+fi
+printf '{"UserId": "AROAEXAMPLE:ci", "Account": "%s", "Arn": "arn:aws:sts::%s:assumed-role/deploy/ci"}\\n' \\
+  "$FAKE_ACCOUNT" "$FAKE_ACCOUNT"
+"""
+FAKE_DOCKER = """#!/bin/sh
+# docker buildx version / docker info, as the Docker CLI answers them with or without buildx and a daemon.
+case "$1 $FAKE_DOCKER" in
+  "buildx ok"|"buildx no-daemon") echo "github.com/docker/buildx v0.30.1 1c9cd7ef" ;;
+  "buildx no-buildx") echo "docker: 'buildx' is not a docker command." >&2; exit 1 ;;
+  "info ok") echo "29.1.0" ;;
+  "info no-daemon") echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1 ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_bin(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("fake-bin")
+    for name, script in (("aws", FAKE_AWS), ("docker", FAKE_DOCKER)):
+        path = folder / name
+        path.write_text(script)
+        path.chmod(0o755)
+    return folder
+
+
+def preflight(
+    fake_bin: Path, *args: str, account: str = "", docker: str | None = "ok", config: Path | None = None
+) -> subprocess.CompletedProcess:
+    folders = [str(fake_bin)] + [p for p in os.environ["PATH"].split(os.pathsep) if p]
+    if docker is None:  # no Docker at all: a PATH without any docker
+        folders = [str(fake_bin / "no-docker")] + [
+            f for f in folders if f != str(fake_bin) and not (Path(f) / "docker").exists()
+        ]
+        (fake_bin / "no-docker").mkdir(exist_ok=True)
+        (fake_bin / "no-docker" / "aws").write_text(FAKE_AWS)
+        (fake_bin / "no-docker" / "aws").chmod(0o755)
+    env = {**os.environ, "PATH": os.pathsep.join(folders), "FAKE_ACCOUNT": account, "FAKE_DOCKER": docker or ""}
+    command = [sys.executable, "-m", "warmstart", "preflight", "--config", str(config or ROOT / "config/dev.yaml")]
+    return subprocess.run([*command, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+
+
+def with_agent_image(folder: Path, image: str) -> Path:
+    """dev's config with deploy.agent_image set."""
+    raw = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
+    raw.setdefault("deploy", {})["agent_image"] = image
+    path = folder / "dev.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture(scope="module")
+def prebuilt(tmp_path_factory) -> tuple[Path, Path]:
+    """dev with a prebuilt agent image: its assembly builds no container image."""
+    digest = "sha256:" + "ab" * 32
+    path = with_agent_image(
+        tmp_path_factory.mktemp("prebuilt"), f"123456789012.dkr.ecr.us-west-2.amazonaws.com/warmstart-agent@{digest}"
+    )
+    synthesized = synthesize(load_config(path), tmp_path_factory.mktemp("prebuilt-out"), "dev")
+    return path, synthesized.outdir
+
+
+def test_missing_credentials_stop_every_target_with_the_fix(fake_bin, dev):
+    for action in ("bootstrap", "diff", "deploy", "destroy"):
+        done = preflight(fake_bin, "--for", action, "--assembly", str(dev.outdir), "--confirm", "dev")
+        assert done.returncode == 2, action
+        assert "stopped before touching the account" in done.stderr
+        assert "no usable AWS credentials (aws sts get-caller-identity: Unable to locate credentials." in done.stderr
+        assert "fix: sign in to account 123456789012" in done.stderr
+
+
+def test_credentials_of_another_account_are_refused(fake_bin, dev):
+    done = preflight(fake_bin, "--for", "deploy", "--assembly", str(dev.outdir), account="210987654321")
+    assert done.returncode == 2
+    assert "the credentials are for account 210987654321" in done.stderr
+    assert "but environment dev is account 123456789012" in done.stderr
+
+
+def test_a_deploy_that_builds_the_agent_image_needs_docker_with_buildx(fake_bin, dev):
+    ok = preflight(fake_bin, "--for", "deploy", "--assembly", str(dev.outdir), account="123456789012")
+    assert ok.returncode == 0, ok.stderr
+    assert "warmstart deploy dev: aws://123456789012/us-west-2, checks passed" in ok.stdout
+    for docker, said in (
+        ("no-buildx", "Docker has no buildx"),
+        ("no-daemon", "the Docker daemon does not answer"),
+        (None, "Docker is not installed"),
+    ):
+        done = preflight(
+            fake_bin, "--for", "deploy", "--assembly", str(dev.outdir), account="123456789012", docker=docker
+        )
+        assert done.returncode == 2, docker
+        assert said in done.stderr and "the deploy builds node_agent/Dockerfile" in done.stderr
+        assert "set deploy.agent_image to the digest it prints" in done.stderr
+
+
+def test_with_a_prebuilt_agent_image_no_docker_is_needed(fake_bin, prebuilt):
+    config, assembly = prebuilt
+    done = preflight(
+        fake_bin, "--for", "deploy", "--assembly", str(assembly), account="123456789012", docker=None, config=config
+    )
+    assert done.returncode == 0, done.stderr
+    assert "no container image to build: Docker is not needed" in done.stdout
+
+
+def test_diff_and_bootstrap_need_no_docker(fake_bin, dev):
+    for action in ("diff", "bootstrap"):
+        done = preflight(fake_bin, "--for", action, "--assembly", str(dev.outdir), account="123456789012", docker=None)
+        assert done.returncode == 0, (action, done.stderr)
+
+
+def test_destroy_lists_what_stays_and_needs_the_name_typed_back(fake_bin, dev):
+    refused = preflight(fake_bin, "--for", "destroy", "--assembly", str(dev.outdir), account="123456789012")
+    assert refused.returncode == 2 and "run it again with CONFIRM=dev" in refused.stderr
+    stays = refused.stdout
+    assert "these stay after the stacks are deleted" in stays
+    for bucket in ("warmstart-dev-compile-cache-123456789012", "warmstart-dev-models-123456789012"):
+        assert "AWS::S3::Bucket" in stays and bucket in stays
+    assert "AWS::Logs::LogGroup" in stays  # the VPC flow logs
+    confirmed = preflight(
+        fake_bin, "--for", "destroy", "--assembly", str(dev.outdir), "--confirm", "dev", account="123456789012"
+    )
+    assert confirmed.returncode == 0, confirmed.stderr
+
+
+def test_without_an_assembly_the_deploy_targets_say_to_synth_first(fake_bin, tmp_path):
+    done = preflight(fake_bin, "--for", "deploy", "--assembly", str(tmp_path / "missing"), account="123456789012")
+    assert done.returncode == 2 and "run make synth first" in done.stderr
+
+
+def test_the_bootstrap_target_is_the_configs_account_and_region(fake_bin):
+    done = preflight(fake_bin, "--target", config=ROOT / "config" / "prod.yaml")
+    assert done.stdout.strip() == "aws://210987654321/us-east-1"
+
+
+def test_a_floating_agent_image_is_refused_at_synth(tmp_path):
+    path = with_agent_image(tmp_path, "123456789012.dkr.ecr.us-west-2.amazonaws.com/agent:v1.2.0")
+    from warmstart.loader import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert "deploy.agent_image" in str(error.value) and "names no digest" in str(error.value)
+
+
+def test_a_prebuilt_agent_image_replaces_the_asset(prebuilt):
+    _, assembly = prebuilt
+    assets = [json.loads(p.read_text()) for p in assembly.glob("*.assets.json")]
+    assert not any(a.get("dockerImages") for a in assets)
+    template = next(assembly.glob("warmstart-dev-cluster.template.json")).read_text()
+    assert "warmstart-agent@sha256:" + "ab" * 32 in template
+
+
+@pytest.mark.slow
+def test_make_deploy_stops_at_the_preflight_without_credentials(fake_bin):
+    """The make target itself: synth runs (no credentials needed), then the preflight stops it before cdk."""
+    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "FAKE_ACCOUNT": "", "FAKE_DOCKER": "ok"}
+    done = subprocess.run(["make", "deploy", "ENV=dev"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode != 0
+    assert "no usable AWS credentials" in done.stderr
+    assert "cdk deploy" not in done.stdout.split("--for deploy", 1)[1]  # never reached

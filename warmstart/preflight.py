@@ -1,0 +1,163 @@
+"""Checks before `make bootstrap/diff/deploy/destroy` touch an account: fail early, each with its fix.
+
+- credentials: the AWS CLI answers `sts get-caller-identity`, for the account the config names;
+- Docker with buildx, where the cloud assembly has a container image to build (the agent image, unless
+  deploy.agent_image names a prebuilt one);
+- destroy: the environment's name typed back, and the list of what stays (resources CloudFormation retains).
+
+The commands are run through `run` (tests pass fake `aws` and `docker` executables on PATH).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from warmstart.config import EnvironmentConfig
+
+ACTIONS = ("bootstrap", "diff", "deploy", "destroy", "agent-image")
+Runner = Callable[[list[str]], tuple[int, str, str]]
+RETAINED = ("Retain", "RetainExceptOnCreate")
+
+
+def run_command(command: list[str]) -> tuple[int, str, str]:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        return 127, "", f"{command[0]}: command not found"
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{' '.join(command)} did not answer within 60 s"
+    return done.returncode, done.stdout, done.stderr
+
+
+@dataclass(frozen=True)
+class Problem:
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.what}\n  fix: {self.fix}"
+
+
+def target(config: EnvironmentConfig) -> str:
+    """The CDK environment of the config, as `cdk bootstrap` takes it."""
+    return f"aws://{config.account}/{config.region}"
+
+
+def credentials_problem(config: EnvironmentConfig, run: Runner) -> Problem | None:
+    code, out, err = run(["aws", "sts", "get-caller-identity", "--output", "json"])
+    if code == 127:
+        return Problem("the AWS CLI is not installed (cdk needs its credentials chain too)", "install AWS CLI v2")
+    if code != 0:
+        said = (err or out).strip().splitlines()[-1:] or ["no answer"]
+        return Problem(
+            f"no usable AWS credentials (aws sts get-caller-identity: {said[0]})",
+            f"sign in to account {config.account} (aws sso login, AWS_PROFILE=...), or in CI assume the "
+            "environment's deploy role through GitHub OIDC",
+        )
+    try:
+        identity = json.loads(out)
+    except ValueError:
+        return Problem("aws sts get-caller-identity answered something that is not JSON", "check the AWS CLI")
+    account = str(identity.get("Account", ""))
+    if account != config.account:
+        return Problem(
+            f"the credentials are for account {account} ({identity.get('Arn', '?')}), but environment "
+            f"{config.name} is account {config.account}",
+            f"use credentials of account {config.account}, or the config of the environment you meant",
+        )
+    return None
+
+
+def images_to_build(assembly: Path) -> list[str]:
+    """The container images the cloud assembly builds at deploy (CDK's *.assets.json)."""
+    images = []
+    for manifest in sorted(assembly.glob("*.assets.json")):
+        for asset in json.loads(manifest.read_text()).get("dockerImages", {}).values():
+            images.append(asset.get("source", {}).get("dockerFile", "Dockerfile"))
+    return images
+
+
+def docker_problem(config: EnvironmentConfig, run: Runner, *, why: str, prebuilt_helps: bool) -> Problem | None:
+    code, _, err = run(["docker", "buildx", "version"])
+    if code == 127:
+        missing = "Docker is not installed"
+    elif code != 0:
+        missing = f"Docker has no buildx ({err.strip() or 'docker buildx version failed'})"
+    else:
+        code, _, err = run(["docker", "info", "--format", "{{.ServerVersion}}"])
+        missing = "" if code == 0 else f"the Docker daemon does not answer ({err.strip() or 'docker info failed'})"
+    if not missing:
+        return None
+    return Problem(
+        f"{missing}, and {why}",
+        "install Docker with buildx, or build and push the agent image once elsewhere (make agent-image "
+        "REPOSITORY=<ECR repository>) and set deploy.agent_image to the digest it prints"
+        if prebuilt_helps and config.deploy.agent_image is None
+        else "install Docker with buildx",
+    )
+
+
+def retained_resources(assembly: Path) -> list[str]:
+    """What CloudFormation keeps when the stacks are deleted: one line each, stack and resource."""
+    kept = []
+    for template in sorted(assembly.glob("*.template.json")):
+        resources = json.loads(template.read_text()).get("Resources", {})
+        for logical_id, resource in resources.items():
+            if resource.get("DeletionPolicy") in RETAINED:
+                name = _name_of(resource)
+                kept.append(f"{template.name.removesuffix('.template.json')}: {resource['Type']} {logical_id}{name}")
+    return kept
+
+
+def _name_of(resource: dict) -> str:
+    properties = resource.get("Properties", {})
+    for key in ("BucketName", "LogGroupName", "TopicName", "Name"):
+        if isinstance(properties.get(key), str):
+            return f" ({properties[key]})"
+    return ""
+
+
+def check(
+    action: str, config: EnvironmentConfig, *, run: Runner, assembly: Path | None = None, confirm: str = ""
+) -> tuple[list[Problem], list[str]]:
+    """(problems, notes): nothing may go on while there is a problem; the notes are printed either way."""
+    problems: list[Problem] = []
+    notes: list[str] = []
+    if action == "destroy":
+        assert assembly is not None
+        kept = retained_resources(assembly)
+        notes.append("these stay after the stacks are deleted (retained data, never emptied by warmstart):")
+        notes += [f"  {line}" for line in kept] or ["  nothing"]
+        if confirm != config.name:
+            problems.append(
+                Problem(
+                    f"destroying environment {config.name} deletes its cluster, nodes and pods",
+                    f"run it again with CONFIRM={config.name}",
+                )
+            )
+    if action in ("bootstrap", "diff", "deploy", "destroy"):
+        problem = credentials_problem(config, run)
+        if problem:
+            problems.append(problem)
+    if action == "deploy":
+        assert assembly is not None
+        images = images_to_build(assembly)
+        if images:
+            problem = docker_problem(
+                config, run, why=f"the deploy builds {', '.join(sorted(set(images)))}", prebuilt_helps=True
+            )
+            if problem:
+                problems.append(problem)
+        else:
+            notes.append("no container image to build: Docker is not needed")
+    if action == "agent-image":
+        problem = docker_problem(
+            config, run, why="make agent-image builds and pushes the agent image", prebuilt_helps=False
+        )
+        if problem:
+            problems.append(problem)
+    return problems, notes
