@@ -38,9 +38,10 @@ synth: setup
 
 # Each target checks first (credentials for the config's account, Docker where an image is built) and stops
 # with the fix before anything reaches the account. Deploys use the assembly `make synth` just wrote.
-bootstrap: setup
+# Through the environment's own assembly (cdk would otherwise synthesize cdk.json's default environment).
+bootstrap: synth
 	$(PREFLIGHT) --for bootstrap
-	cdk bootstrap "$$($(PREFLIGHT) --target)"
+	cdk bootstrap --app $(ASSEMBLY) $$($(PREFLIGHT) --bootstrap-options) "$$($(PREFLIGHT) --target)"
 
 diff: synth
 	$(PREFLIGHT) --for diff --assembly $(ASSEMBLY)
@@ -64,6 +65,7 @@ agent-image: setup
 	@test -n "$(REPOSITORY)" || { echo "make agent-image: set REPOSITORY=<account>.dkr.ecr.<region>.amazonaws.com/<name>" >&2; exit 2; }
 	$(PREFLIGHT) --for agent-image
 	mkdir -p cdk.out
+	aws ecr get-login-password --region "$$(echo "$(REPOSITORY)" | cut -d. -f4)" | docker login --username AWS --password-stdin "$$(echo "$(REPOSITORY)" | cut -d/ -f1)"
 	docker buildx build --platform linux/amd64 -f node_agent/Dockerfile --push --tag "$(REPOSITORY):$(TAG)" --metadata-file cdk.out/agent-image.json .
 	@$(BIN)/python -c 'import json, sys; d = json.load(open("cdk.out/agent-image.json"))["containerimage.digest"]; print("deploy.agent_image: $(REPOSITORY)@" + d)'
 

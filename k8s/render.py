@@ -12,7 +12,8 @@ from pathlib import Path
 
 import cdk8s
 
-from model_workload.chart import VllmModel
+from model_workload.chart import VllmAutoscaler, VllmModel
+from warmstart.autoscaling import scaling_policy
 from warmstart.catalog import Catalog, default_catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.loader import ConfigError, load_config
@@ -25,7 +26,10 @@ def render_workloads(config: EnvironmentConfig, outdir: Path, catalog: Catalog |
         shutil.rmtree(outdir)  # a removed model must not leave its manifest behind
     app = cdk8s.App(outdir=str(outdir), output_file_extension=".yaml")
     for model in config.models:
-        VllmModel(app, model.name, plan=plan_model(model, config, catalog))
+        scaling = scaling_policy(model, config, catalog)
+        VllmModel(app, model.name, plan=plan_model(model, config, catalog), scaling=scaling)
+        if scaling is not None:
+            VllmAutoscaler(app, f"{model.name}-autoscaler", scaling=scaling)
     app.synth()
     return sorted(outdir.glob("*.yaml"))
 

@@ -16,14 +16,17 @@ from constructs import Construct
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
 from k8s.hardening import NOBODY, RUNS_AS_ROOT, WRITABLE_ROOT, departure, locked_down, pod_security, scanner_annotations
 from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
+from warmstart.autoscaling import MONITORING_NAMESPACE, PROMETHEUS_SERVER_LABELS, ScalingPolicy
 from warmstart.workload import (
     AGENT_STATE_FOLDER,
     COMPILE_CACHE_MOUNT,
     DONE_MARKERS,
     POD_RECORDS_MOUNT,
+    PRESTOP_SLEEP_SECONDS,
     PROBE_INITIAL_DELAY_SECONDS,
     PROBE_PERIOD_SECONDS,
     RESTORE_WAIT_CONTAINER,
+    TERMINATION_GRACE_SECONDS,
     VLLM_ASSETS_MOUNT,
     VLLM_CONTAINER,
     VLLM_PORT,
@@ -59,7 +62,7 @@ echo "warmstart: compile-cache restore finished: $(cat "$MARKER")"
 
 
 class VllmModel(cdk8s.Chart):
-    def __init__(self, scope: Construct, id: str, *, plan: ModelPlan) -> None:
+    def __init__(self, scope: Construct, id: str, *, plan: ModelPlan, scaling: ScalingPolicy | None = None) -> None:
         super().__init__(scope, id)
         name = plan.model.name
         labels = model_labels(name)
@@ -82,7 +85,9 @@ class VllmModel(cdk8s.Chart):
             "Deployment",
             metadata=k8s.ObjectMeta(name="vllm", namespace=name, labels=labels, annotations=DEPLOYMENT_ANNOTATIONS),
             spec=k8s.DeploymentSpec(
-                replicas=plan.model.replicas,
+                # An autoscaled model's count is the autoscaler's: a count here would be applied again on
+                # every deploy (the Deployment starts at 1, then the autoscaler raises it to min_replicas).
+                replicas=None if scaling else plan.model.replicas,
                 selector=k8s.LabelSelector(match_labels=labels),
                 # The new pod first (no serving gap) when the pool's GPU limit leaves a node for it; otherwise
                 # one pod at a time, as the plan says.
@@ -94,7 +99,7 @@ class VllmModel(cdk8s.Chart):
                     ),
                 ),
                 template=k8s.PodTemplateSpec(
-                    metadata=k8s.ObjectMeta(labels=labels, annotations=_template_annotations(plan)),
+                    metadata=k8s.ObjectMeta(labels=labels, annotations=_template_annotations(plan, scaling)),
                     spec=pod_spec(plan),
                 ),
             ),
@@ -143,7 +148,9 @@ class VllmModel(cdk8s.Chart):
                                         )
                                     ]
                                 )
-                            )
+                            ),
+                            # An autoscaled model's Prometheus reads /metrics on the same port (its server only).
+                            *([_prometheus_server()] if scaling else []),
                         ],
                         ports=[k8s.NetworkPolicyPort(port=k8s.IntOrString.from_number(VLLM_PORT), protocol="TCP")],
                     )
@@ -174,12 +181,81 @@ DEPLOYMENT_ANNOTATIONS = scanner_annotations(
 )
 
 
-def _template_annotations(plan: ModelPlan) -> dict[str, str] | None:
-    """A new entry step rolls the pods, like any other change of what they run."""
-    if not plan.entry_step:
-        return None
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in ENTRY_FILES.values())).hexdigest()
-    return {"warmstart.io/entry-sha256": digest}
+def _template_annotations(plan: ModelPlan, scaling: ScalingPolicy | None) -> dict[str, str] | None:
+    """A new entry step rolls the pods, like any other change of what they run; an autoscaled model's pods are
+    scraped (vLLM's /metrics on the serving port) by the environment's Prometheus."""
+    annotations = {}
+    if plan.entry_step:
+        digest = hashlib.sha256(b"".join(path.read_bytes() for path in ENTRY_FILES.values())).hexdigest()
+        annotations["warmstart.io/entry-sha256"] = digest
+    if scaling:
+        annotations.update(
+            {"prometheus.io/scrape": "true", "prometheus.io/port": str(VLLM_PORT), "prometheus.io/path": "/metrics"}
+        )
+    return annotations or None
+
+
+def _prometheus_server() -> k8s.NetworkPolicyPeer:
+    return k8s.NetworkPolicyPeer(
+        namespace_selector=k8s.LabelSelector(match_labels={"kubernetes.io/metadata.name": MONITORING_NAMESPACE}),
+        pod_selector=k8s.LabelSelector(match_labels=PROMETHEUS_SERVER_LABELS),
+    )
+
+
+class VllmAutoscaler(cdk8s.Chart):
+    """The model's HorizontalPodAutoscaler, in a chart (and a manifest) of its own: kubectl's prune leaves
+    autoscaling/v2 objects alone, so turning autoscaling off must delete this manifest, not drop an object from
+    the workload's."""
+
+    def __init__(self, scope: Construct, id: str, *, scaling: ScalingPolicy) -> None:
+        super().__init__(scope, id)
+        self.autoscaler = _autoscaler(self, scaling, scaling.model, model_labels(scaling.model))
+
+
+def _autoscaler(
+    chart: Construct, scaling: ScalingPolicy, namespace: str, labels: dict[str, str]
+) -> k8s.KubeHorizontalPodAutoscalerV2:
+    """Replicas on vLLM's per-pod load (the custom metrics API, prometheus-adapter), with the policy derived from
+    the model's start time (warmstart.autoscaling)."""
+    target = k8s.Quantity.from_string(_quantity(scaling.target))
+    behavior = scaling.behavior()
+
+    def rules(direction: str) -> k8s.HpaScalingRulesV2:
+        spec = behavior[direction]
+        return k8s.HpaScalingRulesV2(
+            stabilization_window_seconds=spec["stabilizationWindowSeconds"],
+            select_policy=spec["selectPolicy"],
+            policies=[
+                k8s.HpaScalingPolicyV2(type=p["type"], value=p["value"], period_seconds=p["periodSeconds"])
+                for p in spec["policies"]
+            ],
+        )
+
+    return k8s.KubeHorizontalPodAutoscalerV2(
+        chart,
+        "Autoscaler",
+        metadata=k8s.ObjectMeta(name="vllm", namespace=namespace, labels=labels),
+        spec=k8s.HorizontalPodAutoscalerSpecV2(
+            scale_target_ref=k8s.CrossVersionObjectReferenceV2(api_version="apps/v1", kind="Deployment", name="vllm"),
+            min_replicas=scaling.min_replicas,
+            max_replicas=scaling.max_replicas,
+            metrics=[
+                k8s.MetricSpecV2(
+                    type="Pods",
+                    pods=k8s.PodsMetricSourceV2(
+                        metric=k8s.MetricIdentifierV2(name=scaling.metric),
+                        target=k8s.MetricTargetV2(type="AverageValue", average_value=target),
+                    ),
+                )
+            ],
+            behavior=k8s.HorizontalPodAutoscalerBehaviorV2(scale_up=rules("scaleUp"), scale_down=rules("scaleDown")),
+        ),
+    )
+
+
+def _quantity(value: float) -> str:
+    """A Kubernetes quantity: whole numbers as they are, fractions in thousandths (0.8 -> 800m)."""
+    return f"{value:g}" if float(value).is_integer() else f"{round(value * 1000)}m"
 
 
 def _field(path: str) -> k8s.EnvVarSource:
@@ -279,6 +355,9 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         ),
         volume_mounts=mounts,
         security_context=locked_down(read_only_root=False, run_as_user=None),
+        # Requests routed before the endpoint is gone still arrive: wait before vLLM stops accepting them
+        # (kubelet's own sleep action, Kubernetes 1.30+: no shell or binary needed in the image).
+        lifecycle=k8s.Lifecycle(pre_stop=k8s.LifecycleHandler(sleep=k8s.SleepAction(seconds=PRESTOP_SLEEP_SECONDS))),
         # Loading and compiling take minutes: the startup budget comes from the model (`warmstart plan`);
         # liveness counts only after it.
         startup_probe=k8s.Probe(
@@ -311,14 +390,14 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         affinity=_node_affinity(plan),
         topology_spread_constraints=_spread(plan),
         tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
-        termination_grace_period_seconds=60,
+        termination_grace_period_seconds=TERMINATION_GRACE_SECONDS,
     )
 
 
 def _spread(plan: ModelPlan) -> list[k8s.TopologySpreadConstraint] | None:
     """Replicas on separate nodes (a node's expiry or drift takes one replica, never all), and over zones
     where the pool has room."""
-    if plan.model.replicas < 2:
+    if plan.model.least_replicas < 2:
         return None
     selector = k8s.LabelSelector(match_labels=model_labels(plan.model.name))
     return [

@@ -9,9 +9,10 @@ import cdk8s
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from model_workload.chart import SERVICE_ACCOUNT, VllmModel
+from model_workload.chart import SERVICE_ACCOUNT, VllmAutoscaler, VllmModel
 from stacks.components.pod_identity import ModelReader
 from stacks.components.source import cluster_ref
+from warmstart.autoscaling import ScalingPolicy
 from warmstart.workload import ModelPlan
 
 
@@ -24,6 +25,7 @@ class ModelWorkload(Construct):
         cluster: eks.Cluster,
         plan: ModelPlan,
         bucket_name: str,
+        scaling: ScalingPolicy | None = None,
         kms_key_arn: str | None,
         after: Sequence[Construct] = (),
     ) -> None:
@@ -39,7 +41,7 @@ class ModelWorkload(Construct):
             prefix=model.prefix,
             kms_key_arn=kms_key_arn,
         )
-        self.chart = VllmModel(cdk8s.App(), model.name, plan=plan)
+        self.chart = VllmModel(cdk8s.App(), model.name, plan=plan, scaling=scaling)
         # What Cluster.add_cdk8s_chart does, with this construct as the scope (so the manifest lives in this
         # stack); prune labels as the cluster's other manifests have them.
         self.manifest = eks.KubernetesManifest(
@@ -48,3 +50,11 @@ class ModelWorkload(Construct):
         # Pods start with their credentials in place and a GPU pool to land on; a new image is on the GPU nodes
         # (or its bounded wait is over) before the Deployment rolls to it.
         self.manifest.node.add_dependency(self.reader.identity.association, *after)
+        # Its own manifest: removing autoscaling deletes it (kubectl's prune would leave an HPA behind).
+        self.autoscaler: eks.KubernetesManifest | None = None
+        if scaling is not None:
+            chart = VllmAutoscaler(cdk8s.App(), f"{model.name}-autoscaler", scaling=scaling)
+            self.autoscaler = eks.KubernetesManifest(
+                self, "Autoscaler", cluster=cluster_ref(cluster), manifest=chart.to_json()
+            )
+            self.autoscaler.node.add_dependency(self.manifest)

@@ -13,6 +13,7 @@ from stacks.components.buckets import ArtifactBuckets
 from stacks.components.compute import gpu_compute
 from stacks.components.control_plane import ControlPlane
 from stacks.components.network import WarmstartVpc
+from stacks.components.serving_metrics import ServingMetrics
 from warmstart.agent_settings import agent_settings, metrics_scraper_cidrs
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
@@ -52,6 +53,16 @@ class ClusterStack(Stack):
             compute=capacity.compute,
         )
         self.compute.attach(cluster=self.cluster, charts=self.charts)
+        # Autoscaled models read their load through the custom metrics API.
+        self.serving_metrics = (
+            ServingMetrics(self, "ServingMetrics", cluster=self.cluster)
+            if any(model.autoscaling for model in config.models)
+            else None
+        )
+        if self.serving_metrics is not None:
+            # After the compute mode's nodes for cluster services (Karpenter's system node group; Auto Mode's
+            # built-in pools), which Prometheus and the adapter run on.
+            self.serving_metrics.prometheus.node.add_dependency(self.compute)
         catalog = default_catalog()
         settings = agent_settings(config, catalog)
         images = serving_images(config) if config.image_preload.mode != "off" else []

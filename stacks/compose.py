@@ -14,9 +14,13 @@ from stacks.data_stack import DataStack
 from stacks.model_stack import ModelStack
 from stacks.network_stack import NetworkStack
 from stacks.pruner_stack import PrunerStack
+from warmstart.autoscaling import scaling_policy
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.workload import plan_model
+
+# What DefaultStackSynthesizer reads the bootstrap qualifier from (aws-cdk-lib, cx-api BOOTSTRAP_QUALIFIER_CONTEXT).
+BOOTSTRAP_QUALIFIER_CONTEXT = "@aws-cdk/core:bootstrapQualifier"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class EnvironmentStacks:
 
 
 def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStacks:
+    # The bootstrap the stacks deploy through (its roles, bucket and repository); `make bootstrap` creates it.
+    app.node.set_context(BOOTSTRAP_QUALIFIER_CONTEXT, config.deploy.bootstrap_qualifier)
     env = Environment(account=config.account, region=config.region)
     prefix = f"warmstart-{config.name}"
     network = NetworkStack(app, f"{prefix}-network", env=env, network=config.network)
@@ -60,6 +66,7 @@ def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStack
             env=env,
             cluster=cluster.cluster,
             plan=plan_model(model, config, catalog),
+            scaling=scaling_policy(model, config, catalog),
             bucket_name=data.buckets.model_bucket_name,
             kms_key_arn=config.buckets.models.kms_key_arn,
             after=cluster.before_workload(model.image),

@@ -7,6 +7,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from model_workload.construct import ModelWorkload
+from warmstart.autoscaling import ScalingPolicy
 from warmstart.workload import ModelPlan
 
 
@@ -22,6 +23,7 @@ class ModelStack(Stack):
         *,
         cluster: eks.Cluster,
         plan: ModelPlan,
+        scaling: ScalingPolicy | None,
         bucket_name: str,
         kms_key_arn: str | None,
         after: Sequence[Construct],
@@ -29,5 +31,12 @@ class ModelStack(Stack):
     ) -> None:
         super().__init__(scope, id, **kwargs)
         self.workload = ModelWorkload(
-            self, "Model", cluster=cluster, plan=plan, bucket_name=bucket_name, kms_key_arn=kms_key_arn, after=after
+            self,
+            "Model",
+            cluster=cluster,
+            plan=plan,
+            scaling=scaling,
+            bucket_name=bucket_name,
+            kms_key_arn=kms_key_arn,
+            after=after,
         )

@@ -21,9 +21,17 @@ from warmstart.catalog import default_catalog
 from warmstart.estimate import estimate_environment, render_estimates
 from warmstart.loader import ConfigError, load_config
 from warmstart.plan import render_plan
-from warmstart.preflight import ACTIONS, check, run_command, target
+from warmstart.preflight import ACTIONS, bootstrap_options, check, run_command, target
 from warmstart.starts import STARTS_PATH
-from warmstart.status import DAEMON_SETS_PATH, NODES_PATH, model_status, read_starts, render_starts, render_status
+from warmstart.status import (
+    DAEMON_SETS_PATH,
+    HPAS_PATH,
+    NODES_PATH,
+    model_status,
+    read_starts,
+    render_starts,
+    render_status,
+)
 
 
 def kubectl_get(kubectl: list[str], path: str) -> dict:
@@ -61,6 +69,9 @@ def preflight_command(config, args: argparse.Namespace) -> int:
     if args.target:
         print(target(config))
         return 0
+    if args.bootstrap_options:
+        print(" ".join(bootstrap_options(config)))
+        return 0
     if args.action is None:
         print("warmstart preflight: say --for one of " + ", ".join(ACTIONS), file=sys.stderr)
         return 2
@@ -95,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     preflight.add_argument("--assembly", type=Path, help="the synthesized cloud assembly (cdk.out/<env>)")
     preflight.add_argument("--confirm", default="", help="destroy: the environment's name, typed back")
     preflight.add_argument("--target", action="store_true", help="print aws://<account>/<region> and stop")
+    preflight.add_argument(
+        "--bootstrap-options", action="store_true", help="print cdk bootstrap's options for the config and stop"
+    )
     for command in (plan, status, preflight):
         source = command.add_mutually_exclusive_group(required=True)
         source.add_argument("--env", help="an environment in config/<env>.yaml")
@@ -121,10 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         nodes, daemon_sets = kubectl_get(kubectl, NODES_PATH), kubectl_get(kubectl, DAEMON_SETS_PATH)
+        autoscaled = any(model.autoscaling for model in config.models)
+        hpas = kubectl_get(kubectl, HPAS_PATH) if autoscaled else {}
     except (RuntimeError, FileNotFoundError) as error:
         print(f"warmstart status: cannot read the cluster: {error}", file=sys.stderr)
         return 3
-    print(render_status(config, model_status(config, default_catalog(), nodes, daemon_sets)))
+    print(render_status(config, model_status(config, default_catalog(), nodes, daemon_sets, hpas)))
     return 0
 
 

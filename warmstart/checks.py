@@ -94,6 +94,7 @@ def check_environment(config: EnvironmentConfig, catalog: Catalog) -> list[Probl
     problems += _gpu_budget(config, catalog)
     problems += _agent_policies(config)
     problems += _agent_image(config)
+    problems += _autoscaling(config)
     for index, _ in enumerate(config.models):
         problems += _model(config, catalog, index)
     if not problems:  # it derives every model's keys, which needs every model valid
@@ -199,8 +200,53 @@ def _single_replicas(config: EnvironmentConfig) -> list[Problem]:
             "allow_single_replica_downtime: true",
         )
         for i, model in enumerate(config.models)
-        if model.replicas == 1 and not model.allow_single_replica_downtime
+        if model.replicas == 1 and not model.autoscaling and not model.allow_single_replica_downtime
     ]
+
+
+def _autoscaling(config: EnvironmentConfig) -> list[Problem]:
+    problems = []
+    for i, model in enumerate(config.models):
+        scaling = model.autoscaling
+        if scaling is None:
+            continue
+        field = f"models[{i}].autoscaling"
+        if scaling.min_replicas > scaling.max_replicas:
+            problems.append(
+                Problem(
+                    f"{field}.min_replicas",
+                    f"{scaling.min_replicas} is above max_replicas ({scaling.max_replicas})",
+                    "make min_replicas at most max_replicas",
+                )
+            )
+        if scaling.min_replicas == 1 and not model.allow_single_replica_downtime:
+            problems.append(
+                Problem(
+                    f"{field}.min_replicas",
+                    "scaled in to one replica, the model goes offline whenever that node is replaced (expiry, "
+                    "AMI drift, a rollout without room to surge)",
+                    "use min_replicas: 2 or more, or accept the downtime with allow_single_replica_downtime: true",
+                )
+            )
+        if "replicas" in model.model_fields_set:
+            problems.append(
+                Problem(
+                    f"models[{i}].replicas",
+                    f"the autoscaler sets the replica count (from {scaling.min_replicas} to {scaling.max_replicas}); "
+                    "a fixed count would be applied again on every deploy and fight it",
+                    "remove replicas (min_replicas is the floor)",
+                )
+            )
+        if scaling.metric == "kv_cache_usage" and scaling.target_value is not None and scaling.target_value >= 1:
+            problems.append(
+                Problem(
+                    f"{field}.target_value",
+                    f"{scaling.target_value:g} is not a share of the KV cache (vLLM reports 0 to 1): pods would "
+                    "never be added",
+                    "use a share below 1, e.g. 0.8",
+                )
+            )
+    return problems
 
 
 def _alerts(config: EnvironmentConfig) -> list[Problem]:
@@ -802,8 +848,11 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     steady = steady_pool_gpus(config, catalog)
     surge = max(node_gpus(m, config, catalog) for m in config.models) if pool.surge else 0
     if steady + surge > pool.gpu_limit:
-        need = f"{steady} GPUs of nodes for every replica on its own node" + (
-            f", plus {surge} for the node a rollout starts first" if surge else ""
+        scaled = [m.name for m in config.models if m.autoscaling]
+        need = (
+            f"{steady} GPUs of nodes for every replica on its own node"
+            + (f" (autoscaled at max_replicas: {', '.join(scaled)})" if scaled else "")
+            + (f", plus {surge} for the node a rollout starts first" if surge else "")
         )
         problems.append(
             Problem(
@@ -814,7 +863,8 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
                     ", or set surge: false (rollouts then replace one pod at a time)"
                     if surge
                     else ", or lower replicas"
-                ),
+                )
+                + (", or lower max_replicas" if scaled else ""),
             )
         )
     return problems

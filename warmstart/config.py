@@ -266,6 +266,19 @@ class StartEstimate(Strict):
     ready_seconds: float = Field(default=5, ge=0)
 
 
+class Autoscaling(Strict):
+    """The model's pods scale on vLLM's own load (a HorizontalPodAutoscaler); the GPU pool adds and removes nodes
+    for them. The replicas setting gives way to min_replicas."""
+
+    min_replicas: PositiveInt
+    max_replicas: PositiveInt
+    # waiting_requests: requests queued per pod (vLLM's vllm:num_requests_waiting); kv_cache_usage: the share of
+    # the KV cache in use per pod (vllm:kv_cache_usage_perc, 0 to 1).
+    metric: Literal["waiting_requests", "kv_cache_usage"] = "waiting_requests"
+    # The per-pod value to hold: default 5 waiting requests, or 0.8 of the KV cache.
+    target_value: PositiveFloat | None = None
+
+
 class ModelSpec(Strict):
     name: str = Field(pattern=DNS_LABEL)
     s3_uri: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$")
@@ -297,6 +310,8 @@ class ModelSpec(Strict):
     # and torch.compile times measured for this model (default: estimate's size-based figures).
     image_size_gb: PositiveFloat | None = None
     compile_seconds: MeasuredCompile | None = None
+    # Scale on load instead of a fixed replica count (off by default).
+    autoscaling: Autoscaling | None = None
 
     # Compile-relevant identity: every field below is a factor of the torch.compile cache key.
     # Which weights (a commit, release or date): new weights under the same name get a new key.
@@ -320,6 +335,16 @@ class ModelSpec(Strict):
     @property
     def bucket(self) -> str:
         return self.s3_uri.removeprefix("s3://").split("/", 1)[0]
+
+    @property
+    def least_replicas(self) -> int:
+        """The fewest replicas the model runs: what availability rules hold."""
+        return self.autoscaling.min_replicas if self.autoscaling else self.replicas
+
+    @property
+    def most_replicas(self) -> int:
+        """The most replicas the model runs: what the GPU budget must hold."""
+        return self.autoscaling.max_replicas if self.autoscaling else self.replicas
 
     @property
     def prefix(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from warmstart.autoscaling import scaling_policy
 from warmstart.cache_key import compile_cache_key
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig
@@ -64,10 +65,14 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
         ("requests", f"cpu {plan.cpu:g}, memory {plan.memory_gib} GiB (also its limit), nvidia.com/gpu {plan.gpus}"),
         (
             "replicas",
-            f"{model.replicas}"
+            (
+                f"{model.autoscaling.min_replicas}-{model.autoscaling.max_replicas} on load"
+                if model.autoscaling
+                else f"{model.replicas}"
+            )
             + (
                 ", each on its own node (spread over zones where possible)"
-                if model.replicas > 1
+                if model.least_replicas > 1
                 else ", offline while its node is replaced"
             ),
         ),
@@ -89,6 +94,21 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
         ),
         ("image", f"{model.image}: {image_route(config)}"),
         ("warnings", "; ".join(plan.warnings) or "none"),
+    ]
+
+
+def scaling_rows(model, config: EnvironmentConfig, catalog: Catalog) -> list[tuple[str, str]]:
+    policy = scaling_policy(model, config, catalog)
+    if policy is None:
+        return []
+    return [
+        (
+            "autoscaling",
+            f"{policy.min_replicas}-{policy.max_replicas} pods on {policy.source_metric}, {policy.target:g} per pod "
+            f"(custom metric {policy.metric}); up at once, at most +100% or +4 pods per 15 s; down 1 pod a minute "
+            f"after {policy.scale_down_window} s of lower load (1.5 x the {policy.start_seconds:.0f} s estimated "
+            "start on a new node)",
+        )
     ]
 
 
@@ -120,7 +140,7 @@ def render_plan(config: EnvironmentConfig, catalog: Catalog, source: str) -> str
     ]
     for model in config.models:
         plan = plan_model(model, config, catalog)
-        rows = plan_rows(plan, config) + key_rows(plan, config, catalog)
+        rows = plan_rows(plan, config) + scaling_rows(model, config, catalog) + key_rows(plan, config, catalog)
         width = max(len(name) for name, _ in rows)
         lines.append(f"model {model.name}")
         lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]

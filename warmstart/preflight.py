@@ -47,7 +47,21 @@ def target(config: EnvironmentConfig) -> str:
     return f"aws://{config.account}/{config.region}"
 
 
-def credentials_problem(config: EnvironmentConfig, run: Runner) -> Problem | None:
+DEFAULT_QUALIFIER = "hnb659fds"
+
+
+def bootstrap_options(config: EnvironmentConfig) -> list[str]:
+    """cdk bootstrap's options for a qualifier other than the default: its own toolkit stack (one per qualifier in
+    an account and Region)."""
+    qualifier = config.deploy.bootstrap_qualifier
+    if qualifier == DEFAULT_QUALIFIER:
+        return []
+    return ["--qualifier", qualifier, "--toolkit-stack-name", f"CDKToolkit-{qualifier}"]
+
+
+def credentials_problem(config: EnvironmentConfig, run: Runner, *, same_account: bool = True) -> Problem | None:
+    """Credentials that work; with `same_account`, for the config's account (agent-image may push to a registry of
+    another account)."""
     code, out, err = run(["aws", "sts", "get-caller-identity", "--output", "json"])
     if code == 127:
         return Problem("the AWS CLI is not installed (cdk needs its credentials chain too)", "install AWS CLI v2")
@@ -63,7 +77,7 @@ def credentials_problem(config: EnvironmentConfig, run: Runner) -> Problem | Non
     except ValueError:
         return Problem("aws sts get-caller-identity answered something that is not JSON", "check the AWS CLI")
     account = str(identity.get("Account", ""))
-    if account != config.account:
+    if same_account and account != config.account:
         return Problem(
             f"the credentials are for account {account} ({identity.get('Arn', '?')}), but environment "
             f"{config.name} is account {config.account}",
@@ -132,6 +146,12 @@ def check(
         kept = retained_resources(assembly)
         notes.append("these stay after the stacks are deleted (retained data, never emptied by warmstart):")
         notes += [f"  {line}" for line in kept] or ["  nothing"]
+        notes += [
+            "and these, which no stack owns:",
+            f"  the EKS control plane's log group /aws/eks/{config.cluster.name}/cluster",
+            "  log groups AWS Lambda created for the CDK providers' functions (/aws/lambda/warmstart-...)",
+            "  the CDK bootstrap stack, its bucket and repository (assets of every deploy), shared by the account",
+        ]
         if confirm != config.name:
             problems.append(
                 Problem(
@@ -139,8 +159,8 @@ def check(
                     f"run it again with CONFIRM={config.name}",
                 )
             )
-    if action in ("bootstrap", "diff", "deploy", "destroy"):
-        problem = credentials_problem(config, run)
+    if action in ("bootstrap", "diff", "deploy", "destroy", "agent-image"):
+        problem = credentials_problem(config, run, same_account=action != "agent-image")
         if problem:
             problems.append(problem)
     if action == "deploy":

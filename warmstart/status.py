@@ -20,6 +20,7 @@ COMPILE_READY = {"restored", "present", "published"}
 # The API paths the status needs (read with the user's kubeconfig).
 NODES_PATH = "/api/v1/nodes"
 DAEMON_SETS_PATH = f"/apis/apps/v1/namespaces/{AGENT_NAMESPACE}/daemonsets"
+HPAS_PATH = "/apis/autoscaling/v2/horizontalpodautoscalers"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,62 @@ class CompileUse:
         return f"{self.hits} hit, {self.misses} miss" if self.hits + self.misses else "none yet"
 
 
+@dataclass(frozen=True)
+class Replicas:
+    """An autoscaled model's replicas (current/desired) and its metric (per pod, against the target)."""
+
+    autoscaled: bool
+    fixed: int = 0
+    current: int | None = None
+    desired: int | None = None
+    metric: str | None = None  # e.g. "waiting 6.5/5"
+
+    def __str__(self) -> str:
+        if not self.autoscaled:
+            return f"{self.fixed} fixed"
+        if self.current is None:
+            return "no autoscaler yet"
+        return f"{self.current}/{self.desired}" + (f" ({self.metric})" if self.metric else "")
+
+
+QUANTITY_SUFFIXES = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def _quantity(text: str) -> float:
+    """A canonical Kubernetes quantity as the autoscaler writes it: "6500m" -> 6.5, "5" -> 5, "2k" -> 2000."""
+    if text[-2:] in ("Ki", "Mi", "Gi", "Ti"):
+        return float(text[:-2]) * 1024 ** ("KMGT".index(text[-2]) + 1)
+    if text[-1:] in QUANTITY_SUFFIXES:
+        return float(text[:-1]) * QUANTITY_SUFFIXES[text[-1]]
+    return float(text)
+
+
+def autoscaler_status(model, hpas: dict) -> Replicas:
+    if model.autoscaling is None:
+        return Replicas(autoscaled=False, fixed=model.replicas)
+    hpa = next(
+        (
+            h
+            for h in hpas.get("items", [])
+            if h["metadata"].get("namespace") == model.name and h["metadata"].get("name") == "vllm"
+        ),
+        None,
+    )
+    if hpa is None:
+        return Replicas(autoscaled=True)
+    status = hpa.get("status", {})
+    metric = None
+    for current in status.get("currentMetrics") or []:
+        pods = current.get("pods")
+        if pods and "averageValue" in pods.get("current", {}):
+            target = hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+            name = pods["metric"]["name"].removeprefix("vllm_")
+            metric = f"{name} {_quantity(pods['current']['averageValue']):g}/{_quantity(str(target)):g} per pod"
+    return Replicas(
+        True, current=status.get("currentReplicas", 0), desired=status.get("desiredReplicas", 0), metric=metric
+    )
+
+
 def _count(target: int, ready: int, refused: int = 0) -> CacheCount:
     if target == 0:
         return CacheCount("no-nodes", 0, 0)
@@ -52,13 +109,13 @@ def _count(target: int, ready: int, refused: int = 0) -> CacheCount:
 
 
 def model_status(
-    config: EnvironmentConfig, catalog: Catalog, nodes: dict, daemon_sets: dict
-) -> dict[str, dict[str, CacheCount | CompileUse]]:
+    config: EnvironmentConfig, catalog: Catalog, nodes: dict, daemon_sets: dict, hpas: dict | None = None
+) -> dict[str, dict[str, CacheCount | CompileUse | Replicas]]:
     gpu_nodes = [
         n for n in nodes.get("items", []) if n["metadata"].get("labels", {}).get(GPU_POOL_LABEL[0]) == GPU_POOL_LABEL[1]
     ]
     by_name = {d["metadata"]["name"]: d for d in daemon_sets.get("items", [])}
-    result: dict[str, dict[str, CacheCount | CompileUse]] = {}
+    result: dict[str, dict[str, CacheCount | CompileUse | Replicas]] = {}
     for model in config.models:
         plan = plan_model(model, config, catalog)
         types = set(model.instance_types or config.compute.gpu_pool.instance_types)
@@ -82,14 +139,21 @@ def model_status(
             status = by_name.get(image_cache_name(model.image), {}).get("status", {})
             image = _count(status.get("desiredNumberScheduled", len(targets)), status.get("numberReady", 0))
         use = CompileUse(labelled(COMPILE_USE_LABEL_DOMAIN, {"hit"}), labelled(COMPILE_USE_LABEL_DOMAIN, {"miss"}))
-        result[model.name] = {"weights": weights, "compile": compile_cache, "use": use, "image": image}
+        result[model.name] = {
+            "weights": weights,
+            "compile": compile_cache,
+            "use": use,
+            "image": image,
+            "replicas": autoscaler_status(model, hpas or {}),
+        }
     return result
 
 
-def render_status(config: EnvironmentConfig, statuses: dict[str, dict[str, CacheCount | CompileUse]]) -> str:
-    rows: list[tuple[str, ...]] = [("MODEL", "WEIGHTS", "COMPILE CACHE", "LAST POD PER NODE", "IMAGE")]
+def render_status(config: EnvironmentConfig, statuses: dict[str, dict[str, CacheCount | CompileUse | Replicas]]) -> str:
+    rows: list[tuple[str, ...]] = [("MODEL", "WEIGHTS", "COMPILE CACHE", "LAST POD PER NODE", "IMAGE", "REPLICAS")]
     rows += [
-        (name, *(str(s[column]) for column in ("weights", "compile", "use", "image"))) for name, s in statuses.items()
+        (name, *(str(s[column]) for column in ("weights", "compile", "use", "image", "replicas")))
+        for name, s in statuses.items()
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"environment {config.name}: READY/TARGET GPU nodes per cache"]

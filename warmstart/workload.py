@@ -18,6 +18,12 @@ from warmstart.config import GIB, EnvironmentConfig, ModelSpec
 from warmstart.sizing import candidate_instances, nvme_mount, tensor_parallel_size
 
 VLLM_PORT = 8000
+# A pod leaving (scale-down, rollout, node replacement): the endpoint is removed while the preStop sleep runs
+# (requests routed meanwhile still land), then vLLM finishes what runs for up to the timeout; the grace period
+# covers both.
+PRESTOP_SLEEP_SECONDS = 10
+SHUTDOWN_TIMEOUT_SECONDS = 45
+TERMINATION_GRACE_SECONDS = PRESTOP_SLEEP_SECONDS + SHUTDOWN_TIMEOUT_SECONDS + 15
 # Container names in every model's pod: the chart names them, the agent's start timeline reads their statuses.
 VLLM_CONTAINER = "vllm"
 RESTORE_WAIT_CONTAINER = "wait-for-compile-cache"
@@ -98,8 +104,9 @@ def node_gpus(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> 
 
 
 def steady_pool_gpus(config: EnvironmentConfig, catalog: Catalog) -> int:
-    """Node GPUs the models hold in the pool when every replica runs (one node per replica, at most)."""
-    return sum(m.replicas * node_gpus(m, config, catalog) for m in config.models)
+    """Node GPUs the models hold in the pool when every replica runs (one node per replica, at most; an
+    autoscaled model at its max_replicas)."""
+    return sum(m.most_replicas * node_gpus(m, config, catalog) for m in config.models)
 
 
 # Share of the instance-store NVMe warmstart plans to fill (the rest: filesystem overhead, kubelet, logs).
@@ -298,7 +305,11 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         rollout = "one pod at a time (compute.gpu_pool.surge: false)"
         warnings.append(
             "no surge: "
-            + ("the model is offline during every rollout" if model.replicas == 1 else "rollouts run one replica short")
+            + (
+                "the model is offline during every rollout"
+                if model.least_replicas == 1
+                else "rollouts run one replica short"
+            )
         )
     return ModelPlan(
         model=model,
@@ -355,6 +366,9 @@ def vllm_args(plan: ModelPlan) -> list[str]:
         f"--served-model-name={model.name}",
         "--host=0.0.0.0",
         f"--port={VLLM_PORT}",
+        # On SIGTERM, finish the requests in flight for up to this long (vLLM's default 0 aborts them); not a
+        # factor of vLLM's compile hash (VllmConfig.shutdown_timeout is outside compute_hash).
+        f"--shutdown-timeout={SHUTDOWN_TIMEOUT_SECONDS}",
     ]
     if model.max_num_batched_tokens is not None:
         args.append(f"--max-num-batched-tokens={model.max_num_batched_tokens}")

@@ -5,8 +5,10 @@
   required reviewers gate it) or, without one, for pushes to the configured branch; it may only assume the CDK
   bootstrap roles of the environment's account and Region (deploy, file and image publishing, lookup), which
   do the work with the permissions `cdk bootstrap` gave them.
-- A diff role for pull requests: it may only assume the bootstrap lookup role (read-only): `cdk diff` reads
-  the deployed templates with it (and falls back to a template diff without a change set).
+- A diff role for pull requests: it may read the environment's own stacks' templates and the bootstrap version,
+  nothing else (not the bootstrap lookup role, whose ReadOnlyAccess would open the whole account to anyone who
+  can open a pull request): `cdk diff` cannot assume the bootstrap roles with it and falls back to these
+  credentials and a template diff without a change set.
 The token's claims: `aud` is the audience, `sub` is `repo:<owner>/<repo>:environment:<name>`,
 `repo:<owner>/<repo>:ref:refs/heads/<branch>` or `repo:<owner>/<repo>:pull_request` (GitHub's OIDC docs).
 """
@@ -17,12 +19,12 @@ from aws_cdk import Duration, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from stacks.components.nag import acknowledge, wildcard
 from warmstart.config import GithubAccess
 
 GITHUB_TOKEN_HOST = "token.actions.githubusercontent.com"
 AUDIENCE = "sts.amazonaws.com"
 DEPLOY_BOOTSTRAP_ROLES = ("deploy", "file-publishing", "image-publishing", "lookup")
-DIFF_BOOTSTRAP_ROLES = ("lookup",)
 
 
 def deploy_subject(github: GithubAccess) -> str:
@@ -64,13 +66,15 @@ class GithubCiAccess(Construct):
                 for kind in kinds
             ]
 
-        def role(id: str, name: str, subject: str, kinds: tuple[str, ...], description: str) -> iam.Role:
+        def role(id: str, name: str, subject: str, description: str) -> iam.Role:
             made = iam.Role(
                 self,
                 id,
                 role_name=name,
                 description=description,
-                max_session_duration=Duration.hours(1),
+                # A first deploy (VPC, EKS, nodes, charts) can outlast an hour; the CLI's sessions of the bootstrap
+                # roles are chained from this one (deploy.yml asks for 3 hours).
+                max_session_duration=Duration.hours(3),
                 assumed_by=iam.WebIdentityPrincipal(
                     self.provider_arn,
                     conditions={
@@ -78,19 +82,20 @@ class GithubCiAccess(Construct):
                     },
                 ),
             )
-            made.add_to_policy(
-                iam.PolicyStatement(
-                    sid="AssumeCdkBootstrapRoles", actions=["sts:AssumeRole"], resources=bootstrap_roles(kinds)
-                )
-            )
             return made
 
         self.deploy_role = role(
             "DeployRole",
             deploy_role_name(environment),
             deploy_subject(github),
-            DEPLOY_BOOTSTRAP_ROLES,
             f"GitHub Actions deploys of warmstart {environment}: the CDK bootstrap roles only",
+        )
+        self.deploy_role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AssumeCdkBootstrapRoles",
+                actions=["sts:AssumeRole"],
+                resources=bootstrap_roles(DEPLOY_BOOTSTRAP_ROLES),
+            )
         )
         self.diff_role: iam.Role | None = None
         if github.pull_request_diff:
@@ -98,6 +103,30 @@ class GithubCiAccess(Construct):
                 "DiffRole",
                 diff_role_name(environment),
                 diff_subject(github),
-                DIFF_BOOTSTRAP_ROLES,
-                f"GitHub Actions pull requests of warmstart {environment}: cdk diff through the lookup role",
+                f"GitHub Actions pull requests of warmstart {environment}: read its stacks' templates",
+            )
+            stacks = (
+                f"arn:{stack.partition}:cloudformation:{stack.region}:{stack.account}:stack/warmstart-{environment}-*"
+            )
+            self.diff_role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="ReadThisEnvironmentsTemplates",
+                    actions=["cloudformation:GetTemplate", "cloudformation:DescribeStacks"],
+                    resources=[f"{stacks}/*"],
+                )
+            )
+            self.diff_role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="ReadBootstrapVersion",
+                    actions=["ssm:GetParameter"],
+                    resources=[
+                        f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter/cdk-bootstrap/"
+                        f"{bootstrap_qualifier}/version"
+                    ],
+                )
+            )
+            acknowledge(
+                self.diff_role,
+                "Read-only on this environment's own stacks, whose IDs CloudFormation appends to their names.",
+                wildcard(f"{stacks}/*"),
             )

@@ -214,3 +214,44 @@ def test_restore_racing_a_pod_start_ends_in_a_hit_or_a_clean_miss(tmp_path, s3_s
     for attempt in range(3):
         outcome = _race(world, tmp_path, f"race-{attempt}", vllm_first_during_download=False)
         assert outcome in {("restored", True), ("busy", False), ("present", False)}, outcome
+
+
+def test_a_burst_of_pods_on_new_nodes_gets_the_restore_before_its_bound(tmp_path, s3_server):
+    """An autoscaler adds 4 pods at once and the pool 2 nodes for them: kubelet binds each pod at once (its
+    hostPath made, its wait step polling for the done marker) while each node's agent restores the published
+    cache. Every pod finds the restore done well within its bound (restore_wait_seconds) and hits the cache."""
+    world = make_world(s3_server, tmp_path)
+    _first_node_publishes(world)
+    nodes = [world.node("node-b"), world.node("node-c")]
+    pods = [world.schedule(node) for node in nodes for _ in range(2)]
+    (wait_step,) = pods[0].spec["initContainers"]
+    bound = int(next(e["value"] for e in wait_step["env"] if e["name"] == "WAIT_SECONDS"))
+    reports: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def serve(index: int) -> None:
+        try:
+            reports[index] = world.serve(pods[index])
+        except BaseException as error:  # reported below, in the test's thread
+            errors.append(error)
+
+    starting = [threading.Thread(target=serve, args=(i,)) for i in range(len(pods))]
+    for thread in starting:
+        thread.start()  # the wait steps poll first: the agents start after the pods are bound
+    outcomes = {}
+    restores = [threading.Thread(target=lambda n=n: outcomes.update({n.stand_in.name: n.agent.start()})) for n in nodes]
+    for thread in restores:
+        thread.start()
+    for thread in [*restores, *starting]:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert {name: outcome[MODEL].status for name, outcome in outcomes.items()} == {
+        "node-b": "restored",
+        "node-c": "restored",
+    }
+    assert all(outcome[MODEL].seconds < bound for outcome in outcomes.values())  # done within every pod's wait
+    for index, pod in enumerate(pods):
+        wait_output = pod.outputs[0].stdout
+        assert "warmstart: compile-cache restore finished" in wait_output, wait_output
+        assert "no compile-cache restore after" not in wait_output
+        assert reports[index]["hit"], index

@@ -39,27 +39,46 @@ def test_prod_deploys_only_from_its_github_environment(prod):
     assert "Ref" in deploy_trust["Principal"]["Federated"]  # the provider this stack creates
     (diff_trust,) = roles["warmstart-prod-github-diff"]["AssumeRolePolicyDocument"]["Statement"]
     assert diff_trust["Condition"]["StringEquals"][f"{TOKEN}:sub"] == "repo:acme/warmstart-infra:pull_request"
-    assert roles["warmstart-prod-github-deploy"]["MaxSessionDuration"] == 3600
+    assert roles["warmstart-prod-github-deploy"]["MaxSessionDuration"] == 10800  # a first deploy outlasts an hour
 
 
-def test_dev_deploys_from_pushes_to_main(dev):
+def test_dev_deploys_from_its_github_environment(dev):
+    """A job that names an environment gets `sub` repo:<repo>:environment:<name>, whatever its branch."""
     (trust,) = _roles(dev.template("ci"))["warmstart-dev-github-deploy"]["AssumeRolePolicyDocument"]["Statement"]
-    assert trust["Condition"]["StringEquals"][f"{TOKEN}:sub"] == "repo:acme/warmstart-infra:ref:refs/heads/main"
+    assert trust["Condition"]["StringEquals"][f"{TOKEN}:sub"] == "repo:acme/warmstart-infra:environment:dev"
 
 
-def test_the_roles_may_only_assume_the_cdk_bootstrap_roles(prod):
+def test_without_an_environment_the_branch_is_trusted():
+    from stacks.components.ci_access import deploy_subject
+    from warmstart.config import GithubAccess
+
+    assert deploy_subject(GithubAccess(repository="acme/x", branch="release")) == "repo:acme/x:ref:refs/heads/release"
+
+
+def test_the_deploy_role_may_only_assume_the_cdk_bootstrap_roles_and_the_diff_role_only_read_its_stacks(prod):
     template = prod.template("ci")
-    granted = []
-    for policy in _policies(template):
-        (statement,) = policy["PolicyDocument"]["Statement"]
-        assert statement["Action"] == "sts:AssumeRole" and statement["Effect"] == "Allow"
-        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        granted.append(sorted(arn.removeprefix("arn:aws:iam::210987654321:role/") for arn in resources))
+    statements = {
+        p["Roles"][0]["Ref"].removeprefix("GithubAccess")[:8]: p["PolicyDocument"]["Statement"]
+        for p in _policies(template)
+    }
+    (deploy,) = statements["DeployRo"]
+    assert deploy["Action"] == "sts:AssumeRole"
     region = "210987654321-us-east-1"
-    assert sorted(granted) == [
-        [f"cdk-hnb659fds-{kind}-role-{region}" for kind in ("deploy", "file-publishing", "image-publishing", "lookup")],
-        [f"cdk-hnb659fds-lookup-role-{region}"],  # pull requests: read-only
+    assert deploy["Resource"] == [
+        f"arn:aws:iam::210987654321:role/cdk-hnb659fds-{kind}-role-{region}"
+        for kind in ("deploy", "file-publishing", "image-publishing", "lookup")
     ]
+    # Pull requests: not the lookup role (ReadOnlyAccess to the whole account), only this environment's templates.
+    templates, version = statements["DiffRole"]
+    assert templates["Action"] == ["cloudformation:DescribeStacks", "cloudformation:GetTemplate"]
+    assert templates["Resource"] == "arn:aws:cloudformation:us-east-1:210987654321:stack/warmstart-prod-*/*"
+    assert version == {
+        "Action": "ssm:GetParameter",
+        "Effect": "Allow",
+        "Resource": "arn:aws:ssm:us-east-1:210987654321:parameter/cdk-bootstrap/hnb659fds/version",
+        "Sid": "ReadBootstrapVersion",
+    }
+    assert "sts:AssumeRole" not in str(statements["DiffRole"])
     assert not template.find_resources("AWS::IAM::User") and not template.find_resources("AWS::IAM::AccessKey")
 
 
@@ -100,3 +119,19 @@ def test_an_account_whose_provider_exists_names_it_and_creates_none():
     (policy,) = template.find_resources("AWS::IAM::Policy").values()
     resources = policy["Properties"]["PolicyDocument"]["Statement"][0]["Resource"]
     assert all(r.startswith("arn:aws:iam::210987654321:role/cdk-wsqa-") for r in resources)  # the qualifier
+
+
+def test_the_stacks_deploy_through_the_configured_bootstrap(tmp_path):
+    """The qualifier reaches every stack's synthesizer: its roles, asset bucket and version check."""
+    import yaml
+
+    from tests.synth import ROOT, synthesize
+    from warmstart.loader import load_config
+
+    raw = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
+    raw["deploy"]["bootstrap_qualifier"] = "wsdev"
+    path = tmp_path / "dev.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    synthesized = synthesize(load_config(path), tmp_path / "out", "dev")
+    manifest = (synthesized.outdir / "manifest.json").read_text()
+    assert "cdk-wsdev-deploy-role" in manifest and "cdk-hnb659fds" not in manifest

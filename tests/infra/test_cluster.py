@@ -382,8 +382,9 @@ def test_node_replacement_takes_one_node_at_a_time_within_a_bounded_grace(shippe
     assert spec["template"]["spec"]["expireAfter"] == pool.expire_after == "336h"
     assert spec["template"]["spec"]["terminationGracePeriod"] == pool.termination_grace_period == "24h"
     assert spec["disruption"]["budgets"] == [{"nodes": "1"}]
+    least = {m.name: m.least_replicas for m in shipped.config.models}
     for deployment in of_kind(shipped.manifests(), "Deployment"):
-        replicas = deployment["spec"]["replicas"]
+        replicas = deployment["spec"].get("replicas", least[deployment["metadata"]["namespace"]])  # autoscaled
         spread = deployment["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
         if replicas > 1:
             by_key = {c["topologyKey"]: c["whenUnsatisfiable"] for c in spread}

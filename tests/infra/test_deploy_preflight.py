@@ -180,3 +180,29 @@ def test_make_deploy_stops_at_the_preflight_without_credentials(fake_bin):
     assert done.returncode != 0
     assert "no usable AWS credentials" in done.stderr
     assert "cdk deploy" not in done.stdout.split("--for deploy", 1)[1]  # never reached
+
+
+def test_agent_image_needs_credentials_for_the_registry_and_docker(fake_bin):
+    """It logs in to ECR (aws ecr get-login-password) before the push; the registry may be another account's."""
+    no_credentials = preflight(fake_bin, "--for", "agent-image")
+    assert no_credentials.returncode == 2 and "no usable AWS credentials" in no_credentials.stderr
+    other_account = preflight(fake_bin, "--for", "agent-image", account="999999999999")
+    assert other_account.returncode == 0, other_account.stderr
+    no_docker = preflight(fake_bin, "--for", "agent-image", account="999999999999", docker=None)
+    assert no_docker.returncode == 2 and "make agent-image builds and pushes" in no_docker.stderr
+    assert "install Docker with buildx" in no_docker.stderr and "deploy.agent_image" not in no_docker.stderr
+
+
+def test_a_qualifier_of_its_own_gets_its_own_toolkit_stack(fake_bin, tmp_path):
+    raw = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
+    raw["deploy"]["bootstrap_qualifier"] = "wsdev"
+    path = tmp_path / "dev.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    done = preflight(fake_bin, "--bootstrap-options", config=path)
+    assert done.stdout.split() == ["--qualifier", "wsdev", "--toolkit-stack-name", "CDKToolkit-wsdev"]
+    assert preflight(fake_bin, "--bootstrap-options").stdout.strip() == ""  # the default: cdk's own
+
+
+def test_destroy_names_what_no_stack_owns(fake_bin, dev):
+    done = preflight(fake_bin, "--for", "destroy", "--assembly", str(dev.outdir), account="123456789012")
+    assert "/aws/eks/warmstart-dev/cluster" in done.stdout and "CDK bootstrap stack" in done.stdout

@@ -149,7 +149,7 @@ def test_one_network_policy_per_model_admits_only_its_clients_on_the_serving_por
         assert spec["policyTypes"] == ["Ingress"]  # egress stays open: S3, the registry, the Kubernetes API
         (rule,) = spec["ingress"]
         assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
-        (peer,) = rule["from"]
+        peer, *prometheus = rule["from"]
         (expression,) = peer["namespaceSelector"]["matchExpressions"]
         clients = plan_model(model, shipped.config, default_catalog()).client_namespaces
         assert expression == {
@@ -157,6 +157,20 @@ def test_one_network_policy_per_model_admits_only_its_clients_on_the_serving_por
             "operator": "In",
             "values": sorted({model.name, *clients}),
         }
+        # An autoscaled model's pods also admit its environment's Prometheus server (/metrics on that port), not
+        # the rest of its namespace (the adapter).
+        assert prometheus == (
+            [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "warmstart-monitoring"}},
+                    "podSelector": {
+                        "matchLabels": {"app.kubernetes.io/component": "server", "app.kubernetes.io/name": "prometheus"}
+                    },
+                }
+            ]
+            if model.autoscaling
+            else []
+        )
         assert clients == sorted(shipped.config.serving.client_namespaces)  # no model overrides them here
 
 

@@ -71,6 +71,7 @@ def test_pod_spec_auto_mode(dev):
         "--served-model-name=qwen3-4b",
         "--host=0.0.0.0",
         "--port=8000",
+        "--shutdown-timeout=45",  # requests in flight finish when the pod goes (vLLM's default aborts them)
     ]
     assert container["resources"] == {
         "limits": {"memory": "24Gi", "nvidia.com/gpu": 1},
@@ -197,7 +198,9 @@ def test_workloads_wait_for_credentials_and_the_gpu_pool(shipped):
         stack = shipped.stacks.models[model.name]
         template = shipped.model_template_json(model.name)
         (manifest_id,) = [
-            k for k, r in template["Resources"].items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+            k
+            for k, r in template["Resources"].items()
+            if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "Autoscaler" not in k
         ]
         assert any(
             "IdentityAssociation" in d or "ReaderIdentityAssociation" in d
@@ -207,6 +210,9 @@ def test_workloads_wait_for_credentials_and_the_gpu_pool(shipped):
         assert cluster_stack.stack_name in assembly[stack.artifact_id]["dependencies"]
         after = {d.node.path for d in stack.workload.manifest.node.dependencies}
         assert cluster_stack.compute.gpu_pool.manifest.node.path in after
+        if model.autoscaling:  # the autoscaler after the Deployment it scales
+            autoscaler = stack.workload.autoscaler
+            assert autoscaler is not None and stack.workload.manifest in autoscaler.node.dependencies
 
 
 def _without_prune_labels(obj: dict) -> dict:
@@ -230,12 +236,16 @@ def test_gitops_manifests_equal_what_cdk_deploys(shipped, dist):
 
 def test_gitops_manifests_pass_strict_validation(shipped, dist):
     files = dist[shipped.name]
-    assert set(files) == {f"{m.name}.yaml" for m in shipped.config.models}
+    scaled = {f"{m.name}-autoscaler.yaml" for m in shipped.config.models if m.autoscaling}
+    assert set(files) == {f"{m.name}.yaml" for m in shipped.config.models} | scaled
     for model in shipped.config.models:
         objects = files[f"{model.name}.yaml"]
         kinds = [o["kind"] for o in objects]
         expected = ["ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "NetworkPolicy"]
         assert kinds[0] == "Namespace" and sorted(kinds[1:]) == sorted(expected)
+        if model.autoscaling:  # its own file (its own manifest on the cdk deploy path)
+            objects += files[f"{model.name}-autoscaler.yaml"]
+            assert [o["kind"] for o in files[f"{model.name}-autoscaler.yaml"]] == ["HorizontalPodAutoscaler"]
         for obj in objects:
             validate_manifest(obj, shipped.config.cluster.kubernetes_version)
 
@@ -245,10 +255,21 @@ def test_dist_snapshot(dist, environment, snapshot):
     assert dist[environment] == snapshot
 
 
+def test_a_leaving_pod_drains_within_its_grace_period(shipped):
+    """preStop: kubelet's sleep while the endpoint goes; then vLLM finishes what runs for --shutdown-timeout; the
+    grace period covers both (vLLM 0.21.0: SIGTERM shuts the engine down with that timeout)."""
+    for deployment in _deployments(shipped).values():
+        pod = deployment["spec"]["template"]["spec"]
+        container = _container(deployment)
+        assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+        timeout = next(int(a.split("=")[1]) for a in container["args"] if a.startswith("--shutdown-timeout="))
+        assert pod["terminationGracePeriodSeconds"] > 10 + timeout
+
+
 def test_render_replaces_stale_files(tmp_path, dev):
     (tmp_path / "removed-model.yaml").write_text("kind: Deployment\n")
     files = render_workloads(dev.config, tmp_path)
-    assert [p.name for p in files] == ["qwen3-4b.yaml"]
+    assert [p.name for p in files] == ["qwen3-4b-autoscaler.yaml", "qwen3-4b.yaml"]
 
 
 def test_weights_cached_pods_choose_their_source_at_start_and_prefer_warm_nodes(prod):
@@ -289,7 +310,9 @@ def test_without_the_weights_cache_pods_have_no_weights_mount(dev):
 def test_the_entry_config_map_carries_the_entry_step_and_the_loopback_endpoint(shipped, dist):
     from model_workload.chart import ENTRY_FILES
 
-    for objects in dist[shipped.name].values():
+    for name, objects in dist[shipped.name].items():
+        if name.endswith("-autoscaler.yaml"):
+            continue
         (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
         assert config_map["metadata"]["name"] == "warmstart-entry"
         assert config_map["data"] == {name: path.read_text() for name, path in ENTRY_FILES.items()}

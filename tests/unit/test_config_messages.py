@@ -287,18 +287,21 @@ def test_a_gpu_limit_below_every_instance_type_launches_nothing():
 
 def test_a_gpu_limit_below_the_replicas_and_the_surge_is_refused_with_the_number_that_works():
     document = raw("prod")
-    document["compute"]["gpu_pool"]["gpu_limit"] = 39  # 2 models x 2 replicas x one 8-GPU node, + 8 for a surge
+    # qwen: 2 replicas; llama autoscaled up to 4; each on its own 8-GPU node: 48 GPUs, + 8 for a surge.
+    document["compute"]["gpu_pool"]["gpu_limit"] = 55
     problem = only_problem(document)
-    assert "32 GPUs of nodes for every replica on its own node, plus 8" in problem.message
-    assert "at least 40" in problem.fix and "surge: false" in problem.fix
+    assert "48 GPUs of nodes for every replica on its own node (autoscaled at max_replicas: llama-3-3-70b), plus 8" in (
+        problem.message
+    )
+    assert "at least 56" in problem.fix and "surge: false" in problem.fix and "max_replicas" in problem.fix
     document["compute"]["gpu_pool"]["surge"] = False
-    document["compute"]["gpu_pool"]["gpu_limit"] = 31
+    document["compute"]["gpu_pool"]["gpu_limit"] = 47
     problem = only_problem(document)
-    assert "at least 32" in problem.fix and "surge: false" not in problem.fix
-    document["compute"]["gpu_pool"]["gpu_limit"] = 32
+    assert "at least 48" in problem.fix and "surge: false" not in problem.fix
+    document["compute"]["gpu_pool"]["gpu_limit"] = 48
     from warmstart.loader import parse_config
 
-    assert parse_config(document).compute.gpu_pool.gpu_limit == 32
+    assert parse_config(document).compute.gpu_pool.gpu_limit == 48
 
 
 @pytest.mark.parametrize(

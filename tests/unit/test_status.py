@@ -7,7 +7,7 @@ from tests.synth import ROOT
 from warmstart.__main__ import main
 from warmstart.catalog import default_catalog
 from warmstart.loader import load_config
-from warmstart.status import CacheCount, CompileUse, model_status
+from warmstart.status import CacheCount, CompileUse, Replicas, model_status
 
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -24,7 +24,9 @@ def test_counts_target_and_ready_gpu_nodes_per_cache():
         "compile": CacheCount("warming", 3, 2),  # published + restored; "failed" is not ready
         "use": CompileUse(hits=2, misses=0),
         "image": CacheCount("warming", 3, 2),
+        "replicas": Replicas(autoscaled=False, fixed=2),
     }
+    assert statuses["llama-3-3-70b"]["replicas"] == Replicas(autoscaled=True)  # no autoscaler listed yet
     assert statuses["llama-3-3-70b"]["weights"] == CacheCount("warming", 3, 1)
     assert statuses["llama-3-3-70b"]["compile"] == CacheCount("warming", 3, 1)  # "miss" is not ready
     assert statuses["llama-3-3-70b"]["use"] == CompileUse(hits=1, misses=1)
@@ -38,6 +40,7 @@ def test_switched_off_caches_and_empty_clusters():
         "compile": CacheCount("no-nodes"),
         "use": CompileUse(),
         "image": CacheCount("no-nodes"),
+        "replicas": Replicas(autoscaled=True),  # no autoscaler listed: not deployed yet
     }
 
 
@@ -46,7 +49,7 @@ def test_status_command_reads_the_cluster_through_kubectl(capsys, monkeypatch):
     kubectl = f"{sys.executable} {FIXTURES / 'fake_kubectl.py'}"
     assert main(["status", "--env", "prod", "--kubectl", kubectl]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split() == ["MODEL", "WEIGHTS", "COMPILE", "CACHE", "LAST", "POD", "PER", "NODE", "IMAGE"]
+    assert out[1].split() == ["MODEL", "WEIGHTS", "COMPILE", "CACHE", "LAST", "POD", "PER", "NODE", "IMAGE", "REPLICAS"]
     assert out[2].split() == [
         "qwen3-6-35b-a3b",
         "warming",
@@ -61,6 +64,8 @@ def test_status_command_reads_the_cluster_through_kubectl(capsys, monkeypatch):
         "miss",
         "warming",
         "2/3",
+        "2",
+        "fixed",
     ]
     assert out[3].split() == [
         "llama-3-3-70b",
@@ -74,6 +79,11 @@ def test_status_command_reads_the_cluster_through_kubectl(capsys, monkeypatch):
         "miss",
         "warming",
         "2/3",
+        "3/4",  # the autoscaler: 3 pods, 4 wanted
+        "(num_requests_waiting",
+        "6.5/5",
+        "per",
+        "pod)",
     ]
 
 

@@ -110,14 +110,15 @@ def test_main_deploys_dev_then_prod_behind_its_environment():
 
 @pytest.mark.parametrize("environment", SHIPPED_ENVIRONMENTS)
 def test_the_ci_stacks_trust_what_the_workflows_run_as(environment):
-    """prod's deploy role trusts the GitHub environment `prod` (the deploy job's), dev's the main branch."""
+    """A job that names a GitHub environment gets the token subject repo:<repo>:environment:<name>, whatever the
+    branch: the deploy role must trust that environment (a branch trust would refuse every deploy)."""
     from warmstart.loader import load_config
 
     github = load_config(ROOT / "config" / f"{environment}.yaml").deploy.github
     assert github is not None and github.repository
     deploy = _load(ROOT / ".github" / "workflows" / "deploy.yml")
     job = deploy["jobs"][environment]
-    if github.environment:
-        assert job["environment"] == github.environment
+    if "environment" in job:
+        assert github.environment == job["environment"]
     else:
-        assert github.branch in deploy["on"]["push"]["branches"]
+        assert github.environment is None and github.branch in deploy["on"]["push"]["branches"]

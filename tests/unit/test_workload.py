@@ -126,7 +126,7 @@ def test_a_compile_relevant_change_moves_the_model_to_a_fresh_folder():
     after = _plan_of(document)
     assert before.compile_host_path != after.compile_host_path
     document = raw()
-    document["models"][0]["replicas"] = 3  # not compile-relevant
+    document["models"][0]["autoscaling"]["max_replicas"] = 3  # not compile-relevant
     assert _plan_of(document).compile_host_path == before.compile_host_path
 
 
@@ -302,20 +302,21 @@ def _plan_named(document, model_name):
 
 
 def test_rollout_surges_into_the_room_the_gpu_budget_keeps():
-    # prod: two models x two replicas, each replica on its own 8-GPU p5: 32 GPUs held, a surge needs 8 more.
-    roomy = _plan_named(_with_gpu_limit("prod", 40), "llama-3-3-70b")
-    assert roomy.surge and "40 of the pool's 40 GPUs" in roomy.rollout
-    with pytest.raises(ConfigError, match="set gpu_limit to at least 40"):
-        parse_config(_with_gpu_limit("prod", 39))
+    # prod: qwen's 2 replicas and llama's up to 4 (autoscaled), each on its own 8-GPU p5: 48 GPUs held, a surge
+    # needs 8 more.
+    roomy = _plan_named(_with_gpu_limit("prod", 56), "llama-3-3-70b")
+    assert roomy.surge and "56 of the pool's 56 GPUs" in roomy.rollout
+    with pytest.raises(ConfigError, match="set gpu_limit to at least 56"):
+        parse_config(_with_gpu_limit("prod", 55))
 
 
 def test_without_surge_rollouts_replace_one_pod_at_a_time_and_say_what_it_costs():
-    document = _with_gpu_limit("prod", 32)
+    document = _with_gpu_limit("prod", 48)
     document["compute"]["gpu_pool"]["surge"] = False
     tight = _plan_named(document, "llama-3-3-70b")
     assert not tight.surge and "one pod at a time" in tight.rollout
     assert "no surge: rollouts run one replica short" in tight.warnings
-    single = _with_gpu_limit("dev", 1)
+    single = _with_gpu_limit("dev", 2)  # room for max_replicas 2 on 1-GPU nodes, none for a surge
     single["compute"]["gpu_pool"]["surge"] = False
     assert "no surge: the model is offline during every rollout" in _plan_named(single, "qwen3-4b").warnings
 
@@ -329,7 +330,7 @@ def test_the_deployment_strategy_follows_the_plan(tmp_path):
     for surge in (False, True):
         document = _with_gpu_limit("dev", 8)
         document["compute"]["gpu_pool"]["surge"] = surge
-        (path,) = render_workloads(parse_config(document), tmp_path / str(surge))
+        (path,) = [p for p in render_workloads(parse_config(document), tmp_path / str(surge)) if p.stem == "qwen3-4b"]
         (deployment,) = [o for o in yaml.safe_load_all(path.read_text()) if o["kind"] == "Deployment"]
         strategies[surge] = deployment["spec"]["strategy"]["rollingUpdate"]
     assert strategies == {False: {"maxSurge": 0, "maxUnavailable": 1}, True: {"maxSurge": 1, "maxUnavailable": 0}}
