@@ -15,6 +15,7 @@ from constructs import Construct
 
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
 from k8s.hardening import NOBODY, RUNS_AS_ROOT, WRITABLE_ROOT, departure, locked_down, pod_security, scanner_annotations
+from k8s.scraping import scrape_annotations
 from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
 from warmstart.autoscaling import MONITORING_NAMESPACE, PROMETHEUS_SERVER_LABELS, ScalingPolicy
 from warmstart.workload import (
@@ -189,9 +190,7 @@ def _template_annotations(plan: ModelPlan, scaling: ScalingPolicy | None) -> dic
         digest = hashlib.sha256(b"".join(path.read_bytes() for path in ENTRY_FILES.values())).hexdigest()
         annotations["warmstart.io/entry-sha256"] = digest
     if scaling:
-        annotations.update(
-            {"prometheus.io/scrape": "true", "prometheus.io/port": str(VLLM_PORT), "prometheus.io/path": "/metrics"}
-        )
+        annotations.update(scrape_annotations(VLLM_PORT))
     return annotations or None
 
 

@@ -22,6 +22,7 @@ from k8s.hardening import (
     pod_security,
     scanner_annotations,
 )
+from k8s.scraping import scrape_annotations
 from warmstart.agent_settings import (
     AGENT_CACHE_MOUNT,
     AGENT_NAMESPACE,
@@ -61,14 +62,7 @@ AGENT_ANNOTATIONS = scanner_annotations(
 SETTINGS_MOUNT = "/etc/warmstart"
 AGENT_USER = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
 LABELS = {"app.kubernetes.io/name": "warmstart-agent", "app.kubernetes.io/part-of": "warmstart"}
-METRICS_PATH = "/metrics"
 OWN_STARTS_POLICY = "warmstart-agent-own-starts-only"
-
-
-def scrape_annotations(port: int) -> dict[str, str]:
-    """The annotations the community Prometheus chart's kubernetes-pods job keeps (prometheus.io/scrape, port,
-    path)."""
-    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": METRICS_PATH}
 
 
 # CEL (Kubernetes 1.30+, no optional types): labels outside the agent's own domains unchanged, exact prefixes

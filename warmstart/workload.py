@@ -114,18 +114,22 @@ NVME_USABLE = 0.9
 WEIGHTS_FOLDER = "warmstart/weights"
 
 
+# The label that names a vLLM pod's model (the one label that differs between models).
+MODEL_LABEL = "app.kubernetes.io/instance"
+
+
 def model_labels(model_name: str) -> dict[str, str]:
     """The labels of a model's vLLM pods: the chart sets them, the node agent selects pods by them."""
     return {
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": model_name,
+        MODEL_LABEL: model_name,
         "app.kubernetes.io/part-of": "warmstart",
     }
 
 
 def vllm_pod_selector() -> str:
     """Every model's vLLM pods (the labels all models share), as a Kubernetes label selector."""
-    shared = {k: v for k, v in model_labels("").items() if k != "app.kubernetes.io/instance"}
+    shared = {k: v for k, v in model_labels("").items() if k != MODEL_LABEL}
     return ",".join(f"{key}={value}" for key, value in shared.items())
 
 

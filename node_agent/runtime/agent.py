@@ -45,11 +45,10 @@ from warmstart.agent_settings import (
     AgentSettings,
 )
 from warmstart.cache_key import CompileCacheKey, ModelFactors, compile_cache_key
-from warmstart.workload import AGENT_STATE_FOLDER, vllm_pod_selector
+from warmstart.workload import AGENT_STATE_FOLDER, MODEL_LABEL, vllm_pod_selector
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 VLLM_POD_SELECTOR = vllm_pod_selector()  # the labels the chart gives every model's pods
-MODEL_LABEL = "app.kubernetes.io/instance"
 WEIGHTS_LABELS = {"ready": "ready", "downloaded": "ready", "refused": "no-nvme"}
 
 

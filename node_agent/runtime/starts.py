@@ -94,6 +94,7 @@ class StartTracker:
             events = []
         try:
             node = self.kube.node(self.node)
+            self._node_uid = self._node_uid or node["metadata"].get("uid")  # for the publish's owner reference
         except Exception as error:
             self.log.event("start-node-unreadable", reason=str(error))
             node = {"metadata": {"name": self.node}}

@@ -12,13 +12,13 @@ responses and log files).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 
 from node_agent.runtime.vllm_log import VLLM_LOG_FORMAT, VllmStart
 from warmstart.starts import TIMELINE_PHASES, StartTimeline
-from warmstart.workload import RESTORE_WAIT_CONTAINER, VLLM_CONTAINER
+from warmstart.workload import MODEL_LABEL, RESTORE_WAIT_CONTAINER, VLLM_CONTAINER
 
-MODEL_LABEL = "app.kubernetes.io/instance"
 # kubelet's image events (pkg/kubelet/images/image_manager.go): the pull's duration first, then with waiting.
 PULLED = re.compile(r'Successfully pulled image "([^"]+)" in (\S+) ')
 PRESENT = re.compile(r'Container image "([^"]+)" already present on machine')
@@ -80,6 +80,18 @@ def restore_wait(pod: dict) -> float | None:
     return None if started is None or finished is None else max(0.0, finished - started)
 
 
+@dataclass
+class _PodSide:
+    """What the Kubernetes API says about a start: when it began and ended, and the phases before vLLM's."""
+
+    created: float
+    ready: float | None
+    new_node: bool
+    image: str | None
+    phases: dict[str, float | None]
+    missing: list[str]
+
+
 def assemble(
     *,
     pod: dict,
@@ -90,10 +102,44 @@ def assemble(
     restore_outcome: str | None,
     outcome: str,
 ) -> StartTimeline:
+    side = _restarted(pod, outcome) if vllm_restarts(pod) else _first_start(pod, node, events, outcome)
+    # vLLM's own phases from its log, and `other`: what the known phases leave of the total.
+    vllm = vllm or VllmStart(missing=("vllm-log",))
+    phases = {
+        **side.phases,
+        "weights": vllm.weights_seconds,
+        "compile": vllm.compile_seconds,
+        "engine": vllm.engine_seconds,
+    }
+    if side.ready is not None:
+        known = sum(value for name, value in phases.items() if name != "other" and value is not None)
+        phases["other"] = max(0.0, (side.ready - side.created) - known)
     metadata = pod["metadata"]
-    if vllm_restarts(pod):
-        return _assemble_restart(pod, node, vllm, weights_source, restore_outcome, outcome)
-    created = api_time(metadata["creationTimestamp"])
+    return StartTimeline(
+        model=metadata.get("labels", {}).get(MODEL_LABEL, ""),
+        namespace=metadata.get("namespace", ""),
+        pod=metadata.get("name", ""),
+        uid=metadata.get("uid", ""),
+        node=node.get("metadata", {}).get("name", ""),
+        start=vllm_restarts(pod),
+        outcome=outcome,
+        created=side.created,
+        ready=side.ready,
+        new_node=side.new_node,
+        image=side.image,
+        restore=restore_outcome,
+        weights_source=weights_source,
+        compile_cache=vllm.compile_cache,
+        vllm_log_format=VLLM_LOG_FORMAT,
+        phases={name: None if value is None else round(value, 3) for name, value in phases.items()},
+        missing=(*side.missing, *vllm.missing),
+    )
+
+
+def _first_start(pod: dict, node: dict, events: list[dict], outcome: str) -> _PodSide:
+    """The pod's first start: from its creation, through a new node (when it waited for one), scheduling, the
+    image pull and the restore wait."""
+    created = api_time(pod["metadata"]["creationTimestamp"])
     assert created is not None
     missing: list[str] = []
     node_created = api_time(node.get("metadata", {}).get("creationTimestamp"))
@@ -125,30 +171,10 @@ def assemble(
     phases["restore"] = restore_seconds
     if restore_seconds is None:
         missing.append(f"pod:{RESTORE_WAIT_CONTAINER}")
-    return _timeline(
-        pod,
-        node,
-        vllm,
-        phases,
-        missing,
-        created=created,
-        ready=ready,
-        new_node=new_node,
-        image=image_state,
-        weights_source=weights_source,
-        restore_outcome=restore_outcome,
-        outcome=outcome,
-    )
+    return _PodSide(created, ready, new_node, image_state, phases, missing)
 
 
-def _assemble_restart(
-    pod: dict,
-    node: dict,
-    vllm: VllmStart | None,
-    weights_source: str | None,
-    restore_outcome: str | None,
-    outcome: str,
-) -> StartTimeline:
+def _restarted(pod: dict, outcome: str) -> _PodSide:
     """A start of a restarted vLLM container: it begins when the previous run ended (kubelet's back-off
     included); the pod's node, scheduling, image and restore wait were not part of it (None, not missing)."""
     status = container_status(pod, VLLM_CONTAINER) or {}
@@ -162,66 +188,4 @@ def _assemble_restart(
     if ready is not None and ready < created:
         ready = None  # a Ready transition from before this run: no figure rather than a wrong one
         missing.append("pod:Ready")
-    phases: dict[str, float | None] = dict.fromkeys(TIMELINE_PHASES)
-    return _timeline(
-        pod,
-        node,
-        vllm,
-        phases,
-        missing,
-        created=created,
-        ready=ready,
-        new_node=False,
-        image=None,
-        weights_source=weights_source,
-        restore_outcome=restore_outcome,
-        outcome=outcome,
-    )
-
-
-def _timeline(
-    pod: dict,
-    node: dict,
-    vllm: VllmStart | None,
-    phases: dict[str, float | None],
-    missing: list[str],
-    *,
-    created: float,
-    ready: float | None,
-    new_node: bool,
-    image: str | None,
-    weights_source: str | None,
-    restore_outcome: str | None,
-    outcome: str,
-) -> StartTimeline:
-    """vLLM's own phases from its log, and `other`: what they leave of the total."""
-    metadata = pod["metadata"]
-    vllm = vllm or VllmStart(missing=("vllm-log",))
-    missing = [*missing, *vllm.missing]
-    phases["weights"], phases["compile"], phases["engine"] = (
-        vllm.weights_seconds,
-        vllm.compile_seconds,
-        vllm.engine_seconds,
-    )
-    if ready is not None:
-        known = sum(value for name, value in phases.items() if name != "other" and value is not None)
-        phases["other"] = max(0.0, (ready - created) - known)
-    return StartTimeline(
-        model=metadata.get("labels", {}).get(MODEL_LABEL, ""),
-        namespace=metadata.get("namespace", ""),
-        pod=metadata.get("name", ""),
-        uid=metadata.get("uid", ""),
-        node=node.get("metadata", {}).get("name", ""),
-        start=vllm_restarts(pod),
-        outcome=outcome,
-        created=created,
-        ready=ready,
-        new_node=new_node,
-        image=image,
-        restore=restore_outcome,
-        weights_source=weights_source,
-        compile_cache=vllm.compile_cache,
-        vllm_log_format=VLLM_LOG_FORMAT,
-        phases={name: None if value is None else round(value, 3) for name, value in phases.items()},
-        missing=tuple(missing),
-    )
+    return _PodSide(created, ready, False, None, dict.fromkeys(TIMELINE_PHASES), missing)
