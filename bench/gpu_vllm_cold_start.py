@@ -1,18 +1,22 @@
-"""vLLM cold starts on a GPU, with warmstart's compile cache (not run in CI: needs a GPU and vLLM 0.21.0).
+"""vLLM cold starts on a GPU, through the pipeline of the real vLLM tier (not in CI: the server needs a GPU).
 
-Builds a small Llama-architecture model locally (random weights, no hub download), serves it with the pinned
-vLLM through the Run:ai streamer exactly as the pods do (`--model=s3://...`, the loopback S3 endpoint of
-model_workload/runtime/node_copy_s3.py standing in for S3 and for the node copy), and measures the time to the first
-completion for:
-  cold          empty compile cache (a new node without warmstart's cache)
-  warm_node     the same cache folder again (a second pod on the node)
-  restored      the cache packed, wiped and unpacked by the agent's own archive code (a new node after restore)
-  node_copy     restored, weights served from a second folder (the node copy) under the same S3 URI
-  local_path    `--model=<local folder>`: what passing a local path would do to vLLM's compile hash
-and lists vLLM's hash folders after each, so a hit or a miss is visible, not assumed.
+Every pod is warmstart's rendered Deployment, run by the kubelet stand-in on stand-in nodes (the environment
+kubelet builds, service links and all; the volumes at their container paths), with the real entry step, the real
+node agents and a local S3 server (SeaweedFS): tests/real_vllm/pods.py, tests/agent/cluster_world.py. The model is
+a small Llama with random weights, uploaded under the config's first model; its arguments and environment are the
+rendered ones (default config/dev.yaml). Cases, in order:
+  cold        node A, nothing cached: the pod streams from S3 and compiles; once it serves, A's agent publishes
+  warm_node   a second pod on node A: the same compile folder, loaded from the node
+  restored    node B: its agent restores A's cache before the pod starts (a new node with warmstart)
+  node_copy   node C: restored, and the weights served from C's node copy on the pod's loopback
+For each: the time to the first completion, vLLM's compile folders before and after (hit or miss), and the
+phases the agent's own parser reads from vLLM's log (node_agent/runtime/vllm_log.py).
 
-Usage (on the GPU machine, vLLM installed):  python3 bench/gpu_vllm_cold_start.py [--work DIR]
-          --dry-run builds the model and prints the plan without vLLM or a GPU (CI runs this).
+  python3 bench/gpu_vllm_cold_start.py                 on the GPU machine: vLLM's server (--vllm-root: a Python
+                                                       prefix with vLLM 0.21.0; default the tier's environment)
+  python3 bench/gpu_vllm_cold_start.py --engine probe  the same pipeline without a GPU, vLLM's start up to the
+                                                       engine (the real vLLM tier runs this)
+  python3 bench/gpu_vllm_cold_start.py --plan          the model and the plan only
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -31,12 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from model_workload.runtime.node_copy_s3 import serve_in_background  # noqa: E402
 from model_workload.runtime.vllm_entry import vllm_hash_dirs  # noqa: E402
-from node_agent.runtime.archive import pack, unpack  # noqa: E402
+from node_agent.runtime.compile_cache import VLLM_FOLDER  # noqa: E402
+from node_agent.runtime.vllm_log import parse_start  # noqa: E402
+from warmstart.workload import VLLM_PORT  # noqa: E402
 
-BUCKET, PREFIX = "bench", "tiny-llama/"
-PORT = 8011
+CASES = ("cold", "warm_node", "restored", "node_copy")
+NODE_OF_CASE = {"cold": "node-a", "warm_node": "node-a", "restored": "node-b", "node_copy": "node-c"}
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -46,7 +51,8 @@ CONFIG = {
     "num_attention_heads": 8,
     "num_key_value_heads": 8,
     "vocab_size": 4096,
-    "max_position_embeddings": 2048,
+    # The rendered --max-model-len (8192 in the shipped configs) must fit the model.
+    "max_position_embeddings": 8192,
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
     "torch_dtype": "bfloat16",
@@ -54,19 +60,6 @@ CONFIG = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
-# Every knob that enters vLLM's compile hash is fixed here, as warmstart fixes it in the pod spec.
-VLLM_ARGS = [
-    "--load-format=runai_streamer",
-    '--model-loader-extra-config={"concurrency":4}',
-    "--tensor-parallel-size=1",
-    "--max-model-len=1024",
-    "--dtype=bfloat16",
-    "--served-model-name=tiny",
-    "--skip-tokenizer-init",
-    "--gpu-memory-utilization=0.5",
-    "--host=127.0.0.1",
-    f"--port={PORT}",
-]
 
 
 def make_model(folder: Path) -> int:
@@ -104,124 +97,160 @@ def make_model(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir())
 
 
-def pod_env(cache_root: Path, assets: Path, endpoint: str | None) -> dict[str, str]:
-    """The compile-cache and streamer environment of warmstart's pod spec, rooted under the work folder."""
-    env = {
-        **os.environ,
-        "XDG_CACHE_HOME": str(cache_root),
-        "VLLM_CACHE_ROOT": str(cache_root / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache_root / "inductor"),
-        "TRITON_CACHE_DIR": str(cache_root / "triton"),
-        "VLLM_ASSETS_CACHE": str(assets),
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    if endpoint:
-        env |= {
-            "AWS_ENDPOINT_URL": endpoint,
-            "RUNAI_STREAMER_S3_UNSIGNED": "1",
-            "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
-        }
-    return env
+def bench_config(config_path: Path, models_bucket: str, compile_bucket: str):
+    """The config with its buckets moved to the local S3 server, one model (its first) and its weights cache on."""
+    from warmstart.loader import parse_config, read_yaml
+
+    document = read_yaml(config_path)
+    document["buckets"]["compile_cache"] = compile_bucket
+    document["buckets"]["models"]["name"] = models_bucket
+    model = {**document["models"][0], "s3_uri": f"s3://{models_bucket}/{document['models'][0]['name']}/"}
+    document["models"] = [model]
+    document["caches"] = {**document.get("caches", {}), "compile": True, "weights": True}
+    return parse_config(document, source=str(config_path))
 
 
-def first_completion(model_arg: str, env: dict[str, str], log_path: Path, timeout: float = 900) -> dict:
-    """Starts the OpenAI server, times its first completion, stops it; returns the timings and log facts."""
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", f"--model={model_arg}", *VLLM_ARGS]
-    started = time.perf_counter()
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        body = json.dumps({"model": "tiny", "prompt": [1, 15, 27, 99], "max_tokens": 8, "temperature": 0}).encode()
+class ServerRun:
+    """vLLM's server in the pod's main container: its log lines with arrival times, its health, its stop."""
+
+    def __init__(self, process) -> None:
+        self.process = process
+        self.lines: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def first_completion(self, model: str, timeout: float) -> float:
+        started = time.monotonic()
+        body = json.dumps({"model": model, "prompt": [1, 15, 27, 99], "max_tokens": 8, "temperature": 0}).encode()
         while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"vLLM exited {server.returncode}; see {log_path}")
-            if time.perf_counter() - started > timeout:
-                raise TimeoutError(f"no completion within {timeout}s; see {log_path}")
+            if self.process.poll() is not None:
+                raise RuntimeError("vLLM exited:\n" + "\n".join(text for _, text in self.lines[-40:]))
+            if time.monotonic() - started > timeout:
+                raise TimeoutError(f"no completion within {timeout}s")
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{VLLM_PORT}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+            )
             try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{PORT}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-                )
                 with urllib.request.urlopen(request, timeout=5) as response:
                     json.loads(response.read())
-                    break
+                    return time.monotonic() - started
             except OSError:
                 time.sleep(0.5)
-        seconds = time.perf_counter() - started
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.process.wait(timeout=90)
+        except Exception:  # noqa: BLE001 - a server that ignores SIGTERM is killed
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.reader.join(timeout=5)
+
+
+def run_case(case: str, world, node, config, env, args, vllm_env, instance) -> dict:
+    from tests.real_vllm import pods
+    from tests.standins.kubelet import run_container
+
+    model = config.models[0].name
+    pod = pods.schedule(world, node, config, model, vllm_env=vllm_env, instance=instance, engine=args.engine)
+    cache_root = pod.volumes["compile-cache"] / "cache" / VLLM_FOLDER
+    before = vllm_hash_dirs(cache_root)
+    pods.run_init_containers(pod, env)
+    outcome: dict = {"case": case, "node": node.stand_in.name, "hash_dirs_before": before}
+    if args.engine == "probe":
+        started = time.monotonic()
+        report = pods.probe_report(pod, env)
+        outcome |= {"seconds": round(time.monotonic() - started, 2), "errors": report["errors"]}
+        outcome["entry"] = report["entry_output"]
+    else:
+        server = ServerRun(run_container(pod, pods.main_container(pod), env, background=True))
+        try:
+            outcome["first_completion_s"] = round(server.first_completion(model, args.timeout), 2)
+        finally:
+            server.stop()
+        start = parse_start(server.lines)
+        outcome |= {
+            "phases": {
+                "weights_s": start.weights_seconds,
+                "compile_s": start.compile_seconds,
+                "engine_s": start.engine_seconds,
+                "compile_cache": start.compile_cache,
+                "missing": list(start.missing),
+            },
+            "entry": [text for _, text in server.lines if text.startswith("warmstart:")],
+        }
+    after = vllm_hash_dirs(cache_root)
+    outcome |= {"hash_dirs_after": after, "new_folders": sorted(set(after) - set(before))}
+    world.cluster.pods.append(pod.as_api_object(ready=True))
+    return outcome
+
+
+def run(args: argparse.Namespace) -> dict:
+    from tests.agent.cluster_world import World
+    from tests.real_vllm import pods
+    from tests.real_vllm.environment import VllmEnvironment, environment
+    from tests.s3_server import SeaweedS3
+    from warmstart.catalog import default_catalog
+    from warmstart.sizing import candidate_instances
+
+    work = args.work
+    vllm_env = VllmEnvironment(args.vllm_root) if args.vllm_root else environment()
+    server = SeaweedS3(work / "s3").start()
+    try:
+        models_bucket, compile_bucket = server.new_bucket(), server.new_bucket()
+        config = bench_config(args.config, models_bucket, compile_bucket)
+        model = config.models[0]
+        client = server.client()
+        for path in sorted((work / "model").iterdir()):
+            client.put_object(
+                Bucket=models_bucket,
+                Key=f"{model.name}/{path.name}",
+                Body=path.read_bytes(),
+                ChecksumAlgorithm="CRC64NVME",
+            )
+        instance = candidate_instances(model, config, default_catalog())[0]
+        world = World(server=server, scratch=work / "cluster", config=config, image_env={})
+        nodes = {name: world.node(name, config, instance.instance_type) for name in sorted(set(NODE_OF_CASE.values()))}
+        env = pods.cluster_env(world)
+        results = {"engine": args.engine, "config": str(args.config), "model": model.name, "cases": {}}
+        for case in CASES:
+            node = nodes[NODE_OF_CASE[case]]
+            if case == "node_copy":
+                results["weights_sync"] = node.agent.weights_tick()[model.name]
+            if case in ("cold", "restored", "node_copy"):
+                results.setdefault("restores", {})[case] = node.agent.start()[model.name].status
+            outcome = run_case(case, world, node, config, env, args, vllm_env, instance)
+            results["cases"][case] = outcome
+            print(case, json.dumps(outcome), flush=True)
+            if case == "cold":
+                results["publish"] = node.agent.tick()[model.name].status
+        return results
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
-    text = log_path.read_text()
-    return {
-        "first_completion_s": round(seconds, 2),
-        "loaded_from_cache": "Directly load the compiled graph" in text,
-        "compiled": "Compiling a graph for compile range" in text,
-        "aot_loaded": "Directly load AOT compilation" in text,
-        "compile_lines": [
-            line.strip()
-            for line in text.splitlines()
-            if "torch.compile took" in line or "Directly load" in line or "init engine" in line
-        ][-6:],
-    }
-
-
-def plan(work: Path) -> list[tuple[str, str, str]]:
-    """(case, --model, which weights folder the endpoint serves)."""
-    uri = f"s3://{BUCKET}/{PREFIX}"
-    return [
-        ("cold", uri, "source"),
-        ("warm_node", uri, "source"),
-        ("restored", uri, "source"),
-        ("node_copy", uri, "node-copy"),
-        ("local_path", str(work / "node-copy"), "node-copy"),
-    ]
+        server.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "results" / "gpu-work")
-    parser.add_argument("--dry-run", action="store_true", help="build the model and print the plan only")
+    parser.add_argument("--config", type=Path, default=ROOT / "config" / "dev.yaml")
+    parser.add_argument("--engine", choices=["server", "probe"], default="server")
+    parser.add_argument("--vllm-root", type=Path, help="a Python prefix with vLLM (its bin/python)")
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--plan", action="store_true", help="build the model and print the plan only")
     args = parser.parse_args()
-    work = args.work
-    shutil.rmtree(work, ignore_errors=True)
-    size = make_model(work / "source")
-    shutil.copytree(work / "source", work / "node-copy")
-    cases = plan(work)
-    if args.dry_run:
-        print(json.dumps({"model_bytes": size, "cases": cases, "vllm_args": VLLM_ARGS}, indent=2))
+    shutil.rmtree(args.work, ignore_errors=True)
+    size = make_model(args.work / "model")
+    if args.plan:
+        print(json.dumps({"model_bytes": size, "cases": NODE_OF_CASE, "config": str(args.config)}, indent=2))
         return
-    import vllm  # noqa: F401  (fails here, clearly, without the pinned vLLM)
-
-    cache = work / "compile-cache" / "cache"  # one fixed absolute path, as /compile-cache/cache in the pods
-    results = {
-        "vllm": __import__("vllm").__version__,
-        "torch": __import__("torch").__version__,
-        "gpu": __import__("torch").cuda.get_device_name(0),
-        "model_bytes": size,
-        "cases": {},
-    }
-    servers = {
-        name: serve_in_background(bucket=BUCKET, prefix=PREFIX, folder=work / name) for name in ("source", "node-copy")
-    }
-    try:
-        for case, model_arg, weights in cases:
-            if case == "restored":  # a new node: the agent's archive of this cache, unpacked at the same path
-                packed = pack(cache, work / "archive.tar.zst")
-                shutil.rmtree(cache)
-                unpack(packed.path, cache)
-                results["archive_bytes"] = packed.size
-            assets = work / f"assets-{case}"  # a fresh emptyDir per pod
-            endpoint = servers[weights].endpoint if model_arg.startswith("s3://") else None
-            outcome = first_completion(model_arg, pod_env(cache, assets, endpoint), work / f"{case}.log")
-            outcome["hash_dirs"] = vllm_hash_dirs(cache / "vllm")
-            results["cases"][case] = outcome
-            print(case, json.dumps(outcome), flush=True)
-    finally:
-        for server in servers.values():
-            server.shutdown()
-    cold = results["cases"]["cold"]["first_completion_s"]
-    results["ratios_over_cold"] = {case: r["first_completion_s"] / cold for case, r in results["cases"].items()}
-    out = ROOT / "bench" / "results" / "gpu_vllm_cold_start.json"
-    out.parent.mkdir(exist_ok=True)
+    results = {"model_bytes": size, **run(args)}
+    out = args.work / f"gpu_vllm_cold_start-{args.engine}.json"
     out.write_text(json.dumps(results, indent=2, sort_keys=True))
     print("wrote", out)
 

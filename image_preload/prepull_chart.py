@@ -25,6 +25,7 @@ from k8s.hardening import (
     NO_LIVENESS,
     NO_READINESS,
     departure,
+    isolated_pod_spec,
     locked_down,
     pod_security,
     scanner_annotations,
@@ -127,7 +128,7 @@ class ImageCacheChart(cdk8s.Chart):
                 active_deadline_seconds=deadline_seconds + GATE_START_SECONDS,
                 template=k8s.PodTemplateSpec(
                     metadata=k8s.ObjectMeta(labels=GATE_LABELS),
-                    spec=k8s.PodSpec(
+                    spec=isolated_pod_spec(
                         restart_policy="OnFailure",
                         service_account_name=GATE_SERVICE_ACCOUNT,
                         security_context=pod_security(selinux_level=None),
@@ -172,7 +173,7 @@ class ImageCacheChart(cdk8s.Chart):
                 selector=k8s.LabelSelector(match_labels=labels),
                 template=k8s.PodTemplateSpec(
                     metadata=k8s.ObjectMeta(labels=labels),
-                    spec=k8s.PodSpec(
+                    spec=isolated_pod_spec(
                         node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
                         tolerations=[
                             k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])

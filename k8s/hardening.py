@@ -21,6 +21,16 @@ def pod_security(*, selinux_level: str | None = SHARED_SELINUX_LEVEL) -> k8s.Pod
     )
 
 
+def isolated_pod_spec(**fields) -> k8s.PodSpec:
+    """A pod spec whose containers get only the environment they declare: no service links. kubelet otherwise
+    adds `<SERVICE>_SERVICE_HOST`, `<SERVICE>_PORT=tcp://<ip>:<port>` and more for every Service of the pod's
+    namespace (pkg/kubelet/envvars/envvars.go), so a Service named after a program's own variable prefix
+    (`vllm` -> VLLM_PORT, `warmstart` -> WARMSTART_...) sets that program's settings; vLLM 0.21.0 refuses a
+    VLLM_PORT that is a URI and every pod created after the Service crashes. The API server's own
+    KUBERNETES_SERVICE_* variables stay (kubelet adds them whatever this field says)."""
+    return k8s.PodSpec(enable_service_links=False, **fields)
+
+
 def locked_down(*, read_only_root: bool, run_as_user: int | None = NOBODY) -> k8s.SecurityContext:
     """`run_as_user=None`: the image's own user; 0: root. Either needs a Departure that says why."""
     return k8s.SecurityContext(

@@ -14,7 +14,16 @@ from cdk8s_plus_33 import k8s
 from constructs import Construct
 
 from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
-from k8s.hardening import NOBODY, RUNS_AS_ROOT, WRITABLE_ROOT, departure, locked_down, pod_security, scanner_annotations
+from k8s.hardening import (
+    NOBODY,
+    RUNS_AS_ROOT,
+    WRITABLE_ROOT,
+    departure,
+    isolated_pod_spec,
+    locked_down,
+    pod_security,
+    scanner_annotations,
+)
 from k8s.scraping import scrape_annotations
 from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
 from warmstart.autoscaling import MONITORING_NAMESPACE, PROMETHEUS_SERVER_LABELS, ScalingPolicy
@@ -257,6 +266,13 @@ def _quantity(value: float) -> str:
     return f"{value:g}" if float(value).is_integer() else f"{round(value * 1000)}m"
 
 
+def kubelet_literal(text: str) -> str:
+    """`text` as kubelet passes it on: kubelet expands `$(NAME)` in env values and arguments against the
+    container's variables and turns `$$` into `$`, so every `$` is doubled (a compilation config or a vLLM
+    variable reaches vLLM exactly as configured and as the compile-cache key hashed it)."""
+    return text.replace("$", "$$")
+
+
 def _field(path: str) -> k8s.EnvVarSource:
     return k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path=path))
 
@@ -340,8 +356,8 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         name=VLLM_CONTAINER,
         image=plan.model.image,
         command=command,
-        args=vllm_args(plan),
-        env=[k8s.EnvVar(name=key, value=value) for key, value in env.items()] + env_from_pod,
+        args=[kubelet_literal(arg) for arg in vllm_args(plan)],
+        env=[k8s.EnvVar(name=key, value=kubelet_literal(value)) for key, value in env.items()] + env_from_pod,
         ports=[k8s.ContainerPort(name="http", container_port=VLLM_PORT, protocol="TCP")],
         resources=k8s.ResourceRequirements(
             requests={
@@ -377,7 +393,7 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
             failure_threshold=6,
         ),
     )
-    return k8s.PodSpec(
+    return isolated_pod_spec(
         service_account_name=SERVICE_ACCOUNT,
         # Credentials come from Pod Identity's own projected token; the pod never calls the Kubernetes API.
         automount_service_account_token=False,

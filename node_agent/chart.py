@@ -18,6 +18,7 @@ from k8s.hardening import (
     NEEDS_API_TOKEN,
     RUNS_AS_ROOT,
     departure,
+    isolated_pod_spec,
     locked_down,
     pod_security,
     scanner_annotations,
@@ -352,7 +353,7 @@ def _agent_pod(
         volumes.append(
             k8s.Volume(name="weights", host_path=k8s.HostPathVolumeSource(path=weights_root, type="DirectoryOrCreate"))
         )
-    return k8s.PodSpec(
+    return isolated_pod_spec(
         service_account_name=AGENT_SERVICE_ACCOUNT,
         # The same MCS level as the vLLM pods: files restored by one are readable by the other under SELinux.
         security_context=pod_security(),

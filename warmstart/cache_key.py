@@ -1,8 +1,9 @@
 """The torch.compile cache key: one pure function, used by synth, `warmstart plan` and the node agent.
 
 Two configurations share a key only if their compiled kernels are interchangeable:
-same GPU architecture, parallel sizes, model identity, serving image and PyTorch, and every vLLM setting
-that enters vLLM's own compile hash. The S3 layout stays readable by a person:
+same GPU (by name: PyTorch Inductor's key, which vLLM's compile hash holds, names the device, so an H100 and an
+H200 never share one although both are sm_90) and architecture, parallel sizes, model identity, serving image and
+PyTorch, and every vLLM setting that enters vLLM's own compile hash. The S3 layout stays readable by a person:
 
     compile-cache/<model>/<gpu>-<sm_xx>/tp<N>-pp<M>/torch<version>/<digest>/
 """

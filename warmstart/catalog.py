@@ -19,6 +19,7 @@ class _Frozen(BaseModel):
 class GpuModel(_Frozen):
     architecture: str = Field(pattern=r"^sm_\d{2,3}$")
     memory_gb: PositiveInt
+    device_name: str = Field(min_length=1)  # as the driver reports it (NVML, torch.cuda.get_device_name)
 
 
 class InstanceSpec(_Frozen):
@@ -36,6 +37,7 @@ class GpuInstance(_Frozen):
 
     instance_type: str
     gpu_name: str
+    device_name: str
     architecture: str
     gpu_count: int
     gpu_memory_gb: int
@@ -44,6 +46,12 @@ class GpuInstance(_Frozen):
     memory_gib: int
     network_gbit_per_s: float
     nvme_read_gb_per_s: float | None = None
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        """sm_90 -> (9, 0), sm_103 -> (10, 3): the last digit is the minor version."""
+        digits = self.architecture.removeprefix("sm_")
+        return int(digits[:-1]), int(digits[-1])
 
     @property
     def nvme_bytes(self) -> int:
@@ -80,6 +88,7 @@ class Catalog(_Frozen):
         return GpuInstance(
             instance_type=instance_type,
             gpu_name=spec.gpu,
+            device_name=gpu.device_name,
             architecture=gpu.architecture,
             gpu_count=spec.gpu_count,
             gpu_memory_gb=gpu.memory_gb,

@@ -729,7 +729,8 @@ def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
             problems.append(
                 Problem(
                     f"{field}.{name}",
-                    "a $(...) reference expands per pod, so every pod would hash differently",
+                    "warmstart passes values to vLLM literally (no $(...) expansion), the same on every pod, as "
+                    "the compile-cache key needs; a pod-specific value would make every pod hash differently",
                     "use a literal value",
                 )
             )

@@ -31,10 +31,18 @@ from pathlib import Path
 RECORD_VERSION = 1
 # A pointer confirmed "later than now" means the node clock stepped back: its age cannot be judged.
 CLOCK_SKEW_TOLERANCE_SECONDS = 5.0
-# Tells the streamer's S3 client (runai-model-streamer-s3 0.17: AWS SDK for the C++ streams, boto3 for the
-# config/tokenizer pull) to use the loopback endpoint, path-style, without signing. None of these variables
-# enters vLLM's compile hash (vllm/envs.py 0.21.0 lists no AWS_* or RUNAI_* variable).
-NODE_COPY_ENV = {"RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0", "RUNAI_STREAMER_S3_UNSIGNED": "1"}
+# Points the streamer's S3 clients at the loopback endpoint (runai-model-streamer 0.15.9, what the serving image
+# ships: the AWS SDK for C++ streams the tensors, boto3 pulls the config and tokenizer files), path-style. UNSIGNED
+# is read by the boto3 side only: the C++ reader still signs with the pod's credentials, which the endpoint ignores.
+# AWS_EC2_METADATA_DISABLED, as the Run:ai docs ask for S3-compatible endpoints: no SDK falls back to the instance
+# metadata service for a region or credentials (Pod Identity's container credentials come first anyway). None of
+# these variables enters vLLM's compile hash (vllm/envs.py 0.21.0 knows no AWS_* or RUNAI_* variable; the real vLLM
+# tier checks it).
+NODE_COPY_ENV = {
+    "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+    "RUNAI_STREAMER_S3_UNSIGNED": "1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
 
 
 @dataclass(frozen=True)

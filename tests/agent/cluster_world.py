@@ -23,6 +23,7 @@ from node_agent.runtime.s3_store import CacheStore, WeightsSource
 from node_agent.runtime.weights import WeightsCache, WeightsLayout
 from tests.agent.fake_kube import FakeCluster
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
+from tests.standins.container_env import KUBERNETES_SERVICE, with_cluster_ips
 from tests.standins.kubelet import PodRun, StandInNode, run_pod, start_pod
 from tests.synth import ROOT
 from warmstart.agent_settings import agent_settings
@@ -83,19 +84,21 @@ class World:
     def client(self):
         return self.server.client()
 
-    def manifests(self, config: EnvironmentConfig | None = None) -> tuple[dict, dict]:
-        """The model's Deployment and ConfigMaps, rendered by the chart the stacks deploy."""
+    def manifests(self, config: EnvironmentConfig | None = None, model: str = MODEL) -> tuple[dict, dict, list[dict]]:
+        """The model's Deployment, its ConfigMaps and the cluster's Services (the model's, with the cluster IP the
+        API server gives it, and the API server's own), rendered by the chart the stacks deploy."""
         out = self.scratch / f"dist-{time.monotonic_ns()}"
-        (path,) = [p for p in render_workloads(config or self.config, out) if p.stem == MODEL]
+        (path,) = [p for p in render_workloads(config or self.config, out) if p.stem == model]
         objects = list(yaml.safe_load_all(io.StringIO(path.read_text())))
         (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
         config_maps = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
-        return deployment, config_maps
+        services = [KUBERNETES_SERVICE, *with_cluster_ips(o for o in objects if o["kind"] == "Service")]
+        return deployment, config_maps, services
 
-    def node(self, name: str, config: EnvironmentConfig | None = None) -> Node:
+    def node(self, name: str, config: EnvironmentConfig | None = None, instance_type: str = "p5.48xlarge") -> Node:
         config = config or self.config
         stand_in = StandInNode(name, self.scratch / "nodes" / name)
-        self.cluster.add_node(name, "p5.48xlarge")
+        self.cluster.add_node(name, instance_type)
         log = EventLog(time.time, stream=open(os.devnull, "w"))
         settings = agent_settings(config, default_catalog()).model_copy(
             update={
@@ -134,13 +137,13 @@ class World:
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
-            "STANDIN_GPU_ARCH": "sm_90",
+            "STANDIN_GPU_NAME": "NVIDIA H100 80GB HBM3",
             **self.image_env,
         }
 
     def schedule(self, node: Node, config: EnvironmentConfig | None = None) -> PodRun:
-        deployment, config_maps = self.manifests(config)
-        return start_pod(node.stand_in, deployment, config_maps, self.scratch / "pods")
+        deployment, config_maps, services = self.manifests(config)
+        return start_pod(node.stand_in, deployment, config_maps, self.scratch / "pods", services=services)
 
     def serve(self, pod: PodRun) -> dict:
         """Runs the pod to its Ready point and lists it as Ready for the agents."""

@@ -167,7 +167,7 @@ def test_a_pod_that_started_after_the_bound_keeps_its_folder_untouched(tmp_path,
     assert sorted(p.name for p in (content / "vllm").iterdir()) == ["modelinfos"]  # nothing of ours added
     (tmp_path / "hold").unlink()
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
+    assert process.returncode == 0, stdout
     world.cluster.pods.append(pod.as_api_object(ready=True))
     b.agent.tick()
     (miss,) = _events(b, "compile-miss")
@@ -196,7 +196,7 @@ def _race(world, tmp_path, name, *, vllm_first_during_download: bool):
     restorer.join(timeout=120)
     (tmp_path / f"hold-{name}").unlink()
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
+    assert process.returncode == 0, stdout
     assert list((node.layout.state / "tmp").iterdir()) == []  # no partial restore left anywhere
     assert local_hash_dirs(node.layout, MODEL, fingerprint)  # a complete cache either way
     return outcome[MODEL].status, '"hit": true' in stdout

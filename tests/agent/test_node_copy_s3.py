@@ -1,5 +1,5 @@
 """The loopback S3 endpoint that serves a node copy: the calls the Run:ai streamer and vLLM's config pull make
-(runai-model-streamer 0.17.1: boto3 ListObjectsV2 + download_file for config files, the AWS SDK for C++ for
+(runai-model-streamer 0.15.9: boto3 ListObjectsV2 + download_file for config files, the AWS SDK for C++ for
 ranged GETs of the weights), answered as S3 answers them, and nothing else."""
 
 from __future__ import annotations
@@ -123,11 +123,15 @@ def test_it_listens_on_loopback_only(copy):
 
 
 def test_the_real_streamer_loads_the_copy_through_the_endpoint(tmp_path, monkeypatch):
-    """The pod's loader (Run:ai Model Streamer 0.17.1, its C++ S3 client) with the environment the entry step
-    sets: every tensor arrives byte-equal."""
+    """The pod's loader (Run:ai Model Streamer 0.15.9, what the serving image ships; its C++ S3 client) with the
+    environment the entry step sets and the pod's credentials: every tensor arrives byte-equal, and the C++ reader
+    signs its requests although RUNAI_STREAMER_S3_UNSIGNED is set (only the boto3 side reads it)."""
     import torch
     from runai_model_streamer import SafetensorsStreamer
     from safetensors.torch import save_file
+
+    from model_workload.runtime.node_copy_s3 import _Handler
+    from model_workload.runtime.vllm_entry import NODE_COPY_ENV
 
     folder = tmp_path / "copy"
     folder.mkdir()
@@ -136,11 +140,20 @@ def test_the_real_streamer_loads_the_copy_through_the_endpoint(tmp_path, monkeyp
     save_file(dict(list(tensors.items())[:6]), str(folder / "model-00001.safetensors"))
     save_file(dict(list(tensors.items())[6:]), str(folder / "model-00002.safetensors"))
     server = serve_in_background(bucket="models", prefix="llama/", folder=folder)
+    authorizations = []
+
+    class Recording(_Handler):
+        def do_GET(self):
+            authorizations.append(self.headers.get("Authorization", ""))
+            super().do_GET()
+
+    server.RequestHandlerClass = Recording
     try:
         for name, value in {
             "AWS_ENDPOINT_URL": server.endpoint,
-            "RUNAI_STREAMER_S3_UNSIGNED": "1",
-            "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+            **NODE_COPY_ENV,
+            "AWS_ACCESS_KEY_ID": "AKIAPODIDENTITYEXAMPLE",  # what Pod Identity's credentials resolve to
+            "AWS_SECRET_ACCESS_KEY": "pod-identity-secret",
             "AWS_DEFAULT_REGION": "us-east-1",
             "RUNAI_STREAMER_CHUNK_BYTESIZE": str(2**20),
             "RUNAI_STREAMER_CONCURRENCY": "4",
@@ -153,6 +166,9 @@ def test_the_real_streamer_loads_the_copy_through_the_endpoint(tmp_path, monkeyp
                 loaded[name] = tensor.clone()
         assert loaded.keys() == tensors.keys()
         assert all(torch.equal(loaded[name], tensors[name]) for name in tensors)
+        assert authorizations and all(
+            a.startswith("AWS4-HMAC-SHA256 Credential=AKIAPODIDENTITYEXAMPLE/") for a in authorizations
+        )
     finally:
         server.shutdown()
 

@@ -5,6 +5,7 @@ scanners read it (KubeLinter `ignore-check.kube-linter.io/<check>`, Checkov `che
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from tests.manifests import of_kind
 
@@ -191,3 +192,28 @@ def test_nothing_may_connect_to_warmstarts_own_pods_but_scrapers_to_the_metrics_
     (rule,) = metrics["ingress"]
     assert rule["from"] == [{"ipBlock": {"cidr": shipped.config.network.vpc_cidr}}]
     assert rule["ports"] == [{"port": shipped.config.metrics.port, "protocol": "TCP"}]
+
+
+POD_TEMPLATE_KINDS = ("Deployment", "DaemonSet", "Job", "StatefulSet", "ReplicaSet")
+
+
+def _pod_specs(objects: list[dict]) -> list[tuple[str, dict]]:
+    return [
+        (f"{o['kind']}/{o['metadata'].get('namespace')}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+        for o in objects
+        if o["kind"] in POD_TEMPLATE_KINDS
+    ]
+
+
+def test_no_pod_gets_service_link_variables(shipped, tmp_path):
+    """kubelet adds <SERVICE>_PORT=tcp://... for every Service of the namespace unless the pod turns service links
+    off; the model's Service is named vllm, so every vLLM pod would get VLLM_PORT (and crash in vLLM 0.21.0). Every
+    pod template warmstart applies, through CDK or as a plain manifest in dist/, turns them off."""
+    from k8s.render import render_workloads
+
+    rendered = [o for path in render_workloads(shipped.config, tmp_path) for o in yaml.safe_load_all(path.read_text())]
+    specs = _pod_specs(shipped.manifests()) + _pod_specs(rendered)
+    kinds = {name.split("/")[0] for name, _ in specs}
+    assert {"Deployment", "DaemonSet", "Job"} <= kinds  # vLLM, the agent and image caches, the image gates
+    for name, spec in specs:
+        assert spec.get("enableServiceLinks") is False, name

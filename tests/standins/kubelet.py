@@ -10,7 +10,12 @@ Mirrors, in the ways the caches depend on (kubelet and containerd sources read i
    (containerd v2.2 internal/cri/opts/spec_linux_opts.go WithMounts, runc v1.5 rootfs_linux.go): here a
    private mount namespace whose root holds exactly the container paths of the manifest, so the pod's
    absolute paths (which vLLM hashes) are the real ones on every stand-in node.
-The image is this machine's filesystem with the vLLM stand-in (tests/standins/image) on PYTHONPATH.
+4. A container's environment, command and arguments are built as kubelet and containerd build them
+   (tests/standins/container_env.py): service links of the namespace's Services unless the pod turns them off,
+   the API server's own Service always, env and envFrom in kubelet's order, downward API values, `$(VAR)`
+   expansion, then the image's ENV beneath.
+The image is this machine's filesystem with the vLLM stand-in (tests/standins/image) on PYTHONPATH, unless a
+test names another (`image_env`, the real vLLM tier's).
 """
 
 from __future__ import annotations
@@ -23,8 +28,16 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.standins.container_env import expanded_command, kubelet_environment, process_environment
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 IMAGE_PYTHONPATH = f"{REPOSITORY / 'tests' / 'standins' / 'image'}:{REPOSITORY}"
+# The stand-in image's ENV: this machine's Python, with the vLLM stand-in and the repository importable.
+STANDIN_IMAGE_ENV = {
+    "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+    "PYTHONPATH": IMAGE_PYTHONPATH,
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 _LAUNCH = (
     "import json, os, sys; spec = json.load(open(sys.argv[1])); os.execvpe(spec['argv'][0], spec['argv'], spec['env'])"
 )
@@ -47,7 +60,12 @@ class PodRun:
     node: StandInNode
     spec: dict
     scratch: Path
+    # The Services of the cluster as kubelet lists them (with their cluster IPs): the source of service links.
+    services: list[dict] = field(default_factory=list)
+    image_env: dict[str, str] = field(default_factory=lambda: dict(STANDIN_IMAGE_ENV))
+    pod_ip: str = "10.0.0.10"
     volumes: dict[str, Path] = field(default_factory=dict)
+    config_maps: dict[str, dict[str, str]] = field(default_factory=dict)
     outputs: list[subprocess.CompletedProcess] = field(default_factory=list)
 
     @property
@@ -65,6 +83,34 @@ class PodRun:
             "spec": {"nodeName": self.node.name, "volumes": [v for v in self.spec["volumes"]]},
             "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
         }
+
+    def bound_pod(self) -> dict:
+        """The pod as kubelet reads it: its template after admission, bound to the node."""
+        spec = {k: v for k, v in self.spec.items() if k != "_labels"}
+        return {
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "uid": self.uid,
+                "labels": self.spec.get("_labels", {}),
+            },
+            "spec": {**spec, "nodeName": self.node.name},
+            "status": {"podIP": self.pod_ip, "hostIP": "10.0.0.2"},
+        }
+
+    def environment(self, container: dict, cluster_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """(argv, environment) of one container. `cluster_env` is what admission adds to every container's env
+        (on EKS the Pod Identity webhook's credential variables; here the test S3 server's)."""
+        admitted = {
+            **container,
+            "env": [*container.get("env", []), *({"name": k, "value": v} for k, v in cluster_env.items())],
+        }
+        kubelet_env = kubelet_environment(
+            self.bound_pod(), admitted, services=self.services, config_maps=self.config_maps
+        )
+        return expanded_command(container, kubelet_env), process_environment(
+            kubelet_env, image_env=self.image_env, hostname=self.name
+        )
 
 
 def pod_template(deployment: dict) -> dict:
@@ -98,25 +144,6 @@ def set_up_volumes(run: PodRun, config_maps: dict[str, dict[str, str]]) -> None:
             raise AssertionError(f"volume kind not mirrored: {volume}")
 
 
-def _env(run: PodRun, container: dict, cluster_env: dict[str, str]) -> dict[str, str]:
-    fields = {
-        "metadata.uid": run.uid,
-        "metadata.name": run.name,
-        "metadata.namespace": run.namespace,
-        "spec.nodeName": run.node.name,
-    }
-    env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": "/root",
-        "PYTHONPATH": IMAGE_PYTHONPATH,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        **cluster_env,
-    }
-    for item in container.get("env", []):
-        env[item["name"]] = item["value"] if "value" in item else fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
-    return env
-
-
 def run_container(
     run: PodRun, container: dict, cluster_env: dict[str, str], *, timeout: float = 180, background: bool = False
 ):
@@ -124,8 +151,8 @@ def run_container(
     root = run.scratch / f"root-{uuid.uuid4().hex[:8]}"
     root.mkdir()
     spec_file = run.scratch / f"{container['name']}-{uuid.uuid4().hex[:8]}.json"
-    argv = list(container.get("command", [])) + list(container.get("args", []))
-    spec_file.write_text(json.dumps({"argv": argv, "env": _env(run, container, cluster_env)}))
+    argv, env = run.environment(container, cluster_env)
+    spec_file.write_text(json.dumps({"argv": argv, "env": env}))
     lines = ["set -e", "mount --make-rprivate /", f"mount -t tmpfs tmpfs {root}"]
     for top in sorted(p for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink()):
         lines += [f"mkdir -p {root}{top}", f"mount --rbind {top} {root}{top}"]
@@ -138,8 +165,10 @@ def run_container(
             lines.append(f"mount -o remount,bind,ro {target}")
     lines.append(f'exec chroot {root} {sys.executable} -c "{_LAUNCH}" {spec_file}')
     command = ["unshare", "--mount", "sh", "-c", "\n".join(lines)]
-    if background:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if background:  # its own process group: a caller stops the container and whatever it started at once
+        return subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     run.outputs.append(done)
     if done.returncode != 0:
@@ -149,7 +178,15 @@ def run_container(
     return done
 
 
-def start_pod(node: StandInNode, deployment: dict, config_maps: dict[str, dict[str, str]], scratch: Path) -> PodRun:
+def start_pod(
+    node: StandInNode,
+    deployment: dict,
+    config_maps: dict[str, dict[str, str]],
+    scratch: Path,
+    *,
+    services: list[dict] | None = None,
+    image_env: dict[str, str] | None = None,
+) -> PodRun:
     """Scheduled and bound to the node: its volumes exist; no container has run yet."""
     template = pod_template(deployment)
     uid = str(uuid.uuid4())
@@ -160,6 +197,9 @@ def start_pod(node: StandInNode, deployment: dict, config_maps: dict[str, dict[s
         node=node,
         spec=template,
         scratch=scratch / uid,
+        services=list(services or []),
+        image_env=dict(image_env if image_env is not None else STANDIN_IMAGE_ENV),
+        config_maps=config_maps,
     )
     run.scratch.mkdir(parents=True)
     set_up_volumes(run, config_maps)

@@ -3,18 +3,19 @@
 Mirrors vLLM 0.21.0 (PyPI wheel vllm-0.21.0, commit 9da56fd18); each step names the file it follows:
 - vllm/config/model.py `ModelConfig.__post_init__` -> `maybe_pull_model_tokenizer_for_runai`: for an s3://
   model, `model_weights` becomes the URI and `model` becomes `<VLLM_ASSETS_CACHE>/model_streamer/
-  <sha256(uri)[:8]>`, into which the config and tokenizer files (*.json, *.model, *.py) are pulled with
-  runai-model-streamer's `pull_files` (the real one, boto3). A local path stays as given (no realpath).
+  <sha256(uri)[:8]>`, into which the config files (*.json, *.model, *.py) and then, the tokenizer being the
+  model, every file but the weights are pulled with runai-model-streamer's `pull_files` (the real one, boto3).
+  A local path stays as given (no realpath).
 - vllm/model_executor/models/registry.py: `VLLM_CACHE_ROOT/modelinfos/` is written at config time, before
   weights load, so the cache folder exists from then on.
 - the Run:ai loader streams the weights from `model_weights` (the real SafetensorsStreamer here).
 - vllm/config/model.py `compute_hash`: every field but an ignore list, so `model`, `model_weights`, dtype,
   max_model_len, quantization and the model's config.json are hashed; served_model_name, tokenizer and
   seed are not. LoadConfig hashes nothing (load format, streamer settings).
-- vllm/envs.py `compile_factors`: the environment minus an ignore list (VLLM_CACHE_ROOT, VLLM_ASSETS_CACHE,
-  VLLM_PORT, VLLM_HOST_IP, logging, ...); XDG_CACHE_HOME and XDG_CONFIG_HOME enter through the defaults of
-  VLLM_XLA_CACHE_PATH and VLLM_CONFIG_ROOT. Difference: vLLM hashes only the variables it knows, this
-  stand-in every VLLM_* set (stricter: more misses, never a wrong hit).
+- vllm/envs.py `compile_factors`: every variable vLLM knows minus an ignore list (VLLM_CACHE_ROOT,
+  VLLM_ASSETS_CACHE, VLLM_PORT, VLLM_HOST_IP, VLLM_MODEL_REDIRECT_PATH, logging, ...), with defaults for the unset
+  ones; XDG_CACHE_HOME and XDG_CONFIG_HOME enter through the defaults of VLLM_XLA_CACHE_PATH and VLLM_CONFIG_ROOT.
+  The lists are recorded from vLLM 0.21.0 itself (vllm_env_facts.json, checked by the real vLLM tier).
 - vllm/compilation/backends.py: folder `VLLM_CACHE_ROOT/torch_compile_cache/<sha256(str([env, config, code,
   compiler]))[:10]>/rank_<r>_0/backbone/`, an index of artifacts by absolute path, cache_key_factors.json
   written when absent; a user `compilation_config.cache_dir` replaces the hashed folder.
@@ -23,8 +24,10 @@ Mirrors vLLM 0.21.0 (PyPI wheel vllm-0.21.0, commit 9da56fd18); each step names 
   temporary file and os.replace; loading them still reads the backend index above.
 - Triton kernels go to TRITON_CACHE_DIR (vLLM does not redirect it on its default standalone path).
 
-The image's "torch version" and the node's GPU come from STANDIN_TORCH_VERSION and STANDIN_GPU_ARCH (what
-the serving image and the node would fix). It prints vLLM-like log lines and one `STANDIN-REPORT {json}`.
+The image's "torch version" and the node's GPU come from STANDIN_TORCH_VERSION and STANDIN_GPU_NAME (what
+the serving image and the node would fix; the compiler part of vLLM's hash is Inductor's key, which holds the
+GPU's name as the driver reports it, torch/_inductor/codecache.py CacheBase.get_system). It prints vLLM-like log
+lines and one `STANDIN-REPORT {json}`.
 """
 
 from __future__ import annotations
@@ -37,30 +40,11 @@ import time
 from pathlib import Path
 
 VLLM_VERSION = "0.21.0"
-# vllm/envs.py compile_factors ignored_factors (0.21.0), the part that can be set in a pod.
-IGNORED_ENV = {
-    "VLLM_RPC_BASE_PATH",
-    "VLLM_PORT",
-    "VLLM_CACHE_ROOT",
-    "VLLM_DP_MASTER_IP",
-    "VLLM_DP_MASTER_PORT",
-    "VLLM_MODEL_REDIRECT_PATH",
-    "VLLM_HOST_IP",
-    "VLLM_FORCE_AOT_LOAD",
-    "VLLM_USAGE_STATS_SERVER",
-    "VLLM_NO_USAGE_STATS",
-    "VLLM_DO_NOT_TRACK",
-    "VLLM_LOGGING_LEVEL",
-    "VLLM_LOGGING_PREFIX",
-    "VLLM_LOGGING_STREAM",
-    "VLLM_LOGGING_CONFIG_PATH",
-    "VLLM_LOGGING_COLOR",
-    "VLLM_LOG_STATS_INTERVAL",
-    "VLLM_ASSETS_CACHE",
-    "VLLM_ASSETS_CACHE_MODEL_CLEAN",
-    "VLLM_WORKER_MULTIPROC_METHOD",
-    "VLLM_ENABLE_V1_MULTIPROCESSING",
-}
+# vllm/envs.py of vLLM 0.21.0: `known`, every variable vLLM reads (environment_variables), and `hashed`, those
+# compile_factors() puts into the compile hash (known minus its ignore list, plus Ray's NOSET variables). Recorded
+# from the real vLLM by the real vLLM tier, which fails when they drift (tests/real_vllm, make test-vllm).
+ENV_FACTS = json.loads(Path(__file__).with_name("vllm_env_facts.json").read_text())
+HASHED_ENV = frozenset(ENV_FACTS["hashed"])
 # vllm/config/model.py ModelConfig.compute_hash ignored_factors (0.21.0), the flags this stand-in accepts.
 NOT_HASHED_ARGS = {
     "served-model-name",
@@ -72,7 +56,10 @@ NOT_HASHED_ARGS = {
     "model-loader-extra-config",
     "enforce-eager",
 }
+# maybe_pull_model_tokenizer_for_runai: the config files, then (the tokenizer being the model) every file but the
+# weights.
 CONFIG_PATTERNS = ["*.model", "*.py", "*.json"]
+WEIGHT_PATTERNS = ["*.pt", "*.safetensors", "*.bin", "*.tensors", "*.pth"]
 
 
 def log(message: str) -> None:
@@ -93,8 +80,11 @@ def sha256(text: str) -> str:
 
 
 def env_factors(env: dict[str, str]) -> dict[str, str]:
+    """The variables set in `env` that vLLM hashes (raw values: vLLM hashes each getter's parsed value, so two
+    spellings of one value differ here and not in vLLM: more misses, never a wrong hit), and the two defaults
+    that follow XDG_CACHE_HOME and XDG_CONFIG_HOME."""
     home = env.get("HOME", "/root")
-    factors = {k: v for k, v in env.items() if k.startswith("VLLM_") and k not in IGNORED_ENV}
+    factors = {k: v for k, v in env.items() if k in HASHED_ENV}
     cache_root = env.get("XDG_CACHE_HOME") or f"{home}/.cache"
     config_root = env.get("XDG_CONFIG_HOME") or f"{home}/.config"
     factors.setdefault("VLLM_XLA_CACHE_PATH", f"{cache_root}/vllm/xla_cache")
@@ -121,6 +111,7 @@ def pull_config(model: str, model_weights: str) -> dict:
         from runai_model_streamer import pull_files
 
         pull_files(model_weights, model, allow_pattern=CONFIG_PATTERNS)
+        pull_files(model_weights, model, ignore_pattern=WEIGHT_PATTERNS)
     return json.loads(Path(model, "config.json").read_text())
 
 
@@ -164,7 +155,7 @@ def hashes(args: dict[str, str], env: dict[str, str], model: str, model_weights:
     config_hash = hashlib.md5(str(config).encode()).hexdigest()[:10]
     code_hash = sha256(f"{VLLM_VERSION}:{hf_config.get('architectures')}:/usr/local/lib/python3.12/site-packages/vllm")
     compiler_hash = hashlib.md5(
-        f"{env.get('STANDIN_TORCH_VERSION')}:{env.get('STANDIN_GPU_ARCH')}".encode()
+        f"{env.get('STANDIN_TORCH_VERSION')}:{env.get('STANDIN_GPU_NAME')}".encode()
     ).hexdigest()[:10]
     return {
         "env": env_hash,

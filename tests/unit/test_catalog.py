@@ -102,6 +102,22 @@ def test_gpu_facts_match_nvidias_published_figures(catalog, gpu, arch, memory_gb
     assert (catalog.gpus[gpu].architecture, catalog.gpus[gpu].memory_gb) == (arch, memory_gb)
 
 
+@pytest.mark.parametrize(
+    "instance_type, capability, device_name",
+    [
+        ("g6e.xlarge", (8, 9), "NVIDIA L40S"),
+        ("p5.48xlarge", (9, 0), "NVIDIA H100 80GB HBM3"),
+        ("p5e.48xlarge", (9, 0), "NVIDIA H200"),
+        ("p6-b300.48xlarge", (10, 3), "NVIDIA B300 SXM6 AC"),
+    ],
+)
+def test_each_instance_reports_its_gpu_as_the_driver_does(catalog, instance_type, capability, device_name):
+    """What vLLM's platform and PyTorch Inductor's cache key read from the driver: the compute capability and the
+    device name (H100 and H200 share sm_90 but not a name, so not a compile cache)."""
+    instance = catalog.instance(instance_type)
+    assert (instance.compute_capability, instance.device_name) == (capability, device_name)
+
+
 def test_hyperpod_nvme_figures_agree_within_rounding(catalog):
     # The brief's HyperPod table: ml.p5.48xlarge 30,000 GB (EC2: 8 x 3,800 GB = 30,400 GB, rounded).
     assert 30_000 <= catalog.instance("p5.48xlarge").nvme_gb < 31_000
@@ -117,7 +133,7 @@ def test_catalog_rejects_an_instance_of_an_unknown_gpu():
     with pytest.raises(ValueError, match="B200"):
         Catalog.model_validate(
             {
-                "gpus": {"H100": {"architecture": "sm_90", "memory_gb": 80}},
+                "gpus": {"H100": {"architecture": "sm_90", "memory_gb": 80, "device_name": "NVIDIA H100 80GB HBM3"}},
                 "instances": {
                     "p6.48xlarge": {
                         "gpu": "B200",

@@ -127,7 +127,7 @@ def test_nvme_rule_applies_only_with_the_weights_cache_on():
     # No real instance has less NVMe than GPU memory, so a small-disk catalog entry stands in.
     catalog = Catalog.model_validate(
         {
-            "gpus": {"H200": {"architecture": "sm_90", "memory_gb": 141}},
+            "gpus": {"H200": {"architecture": "sm_90", "memory_gb": 141, "device_name": "NVIDIA H200"}},
             "instances": {
                 "small-disk.48xlarge": {
                     "gpu": "H200",

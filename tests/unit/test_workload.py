@@ -177,7 +177,7 @@ def test_compile_relevant_settings_reach_vllm():
         ("VLLM_CACHE_ROOT", "/elsewhere", "differs per pod"),
         ("VLLM_ASSETS_CACHE", "/elsewhere", "model path vLLM hashes"),
         ("VLLM_API_KEY", "sk-123", "clear text"),
-        ("VLLM_TAG", "$(POD_NAME)", "expands per pod"),
+        ("VLLM_TAG", "$(POD_NAME)", "no $(...) expansion"),
         ("CUDA_VISIBLE_DEVICES", "0", "only VLLM_"),
     ],
 )

@@ -1,0 +1,216 @@
+"""vLLM 0.21.0's own start, up to the engine, in place of `python3 -m vllm.entrypoints.openai.api_server`.
+
+Runs in the real vLLM environment (tests/real_vllm/environment.py) with the container's environment exactly as
+the pod would have it; standard library and vLLM only. Usage: python probe.py <gpu.json> <vLLM arguments...>
+
+What it runs is vLLM's, in the order its server runs it (vllm/entrypoints/openai/api_server.py `__main__`,
+`build_async_engine_client`, vllm/v1/engine/core.py):
+1. every variable of `vllm.envs` evaluated, as `enable_envs_cache()` does at engine start (one error each);
+2. `cli_env_setup()`, `make_arg_parser(FlexibleArgumentParser(...))`, `parse_args`, `validate_parsed_serve_args`;
+3. `AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=OPENAI_API_SERVER)`: for an s3:// model
+   this pulls the config and tokenizer files with the Run:ai streamer (boto3), as on the node;
+4. the compile-cache hash parts (vllm/compilation/backends.py `VllmBackend.__call__`): `compile_factors()`, the
+   config's `compute_hash()`, the compiler's `compute_hash()`; and the AOT folder
+   (vllm/compilation/decorators.py, caching.py `aot_compile_hash_factors` + `_model_hash_key`).
+The one thing not vLLM's own: the platform. With no GPU here, vLLM would pick no CUDA platform; a subclass of its
+CudaPlatformBase reports the GPU the node's instance type has (gpu.json, from warmstart/catalog.yaml).
+
+Prints one line `REAL-VLLM-REPORT {json}`; exits 1 when any step failed, naming the step and vLLM's error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+
+def install_platform(gpu: dict) -> None:
+    import vllm.platforms as platforms
+    from vllm.platforms.cuda import CudaPlatformBase
+    from vllm.platforms.interface import DeviceCapability
+
+    class NodeGpu(CudaPlatformBase):
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return DeviceCapability(*gpu["capability"])
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return gpu["name"]
+
+        @classmethod
+        def get_device_total_memory(cls, device_id: int = 0) -> int:
+            return gpu["memory_bytes"]
+
+        @classmethod
+        def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:
+            return gpu["fully_connected"]
+
+        @classmethod
+        def device_count(cls) -> int:
+            return gpu["count"]
+
+    platforms._current_platform = NodeGpu()
+
+
+def evaluate_envs() -> list[dict]:
+    """Every variable vLLM knows, read the way enable_envs_cache() reads them at engine start."""
+    import vllm.envs as envs
+
+    errors = []
+    for name in envs.environment_variables:
+        try:
+            getattr(envs, name)
+        except Exception as error:  # noqa: BLE001 - the report names each one
+            errors.append({"stage": "envs", "variable": name, "error": f"{type(error).__name__}: {error}"})
+    return errors
+
+
+def parse(argv: list[str]):
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.entrypoints.utils import cli_env_setup
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cli_env_setup()
+    parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        raise ValueError(f"argument parser exited {exit_.code}: {stderr.getvalue().strip()[-600:]}") from None
+    validate_parsed_serve_args(args)
+    return args
+
+
+def decorated_model_class(model_cls: type) -> type | None:
+    """The class vLLM compiles: the one its module decorates with @support_torch_compile (which appends
+    TorchCompileWithNoGuardsWrapper to its bases), preferring the name the causal LM's own name suggests."""
+    import inspect
+
+    from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
+
+    module = sys.modules[model_cls.__module__]
+    candidates = [
+        c
+        for _, c in inspect.getmembers(module, inspect.isclass)
+        if TorchCompileWithNoGuardsWrapper in c.__bases__ and c.__module__ == module.__name__
+    ]
+    if len(candidates) == 1:
+        return candidates[0]
+    preferred = model_cls.__name__.replace("ForCausalLM", "Model").replace("ForConditionalGeneration", "Model")
+    return next((c for c in candidates if c.__name__ == preferred), None)
+
+
+def hashes(config) -> dict:
+    import vllm.envs as envs
+    from vllm.compilation.backends import make_compiler
+    from vllm.compilation.caching import aot_compile_hash_factors
+    from vllm.compilation.decorators import _model_hash_key
+    from vllm.config.utils import hash_factors
+    from vllm.model_executor.models import ModelRegistry
+
+    env_factors = envs.compile_factors()
+    parts = {
+        "env": hash_factors(env_factors),
+        "config": config.compute_hash(),
+        "compiler": make_compiler(config.compilation_config).compute_hash(config),
+    }
+    model_cls, architecture = ModelRegistry.resolve_model_cls(
+        config.model_config.architectures, model_config=config.model_config
+    )
+    compiled = decorated_model_class(model_cls)
+    aot = None
+    if compiled is not None:
+        factors = [*aot_compile_hash_factors(config), _model_hash_key(compiled.forward)]
+        aot = hashlib.sha256(str(factors).encode()).hexdigest()
+    return {
+        "parts": parts,
+        "env_factors": {
+            k: v if isinstance(v, (str, int, float, bool, type(None))) else repr(v) for k, v in env_factors.items()
+        },
+        "architecture": architecture,
+        "compiled_class": f"{compiled.__module__}.{compiled.__qualname__}" if compiled else None,
+        "compiled_forward": compiled.forward.__qualname__ if compiled else None,
+        "aot_hash": aot,
+    }
+
+
+def describe(config) -> dict:
+    import vllm.envs as envs
+    from vllm.assets.base import get_cache_dir
+
+    model, parallel, cache = config.model_config, config.parallel_config, config.cache_config
+    return {
+        "model": model.model,
+        "model_weights": model.model_weights,
+        "tokenizer": model.tokenizer,
+        "served_model_name": model.served_model_name,
+        "dtype": str(model.dtype),
+        "max_model_len": model.max_model_len,
+        "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
+        "quantization": model.quantization,
+        "kv_cache_dtype": str(cache.cache_dtype),
+        "tensor_parallel_size": parallel.tensor_parallel_size,
+        "pipeline_parallel_size": parallel.pipeline_parallel_size,
+        "enforce_eager": model.enforce_eager,
+        "compilation_mode": str(config.compilation_config.mode),
+        "compilation_cache_dir": config.compilation_config.cache_dir,
+        "load_format": str(config.load_config.load_format),
+        "model_loader_extra_config": config.load_config.model_loader_extra_config,
+        "vllm_cache_root": envs.VLLM_CACHE_ROOT,
+        "assets_cache": str(get_cache_dir()),
+        "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        "triton_cache_dir": os.environ.get("TRITON_CACHE_DIR"),
+        "pulled_files": sorted(p.name for p in Path(model.model).iterdir()) if Path(model.model).is_dir() else [],
+    }
+
+
+def run(gpu: dict, argv: list[str]) -> dict:
+    report: dict = {"argv": argv, "environ": dict(os.environ), "errors": []}
+    stage = "platform"
+    try:
+        install_platform(gpu)
+        stage = "envs"
+        report["errors"] += evaluate_envs()
+        import vllm
+        import vllm.envs as envs
+
+        report["vllm_version"] = vllm.__version__
+        report["known_env"] = sorted(envs.environment_variables)
+        stage = "arguments"
+        args = parse(argv)
+        stage = "engine config"
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
+
+        config = AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+        report["config"] = describe(config)
+        stage = "compile hash"
+        report["hash"] = hashes(config)
+    except Exception as error:  # noqa: BLE001 - reported with the step that failed
+        report["errors"].append(
+            {
+                "stage": stage,
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
+        )
+    return report
+
+
+def main() -> int:
+    gpu = json.loads(Path(sys.argv[1]).read_text())
+    report = run(gpu, sys.argv[2:])
+    print("REAL-VLLM-REPORT " + json.dumps(report, sort_keys=True, default=str), flush=True)
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

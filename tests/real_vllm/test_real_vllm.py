@@ -1,0 +1,314 @@
+"""Every vLLM container warmstart renders, started in the real vLLM 0.21.0 (make test-vllm).
+
+Each pod runs as the cluster would run it: the rendered Deployment on a stand-in node (kubelet's order, volumes at
+their container paths, the environment kubelet and containerd build, service links included), the real entry step,
+the real agent's node copy served on the pod's loopback or the test S3 server, and in place of the server's start
+vLLM's own argument parser, environment, engine config and compile-hash functions (tests/real_vllm/probe.py). No
+GPU: only the CUDA driver library and the platform object stand in (tests/real_vllm/environment.py, probe.py).
+
+It checks, for every container: vLLM accepts the arguments, every variable vLLM knows evaluates, the engine config
+is built and says what warmstart rendered, the compile cache is where the agent restores and publishes it, the S3
+and node-copy starts of one configuration give one compile folder, every change a config can express moves both
+vLLM's hash and warmstart's key, and the fast tier's stand-in (tests/standins/vllm.py) derives what vLLM derives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from node_agent.runtime.compile_cache import VLLM_FOLDER
+from tests.agent.cluster_world import World
+from tests.real_vllm import cases as case_set
+from tests.real_vllm import pods
+from tests.real_vllm.environment import VllmEnvironment, environment, pinned_version
+from tests.standins import vllm as standin
+from tests.standins.kubelet import PodRun
+from warmstart.catalog import default_catalog
+from warmstart.sizing import candidate_instances
+from warmstart.workload import COMPILE_CACHE_CONTENT, COMPILE_CACHE_MOUNT, VLLM_ASSETS_MOUNT, plan_model
+
+pytestmark = pytest.mark.real_vllm
+# What the entry step sets for the node-copy load (model_workload/runtime/vllm_entry.py), and what the test
+# cluster sets for S3 (on EKS: Pod Identity's variables): none of them may be a variable vLLM knows.
+LOAD_PATH_VARIABLES = {
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_EC2_METADATA_DISABLED",
+    "RUNAI_STREAMER_S3_UNSIGNED",
+    "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING",
+}
+
+
+@dataclass
+class Start:
+    case: str
+    model: str
+    load: str
+    fingerprint: str
+    pod: PodRun
+    report: dict
+    node_cache: Path  # where the agent restores and publishes this configuration's cache on the node
+
+    @property
+    def label(self) -> str:
+        return f"{self.case}/{self.model} container vllm ({self.load} load)"
+
+    @property
+    def folder(self) -> tuple:
+        """What decides vLLM's compile folders: the backend folder's parts and the AOT folder."""
+        parts = self.report["hash"]["parts"]
+        return parts["env"], parts["config"], parts["compiler"], self.report["hash"]["aot_hash"]
+
+
+@pytest.fixture(scope="session")
+def vllm_environment() -> VllmEnvironment:
+    env = environment()
+    if not env.installed():
+        pytest.fail(
+            f"the real vLLM environment is not installed: run `make vllm-env` (vLLM {pinned_version('vllm')} into "
+            f"{env.root}, about 8 GB)"
+        )
+    return env
+
+
+@pytest.fixture(scope="session")
+def starts(vllm_environment, s3_server, tmp_path_factory) -> list[Start]:
+    """Every container of every case, started once (about 20 s each on 2 cores)."""
+    models_bucket, compile_bucket = s3_server.new_bucket(), s3_server.new_bucket()
+    client = s3_server.client()
+    uploaded = set()
+    done = []
+    for case in case_set.cases(models_bucket, compile_bucket):
+        for model in case.config.models:
+            if model.name not in uploaded:
+                for name, body in case_set.model_files(model.name).items():
+                    key = f"{model.name}/{name}"
+                    client.put_object(Bucket=models_bucket, Key=key, Body=body, ChecksumAlgorithm="CRC64NVME")
+                uploaded.add(model.name)
+            for load in case.loads:
+                scratch = tmp_path_factory.mktemp(f"{case.name}-{model.name}-{load}")
+                done.append(_start(case, model.name, load, vllm_environment, s3_server, scratch))
+    summary = tmp_path_factory.getbasetemp() / "real-vllm-starts.json"
+    summary.write_text(json.dumps([_summary(s) for s in done], indent=1, sort_keys=True))
+    print(f"\nreal vLLM starts: {summary}")
+    return done
+
+
+def _summary(start: Start) -> dict:
+    """One line of the tier's record (its path is printed): what each start gave, for a person to read."""
+    report = start.report
+    return {
+        "start": start.label,
+        "seconds": report["seconds"],
+        "errors": [f"{e['stage']}: {e.get('variable', '')} {e['error']}" for e in report["errors"]],
+        "config": report.get("config"),
+        "hash": {k: v for k, v in report.get("hash", {}).items() if k != "env_factors"},
+        "entry": report["entry_output"],
+        "warmstart_fingerprint": start.fingerprint,
+    }
+
+
+def _start(case, model_name: str, load: str, vllm_env: VllmEnvironment, server, scratch: Path) -> Start:
+    config, catalog = case.config, default_catalog()
+    model = next(m for m in config.models if m.name == model_name)
+    plan = plan_model(model, config, catalog)
+    instance = candidate_instances(model, config, catalog)[0]
+    world = World(server=server, scratch=scratch, config=config, image_env={})
+    node = world.node(f"node-{load}", config, instance.instance_type)
+    if load == "node":
+        assert node.agent.weights_tick()[model_name] == "downloaded"
+    node.agent.start()  # nothing published yet: the done marker says so and the pod compiles
+    pod = pods.schedule(
+        world, node, config, model_name, vllm_env=vllm_env, instance=instance, service_links_on=case.service_links
+    )
+    env = pods.cluster_env(world)
+    pods.run_init_containers(pod, env)
+    started = time.monotonic()
+    report = pods.probe_report(pod, env)
+    report["seconds"] = round(time.monotonic() - started, 1)
+    return Start(
+        case=case.name,
+        model=model_name,
+        load=load,
+        fingerprint=plan.factors.fingerprint(),
+        pod=pod,
+        report=report,
+        node_cache=node.layout.model_dir(model_name, plan.factors.fingerprint()),
+    )
+
+
+def _failures(start: Start) -> str:
+    return "\n".join(
+        f"{start.label}: {e['stage']}"
+        + (f", variable {e['variable']}" if "variable" in e else "")
+        + f": vLLM says {e['error']}"
+        for e in start.report["errors"]
+    )
+
+
+def _fixed(starts: list[Start]) -> list[Start]:
+    return [s for s in starts if s.case != "prod-before-the-fix"]
+
+
+def test_every_container_starts_in_vllm(starts):
+    failures = [_failures(s) for s in _fixed(starts) if s.report["errors"]]
+    assert not failures, "\n".join(failures)
+    assert {s.case for s in starts} >= {"dev", "prod"}
+    assert {s.report["config"]["tensor_parallel_size"] for s in _fixed(starts)} == {1, 2, 4, 8}
+    assert {s.load for s in _fixed(starts)} == {"s3", "node"}
+
+
+def test_the_tier_refuses_the_pods_rendered_before_the_fix(starts):
+    """Service links on: kubelet gives every pod VLLM_PORT=tcp://<ip>:8000 from the Service `vllm`, and vLLM
+    refuses it; the failure names the container, the variable and vLLM's own message."""
+    before = [s for s in starts if s.case == "prod-before-the-fix"]
+    assert before
+    for start in before:
+        message = _failures(start)
+        assert "variable VLLM_PORT" in message and "appears to be a URI" in message, message
+        assert start.label in message
+
+
+def test_vllm_runs_what_warmstart_rendered(starts):
+    for start in _fixed(starts):
+        config, plan = start.report["config"], start.pod.spec
+        (container,) = plan["containers"]
+        args = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in container["args"] if "=" in a}
+        assert config["tensor_parallel_size"] == int(args["--tensor-parallel-size"]), start.label
+        assert config["max_model_len"] == int(args["--max-model-len"]), start.label
+        assert config["load_format"] == "runai_streamer", start.label
+        assert config["model_loader_extra_config"] == json.loads(args["--model-loader-extra-config"]), start.label
+        assert config["kv_cache_dtype"] == args.get("--kv-cache-dtype", "auto"), start.label
+        if "--max-num-batched-tokens" in args:
+            assert config["max_num_batched_tokens"] == int(args["--max-num-batched-tokens"]), start.label
+        assert not config["enforce_eager"] and "NONE" not in config["compilation_mode"], start.label
+        assert config["compilation_cache_dir"] in ("", None), start.label  # vLLM's own hashed folders, its guard on
+
+
+def test_the_model_path_is_the_one_vllm_hashes_for_the_s3_uri_on_both_loads(starts):
+    for start in _fixed(starts):
+        config = start.report["config"]
+        uri = config["model_weights"]
+        assert uri.startswith("s3://") and uri.endswith(f"/{start.model}/"), start.label
+        expected = f"{VLLM_ASSETS_MOUNT}/model_streamer/{hashlib.sha256(uri.encode()).hexdigest()[:8]}"
+        assert config["model"] == config["tokenizer"] == expected, start.label
+        # vLLM 0.21.0 pulls every file but the weights when the tokenizer is the model
+        # (maybe_pull_model_tokenizer_for_runai).
+        assert config["pulled_files"] == sorted(case_set.model_files(start.model)), start.label
+        expected_load = "node-local copy" if start.load == "node" else "streaming from"
+        assert any(expected_load in line for line in start.report["entry_output"]), (
+            start.label,
+            start.report["entry_output"],
+        )
+
+
+def test_the_compile_cache_is_where_the_agent_restores_and_publishes_it(starts):
+    content = f"{COMPILE_CACHE_MOUNT}/{COMPILE_CACHE_CONTENT}"
+    for start in _fixed(starts):
+        config = start.report["config"]
+        assert config["vllm_cache_root"] == f"{content}/{VLLM_FOLDER}", start.label
+        assert config["inductor_cache_dir"].startswith(content + "/"), start.label
+        assert config["triton_cache_dir"].startswith(content + "/"), start.label
+        # The container path maps, through the pod's hostPath volume, onto the agent's folder for this configuration.
+        mounted = start.pod.volumes["compile-cache"] / COMPILE_CACHE_CONTENT
+        assert mounted.resolve() == start.node_cache.resolve(), start.label
+        # vLLM itself wrote there at config time (its model-info cache under VLLM_CACHE_ROOT).
+        assert (start.node_cache / VLLM_FOLDER).is_dir(), start.label
+
+
+def test_both_loads_of_one_configuration_give_one_compile_folder(starts):
+    by_config: dict[tuple, list[Start]] = {}
+    for start in _fixed(starts):
+        by_config.setdefault((start.case, start.model), []).append(start)
+    pairs = [group for group in by_config.values() if len(group) == 2]
+    assert len(pairs) >= 4
+    for s3, node in pairs:
+        assert s3.folder == node.folder, (s3.label, s3.folder, node.folder)
+        assert s3.report["hash"]["env_factors"] == node.report["hash"]["env_factors"], s3.label
+        assert s3.report["config"]["model"] == node.report["config"]["model"], s3.label
+
+
+def test_no_load_path_variable_is_one_vllm_knows(starts):
+    known = set(_fixed(starts)[0].report["known_env"])
+    assert not LOAD_PATH_VARIABLES & known
+
+
+def test_every_change_a_config_can_express_moves_vllms_hash_and_warmstarts_key(starts):
+    per_model: dict[str, dict[str, Start]] = {}
+    for start in _fixed(starts):
+        per_model.setdefault(start.model, {})[start.fingerprint] = start
+    compared = 0
+    for variants in per_model.values():
+        for a, b in combinations(variants.values(), 2):
+            compared += 1
+            assert a.fingerprint != b.fingerprint
+            assert a.folder != b.folder, (a.label, b.label)
+    assert compared >= 2
+
+
+def test_the_stand_in_derives_what_vllm_derives(starts):
+    """tests/standins/vllm.py (the fast tier's vLLM) on the very arguments and environment vLLM saw: the same model
+    path, the same variables in the environment hash, and the same folder wherever vLLM has one and a different
+    one wherever vLLM's differs."""
+    fixed = _fixed(starts)
+    for start in fixed:
+        args = standin.parse_args(start.report["argv"])
+        environ = start.report["environ"]
+        model, weights = standin.model_paths(args, environ)
+        assert (model, weights) == (start.report["config"]["model"], start.report["config"]["model_weights"])
+        set_here = set(environ)
+        assert set(standin.env_factors(environ)) & set_here == set(start.report["hash"]["env_factors"]) & set_here, (
+            start.label
+        )
+    for a, b in combinations(fixed, 2):
+        if a.model != b.model:
+            continue
+        assert (_standin_folder(a) == _standin_folder(b)) == (a.folder == b.folder), (a.label, b.label)
+
+
+def _standin_folder(start: Start) -> tuple:
+    args, environ = standin.parse_args(start.report["argv"]), start.report["environ"]
+    model, weights = standin.model_paths(args, environ)
+    hf_config = json.loads(case_set.model_files(start.model)["config.json"])
+    parts = standin.hashes(args, environ, model, weights, hf_config)
+    return parts["env"], parts["config"]
+
+
+def test_the_stand_ins_vllm_facts_are_vllm_0_21_0s(starts):
+    """The variable lists the stand-in hashes by (tests/standins/vllm_env_facts.json), recorded from vLLM itself."""
+    report = _fixed(starts)[0].report
+    assert report["vllm_version"] == standin.VLLM_VERSION == pinned_version("vllm")
+    facts = standin.ENV_FACTS
+    assert facts["known"] == report["known_env"]
+    assert facts["hashed"] == sorted(report["hash"]["env_factors"])
+
+
+def test_the_gpu_scripts_pipeline_runs_every_case_without_a_gpu(vllm_environment, tmp_path):
+    """bench/gpu_vllm_cold_start.py with vLLM's probe in place of its server: the same pods, agents, node copy and
+    restores as on the GPU machine, so the script a GPU run depends on works before the GPU is lent."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_vllm_cold_start.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--engine", "probe", "--work", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "gpu_vllm_cold_start-probe.json").read_text())
+    cases = results["cases"]
+    assert sorted(cases) == sorted(["cold", "warm_node", "restored", "node_copy"])
+    assert not [c for c in cases.values() if c["errors"]], cases
+    assert results["weights_sync"] == "downloaded"
+    assert any("node-local copy" in line for line in cases["node_copy"]["entry"])
+    assert all("streaming from" in line for c in ("cold", "warm_node", "restored") for line in cases[c]["entry"])
