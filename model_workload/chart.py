@@ -48,6 +48,8 @@ from warmstart.workload import (
 )
 
 SERVICE_ACCOUNT = "vllm"
+# The downward API variable kubelet expands the pod-records mount's subPathExpr with.
+POD_UID_VARIABLE = "POD_UID"
 VLLM_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 AGENT_STATE_MOUNT = "/warmstart"
 WEIGHTS_MOUNT = "/warmstart-weights"
@@ -323,14 +325,7 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         env |= {"WARMSTART_POD_RECORDS": POD_RECORDS_MOUNT}
         if plan.compile_cache:
             env |= {"WARMSTART_FINGERPRINT": plan.factors.fingerprint()}
-        env_from_pod = [
-            k8s.EnvVar(name=name, value_from=_field(path))
-            for name, path in (
-                ("POD_UID", "metadata.uid"),
-                ("POD_NAME", "metadata.name"),
-                ("POD_NAMESPACE", "metadata.namespace"),
-            )
-        ]
+        env_from_pod = [k8s.EnvVar(name=POD_UID_VARIABLE, value_from=_field("metadata.uid"))]
         volumes += [
             k8s.Volume(name="entry", config_map=k8s.ConfigMapVolumeSource(name="warmstart-entry")),
             k8s.Volume(
@@ -340,7 +335,8 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         ]
         mounts += [
             k8s.VolumeMount(name="entry", mount_path=ENTRY_MOUNT, read_only=True),
-            k8s.VolumeMount(name="pod-records", mount_path=POD_RECORDS_MOUNT),
+            # Only this pod's own folder, named by kubelet after the pod's UID: a pod speaks only for itself.
+            k8s.VolumeMount(name="pod-records", mount_path=POD_RECORDS_MOUNT, sub_path_expr=f"$({POD_UID_VARIABLE})"),
         ]
     if plan.weights_cache:
         env |= {"WARMSTART_WEIGHTS_ROOT": WEIGHTS_MOUNT, "WARMSTART_WEIGHTS_MAX_AGE": str(plan.weights_max_age_seconds)}

@@ -24,6 +24,7 @@ from k8s.hardening import (
     scanner_annotations,
 )
 from k8s.scraping import scrape_annotations
+from node_agent.host_path_policy import host_path_policy
 from warmstart.agent_settings import (
     AGENT_CACHE_MOUNT,
     AGENT_NAMESPACE,
@@ -38,9 +39,10 @@ from warmstart.agent_settings import (
 from warmstart.starts import starts_config_map_name
 
 SETTINGS_FILE = "agent.json"
-# Touched by the agent's main loop (runtime/__main__.py); liveness fails when it is older than this.
+# Touched every 20 s while none of the agent's loops is stuck (runtime/liveness.py: a loop is stuck after its
+# period plus 10 minutes without progress); liveness fails when it is older than this.
 HEARTBEAT_FILE = "/tmp/warmstart-agent-alive"
-HEARTBEAT_MAX_AGE_SECONDS = 900
+HEARTBEAT_MAX_AGE_SECONDS = 120
 # Written by the agent once its start-up (every model's compile-cache restore) is done (runtime/__main__.py).
 READY_FILE = "/tmp/warmstart-agent-ready"
 AGENT_ANNOTATIONS = scanner_annotations(
@@ -292,6 +294,14 @@ class NodeAgentChart(cdk8s.Chart):
             spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=OWN_STARTS_POLICY, validation_actions=["Deny"]),
         )
         self.own_starts_binding.add_dependency(self.own_starts_policy)
+        # No pod writes the agent's inputs except through the mounts warmstart renders (node_agent/host_path_policy.py).
+        self.host_path_policy, self.host_path_binding = host_path_policy(
+            self,
+            compile_root=cache_root,
+            weights_root=weights_root if settings.weights_models else None,
+            records_root=pod_records_root,
+            labels=LABELS,
+        )
         self.daemon_set = k8s.KubeDaemonSet(
             self,
             "DaemonSet",
@@ -382,9 +392,9 @@ def _agent_pod(
                 ),
                 # Root only to own the folders it creates on the host paths; no capability, no escalation.
                 security_context=locked_down(read_only_root=True, run_as_user=0),
-                # Start restores every model's compile cache before the first beat: up to 30 minutes. Then a main
-                # loop whose last turn ended over HEARTBEAT_MAX_AGE_SECONDS ago is stuck (one restore or publish
-                # of a compile cache takes seconds to a few minutes); weights downloads run beside it.
+                # Start restores every model's compile cache before the first beat: up to 30 minutes. Then the
+                # heartbeat stops as soon as any loop (compile caches, cleanup, weights downloads or confirmations)
+                # has made no progress for its period plus 10 minutes: restarted within about 15 minutes.
                 startup_probe=_heartbeat_probe(period_seconds=30, failure_threshold=60),
                 liveness_probe=_heartbeat_probe(period_seconds=60, failure_threshold=3),
                 # Ready (the DaemonSet's READY count, `warmstart status`): start-up done and the loop beating.

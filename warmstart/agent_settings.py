@@ -26,6 +26,10 @@ NODE_LABEL_DOMAIN = "compile-cache.warmstart.io"
 COMPILE_USE_LABEL_DOMAIN = "compile-use.warmstart.io"
 WEIGHTS_LABEL_DOMAIN = "weights.warmstart.io"
 LABEL_DOMAINS = (NODE_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN)
+# A model's S3 prefix may hold this much more than its configured size_gb before the agent refuses it: sizes are
+# written rounded ("67 GB"), never off by half.
+WEIGHTS_SIZE_TOLERANCE = 1.5
+WEIGHTS_MAX_OBJECTS = 20_000
 
 
 class _Strict(BaseModel):
@@ -45,6 +49,11 @@ class CompileSettings(_Strict):
 class WeightsSettings(_Strict):
     s3_uri: str
     prefix: str
+    # What a listing of the prefix may hold before the agent refuses to copy it (the owner of the bucket, or a
+    # mistake, could put anything there): the configured size with room for rounding, and a file count far
+    # above any model's.
+    max_bytes: int = Field(ge=1)
+    max_objects: int = Field(default=WEIGHTS_MAX_OBJECTS, ge=1)
 
 
 class AgentModel(_Strict):
@@ -90,6 +99,9 @@ class AgentSettings(_Strict):
     download_part_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
     download_threads: int = Field(default=8, ge=1, le=64)
     download_buffer_bytes: int = Field(default=4 * 2**20, ge=2**20, multiple_of=4096)
+    # The NVMe reserved for the compile cache (caches.compile_cache_reserve_gb): no archive a node published may
+    # claim or unpack to more.
+    compile_archive_max_bytes: int = Field(default=10 * 10**9, ge=1)
     # Longest the agent holds a weights download back while a pod of the node streams the model from S3
     # (it streams within the startup probe's 30 s + 60 x 10 s; a pod stuck longer no longer holds it back).
     max_weights_defer_seconds: int = Field(default=630, ge=0)
@@ -112,7 +124,15 @@ def agent_settings(config: EnvironmentConfig, catalog: Catalog) -> AgentSettings
             if plan.compile_cache
             else None
         )
-        weights = WeightsSettings(s3_uri=model.s3_uri, prefix=model.prefix) if weights_cached(model, config) else None
+        weights = (
+            WeightsSettings(
+                s3_uri=model.s3_uri,
+                prefix=model.prefix,
+                max_bytes=int(model.size_gb * WEIGHTS_SIZE_TOLERANCE * 10**9),
+            )
+            if weights_cached(model, config)
+            else None
+        )
         if compile_settings is None and weights is None:
             continue
         models.append(AgentModel(name=model.name, compile=compile_settings, weights=weights))
@@ -125,6 +145,7 @@ def agent_settings(config: EnvironmentConfig, catalog: Catalog) -> AgentSettings
         models=models,
         gpus=gpus,
         weights_poll_seconds=config.caches.weights_poll_seconds,
+        compile_archive_max_bytes=max(1, int(config.caches.compile_cache_reserve_gb * 10**9)),
         metrics_port=config.metrics.port,
         nvme_mount=nvme_mount(config.compute),
         weights_host_path=weights_root(config),

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -32,6 +33,12 @@ from xml.sax.saxutils import escape
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _SENDFILE_BLOCK = 8 * 2**20
+# Connections served at once: every tensor-parallel rank's streamer opens up to ~64 (8 ranks: ~500) plus vLLM's
+# config pull; beyond this a connection gets 503 SlowDown at once (the streamer retries) instead of a thread.
+MAX_CONNECTIONS = 1024
+# A connection that says nothing for this long is closed (an idle keep-alive or a stalled client).
+IDLE_SECONDS = 30
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -70,21 +77,55 @@ class NodeCopyServer(ThreadingHTTPServer):
         if not isinstance(error, (BrokenPipeError, ConnectionResetError)):
             print(f"warmstart node-copy endpoint: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
-    def __init__(self, *, bucket: str, prefix: str, folder: Path, port: int = 0) -> None:
+    def __init__(
+        self, *, bucket: str, prefix: str, folder: Path, port: int = 0, max_connections: int = MAX_CONNECTIONS
+    ) -> None:
         self.bucket = bucket
         self.prefix = prefix
         self.objects = _objects(folder, prefix)
         self.keys = sorted(self.objects)
+        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__(("127.0.0.1", port), _Handler)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread per connection, up to the cap; past it, 503 SlowDown and the connection closes."""
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.settimeout(1)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
+_BUSY_BODY = b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code><Message>busy</Message></Error>'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode()
+    + _BUSY_BODY
+)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: NodeCopyServer
+    timeout = IDLE_SECONDS  # socket timeout: an idle or stalled connection ends its thread
 
     def log_message(self, format, *args) -> None:  # the streamer makes thousands of requests: stay quiet
         pass
@@ -117,9 +158,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._route(head=True)
 
     def _refuse_write(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        """Read-only: refused without reading a byte of the body (whatever length it claims, even -1), and the
+        connection closes, so an unread body never becomes the next request."""
+        self.close_connection = True
         self._error(403, "AccessDenied", "this endpoint is read-only", False)
 
     do_PUT = do_POST = do_DELETE = _refuse_write
@@ -134,6 +175,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if not head:
             self.wfile.write(body)
@@ -156,6 +199,17 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(416, "InvalidRange", wanted, head)
             status = 206
         length = end - start + 1 if item.size else 0
+        try:  # the bytes served are the file the agent verified: not a link, and still the size it listed
+            descriptor = os.open(item.path, _OPEN_FLAGS)
+        except OSError:
+            return self._error(500, "InternalError", f"{item.key} is not readable as listed", head)
+        with os.fdopen(descriptor, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size != item.size:
+                return self._error(500, "InternalError", f"{item.key} changed since it was listed", head)
+            self._send_range(item, handle, status, start, end, length, head)
+
+    def _send_range(self, item: ServedObject, handle, status: int, start: int, end: int, length: int, head: bool):
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(length))
@@ -168,22 +222,27 @@ class _Handler(BaseHTTPRequestHandler):
         if head or length == 0:
             return
         self.wfile.flush()
-        with open(item.path, "rb") as handle:
-            offset, remaining = start, length
-            while remaining:
-                sent = os.sendfile(self.connection.fileno(), handle.fileno(), offset, min(remaining, _SENDFILE_BLOCK))
-                if sent == 0:
-                    raise ConnectionError(f"{item.key}: file ended at {offset}, expected {end + 1}")
-                offset += sent
-                remaining -= sent
+        offset, remaining = start, length
+        while remaining:
+            sent = os.sendfile(self.connection.fileno(), handle.fileno(), offset, min(remaining, _SENDFILE_BLOCK))
+            if sent == 0:
+                raise ConnectionError(f"{item.key}: file ended at {offset}, expected {end + 1}")
+            offset += sent
+            remaining -= sent
 
     def _list(self, query: dict[str, str], head: bool) -> None:
         prefix = query.get("prefix", "")
         delimiter = query.get("delimiter", "")
-        max_keys = max(0, min(int(query.get("max-keys") or 1000), 1000))
+        asked = query.get("max-keys") or "1000"
+        if not asked.isdigit():  # S3: a negative or non-numeric max-keys is InvalidArgument
+            return self._error(400, "InvalidArgument", "max-keys must be a whole number", head)
+        max_keys = min(int(asked), 1000)
         after, skip_folder = query.get("start-after", ""), False
         if query.get("continuation-token"):
-            after, skip_folder = _resume(query["continuation-token"])
+            resumed = _resume(query["continuation-token"])
+            if resumed is None:
+                return self._error(400, "InvalidArgument", "the continuation token is not one this endpoint gave", head)
+            after, skip_folder = resumed
         encode = query.get("encoding-type") == "url"
         contents: list = []
         common: list[str] = []
@@ -199,7 +258,9 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 entry = ("key", key)
             if len(contents) + len(common) == max_keys:
-                truncated = True
+                # max-keys=0 asks for nothing and is never truncated (as S3 answers): a token here would name
+                # no key and restart the listing, and a paging client would loop forever.
+                truncated = max_keys > 0
                 break
             if entry[0] == "prefix":
                 common.append(entry[1])
@@ -249,12 +310,14 @@ def _token(after: str, folder: bool) -> str:
     return base64.urlsafe_b64encode(json.dumps([after, folder]).encode()).decode()
 
 
-def _resume(token: str) -> tuple[str, bool]:
+def _resume(token: str) -> tuple[str, bool] | None:
     try:
         after, folder = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return str(after), bool(folder)
     except (ValueError, TypeError):
-        return "", False
+        return None
+    if not isinstance(after, str) or not isinstance(folder, bool) or not after:
+        return None
+    return after, folder
 
 
 def serve_in_background(*, bucket: str, prefix: str, folder: Path) -> NodeCopyServer:

@@ -11,14 +11,16 @@
 
 Usage: python3 vllm_entry.py <command...> --model=s3://... --served-model-name=<name> ...
 Environment: WARMSTART_WEIGHTS_ROOT, WARMSTART_WEIGHTS_MAX_AGE, WARMSTART_POD_RECORDS, WARMSTART_FINGERPRINT,
-POD_UID, POD_NAME, POD_NAMESPACE, VLLM_CACHE_ROOT.
+VLLM_CACHE_ROOT (WARMSTART_POD_RECORDS is the pod's own folder: kubelet mounts it by the pod's UID).
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
+import re
 import signal
 import sys
 import time
@@ -27,8 +29,16 @@ import urllib.request
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-RECORD_VERSION = 1
+# 2: the record is `record.json` in the pod's own folder (kubelet names it after the pod's UID), no identity inside.
+RECORD_VERSION = 2
+RECORD_FILE = "record.json"
+# The agent's weights pointer: a few hundred bytes; a weights key is 16 hex digits (node_agent/runtime/weights.py).
+POINTER_MAX_BYTES = 64 * 1024
+_WEIGHTS_KEY = re.compile(r"^[0-9a-f]{16}$")
+# A vLLM hash folder's name as the agent accepts it (one plain path component).
+_FOLDER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # A pointer confirmed "later than now" means the node clock stepped back: its age cannot be judged.
 CLOCK_SKEW_TOLERANCE_SECONDS = 5.0
 # Points the streamer's S3 clients at the loopback endpoint (runai-model-streamer 0.15.9, what the serving image
@@ -57,20 +67,37 @@ def _arg(args: list[str], flag: str) -> str | None:
     return found.split("=", 1)[1] if found else None
 
 
+def _read_pointer(path: Path) -> dict | None:
+    """The agent's pointer (a small JSON object); anything else, a link or an oversized file, is no pointer."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(descriptor, POINTER_MAX_BYTES + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > POINTER_MAX_BYTES:
+        return None
+    try:
+        pointer = json.loads(data, parse_constant=lambda name: None)  # NaN and Infinity are no time
+    except (ValueError, RecursionError):
+        return None
+    return pointer if isinstance(pointer, dict) else None
+
+
 def choose_weights(name: str, s3_uri: str, weights_root: Path, max_age_seconds: float, now: float) -> WeightsChoice:
     """The node copy only while the agent vouches for it; S3 in every other case."""
-    try:
-        pointer = json.loads((weights_root / ".warmstart" / "current" / name).read_text())
-    except (OSError, ValueError):
+    pointer = _read_pointer(weights_root / ".warmstart" / "current" / name)
+    if pointer is None:
         return WeightsChoice("s3", None, f"no local copy of {name}: streaming from {s3_uri}")
-    key = str(pointer.get("key", ""))
+    key = pointer.get("key")
     if pointer.get("s3_uri") != s3_uri:
         return WeightsChoice(
-            "s3", None, f"local copy of {name} is of {pointer.get('s3_uri')}, not {s3_uri}: streaming from S3"
+            "s3", None, f"local copy of {name} is of another S3 source than {s3_uri}: streaming from S3"
         )
-    try:
-        checked_at = float(pointer.get("checked_at"))
-    except (TypeError, ValueError):
+    checked_at = pointer.get("checked_at")
+    if isinstance(checked_at, bool) or not isinstance(checked_at, (int, float)) or not math.isfinite(checked_at):
         return WeightsChoice("s3", None, f"local copy of {name} has no check time: streaming from S3")
     if checked_at > now + CLOCK_SKEW_TOLERANCE_SECONDS:
         return WeightsChoice(
@@ -84,10 +111,9 @@ def choose_weights(name: str, s3_uri: str, weights_root: Path, max_age_seconds: 
             "s3", None, f"local copy of {name} not confirmed against S3 for {max_age_seconds:.0f}s: streaming from S3"
         )
     if (
-        not key
-        or "/" in key
-        or key.startswith(".")
-        or not (weights_root / name / f"{key}.complete").exists()
+        not isinstance(key, str)
+        or not _WEIGHTS_KEY.fullmatch(key)
+        or not (weights_root / name / f"{key}.complete").is_file()
         or not (weights_root / name / key).is_dir()
     ):
         return WeightsChoice("s3", None, f"local copy of {name} is incomplete: streaming from {s3_uri}")
@@ -102,22 +128,23 @@ def vllm_hash_dirs(cache_root: Path) -> list[str]:
     compile_root = cache_root / "torch_compile_cache"
     for folder, nested in ((compile_root, False), (compile_root / "torch_aot_compile", True)):
         try:
-            entries = sorted(p.name for p in folder.iterdir() if p.is_dir())
+            with os.scandir(folder) as listing:  # real folders only: a link is no hash folder
+                entries = sorted(e.name for e in listing if e.is_dir(follow_symlinks=False))
         except OSError:
             continue
         for entry in entries:
-            if not nested and entry == "torch_aot_compile":
+            if (not nested and entry == "torch_aot_compile") or not _FOLDER_NAME.fullmatch(entry):
                 continue
             found.append(str((folder / entry).relative_to(cache_root)))
     return found
 
 
-def write_record(folder: Path, uid: str, record: dict) -> None:
-    """Atomically (temp file, rename): the agent never reads half a record."""
+def write_record(folder: Path, record: dict) -> None:
+    """Atomically (temp file, rename) into the pod's own folder: the agent never reads half a record."""
     folder.mkdir(parents=True, exist_ok=True)
-    temporary = folder / f".{uid}.{uuid.uuid4().hex}.tmp"
+    temporary = folder / f".{RECORD_FILE}.{uuid.uuid4().hex}.tmp"
     temporary.write_text(json.dumps(record, sort_keys=True))
-    os.replace(temporary, folder / f"{uid}.json")
+    os.replace(temporary, folder / RECORD_FILE)
 
 
 def start_node_copy_endpoint(bucket: str, prefix: str, folder: Path) -> str:
@@ -126,6 +153,13 @@ def start_node_copy_endpoint(bucket: str, prefix: str, folder: Path) -> str:
     from node_copy_s3 import NodeCopyServer  # beside this script in the ConfigMap
 
     server = NodeCopyServer(bucket=bucket, prefix=prefix, folder=folder)  # bound before the fork: no race
+    # The agent's completion marker says how many files and bytes it verified: a folder that holds anything
+    # else is not served (the pods mount it read-only and only the agent writes it, so this never happens).
+    marker = _read_pointer(folder.with_name(f"{folder.name}.complete")) or {}
+    served = (len(server.objects), sum(o.size for o in server.objects.values()))
+    if (marker.get("files"), marker.get("bytes")) != served:
+        server.server_close()
+        raise OSError(f"the copy holds {served[0]} files of {served[1]} bytes, not what the agent verified")
     parent = os.getpid()
     if os.fork() == 0:
         try:
@@ -148,18 +182,17 @@ def start_node_copy_endpoint(bucket: str, prefix: str, folder: Path) -> str:
 def prepare(args: list[str], env: dict[str, str], now: float) -> tuple[dict[str, str], WeightsChoice | None, dict]:
     """What the pod will run with: the environment for vLLM, the weights choice, and the record written."""
     name, s3_uri = _arg(args, "--served-model-name"), _arg(args, "--model")
-    uid = env.get("POD_UID", "")
-    records = Path(env["WARMSTART_POD_RECORDS"]) if env.get("WARMSTART_POD_RECORDS") and uid else None
-    record = {
+    # The pod's own folder (kubelet mounts <records root>/<pod UID> here): the folder says whose record it is.
+    records = Path(env["WARMSTART_POD_RECORDS"]) if env.get("WARMSTART_POD_RECORDS") else None
+    record: dict[str, Any] = {
         "version": RECORD_VERSION,
-        "pod": {"uid": uid, "name": env.get("POD_NAME", ""), "namespace": env.get("POD_NAMESPACE", "")},
         "model": name,
         "phase": "choosing",
         "started_at": now,
         "boot": uuid.uuid4().hex,  # tells two starts of one container apart without trusting the clock
     }
     if records is not None:
-        write_record(records, uid, record)  # before any pointer is read
+        write_record(records, record)  # before any pointer is read
     new_env = dict(env)
     choice = None
     if s3_uri and s3_uri.startswith("s3://") and not env.get("WARMSTART_WEIGHTS_ROOT"):
@@ -190,7 +223,7 @@ def prepare(args: list[str], env: dict[str, str], now: float) -> tuple[dict[str,
         },
     }
     if records is not None:
-        write_record(records, uid, record)
+        write_record(records, record)
     return new_env, choice, record
 
 

@@ -10,17 +10,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import boto3
-from botocore.config import Config
-
 from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.fs import remove_tree
 from node_agent.runtime.kube import InClusterTransport, KubeApi
 from node_agent.runtime.layout import NodeCacheLayout
+from node_agent.runtime.liveness import Liveness, keep_heartbeat
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecords
-from node_agent.runtime.s3_store import CacheStore, WeightsSource
+from node_agent.runtime.s3_store import CacheStore, WeightsSource, s3_client
 from node_agent.runtime.starts import StartTracker
 from node_agent.runtime.storage import check_host_folder
 from node_agent.runtime.weights import WeightsCache, WeightsLayout
@@ -51,13 +49,7 @@ def main() -> None:
 
 def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCache | None]:
     """The agent with its real clients (S3, the Kubernetes API) and the node's folders, crash leftovers removed."""
-    client = boto3.client(
-        "s3",
-        region_name=settings.region,
-        config=Config(
-            retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=4 * settings.download_threads
-        ),
-    )
+    client = s3_client(settings.region, connections=4 * settings.download_threads)
     layout = NodeCacheLayout(Path(settings.cache_root))
     node = os.environ["NODE_NAME"]
     kube = KubeApi(InClusterTransport(os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]))
@@ -86,6 +78,7 @@ def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCac
     agent = NodeAgent(
         settings=settings,
         node=node,
+        liveness=Liveness(),
         store=CacheStore(
             client, settings.bucket, part_bytes=settings.download_part_bytes, threads=settings.download_threads
         ),
@@ -112,39 +105,48 @@ def run(
     heartbeat: Path,
     log: EventLog,
 ) -> None:
-    """The agent's loops until `stop`: compile caches (it beats), cleanup, and the weights downloads and pointer
-    confirmations in threads of their own (a download takes minutes; publishing never waits for it)."""
+    """The agent's loops until `stop`: compile caches, cleanup, and the weights downloads and pointer
+    confirmations in threads of their own (a download takes minutes; publishing never waits for it). The heartbeat
+    is kept while every loop makes progress (node_agent/runtime/liveness.py)."""
+    liveness = agent.liveness
     loops = [
-        repeat(agent.tick, settings.poll_seconds, stop=stop, log=log, beat=heartbeat),
-        repeat(agent.cleanup, CLEANUP_SECONDS, stop=stop, log=log),
+        repeat(agent.tick, settings.poll_seconds, stop=stop, log=log, liveness=liveness),
+        repeat(agent.cleanup, CLEANUP_SECONDS, stop=stop, log=log, liveness=liveness),
     ]
     if weights is not None:
-        loops.append(repeat(agent.weights_tick, settings.weights_poll_seconds, stop=stop, log=log))
-        loops.append(repeat(agent.weights_confirm_tick, settings.weights_poll_seconds, stop=stop, log=log))
+        loops.append(repeat(agent.weights_tick, settings.weights_poll_seconds, stop=stop, log=log, liveness=liveness))
+        loops.append(
+            repeat(agent.weights_confirm_tick, settings.weights_poll_seconds, stop=stop, log=log, liveness=liveness)
+        )
+
+    def stuck(loops: list[str]) -> None:
+        log.event("loop-stuck", loops=loops)
+
+    keep_heartbeat(liveness, heartbeat, stop=stop, on_stuck=stuck)
     stop.wait()
     for thread in loops:
         thread.join(timeout=30)
 
 
 def repeat(
-    action: Callable[[], object], seconds: float, *, stop: threading.Event, log: EventLog, beat: Path | None = None
+    action: Callable[[], object], seconds: float, *, stop: threading.Event, log: EventLog, liveness: Liveness
 ) -> threading.Thread:
-    """Runs `action` every `seconds` in a thread until `stop`; an error is logged and the next round retries. With
-    `beat`, each finished round touches that file: the liveness probe restarts an agent whose loop stopped."""
+    """Runs `action` every `seconds` in a thread until `stop`; an error is logged and the next round retries. The
+    loop beats (under the action's name) when a round starts and ends; long actions beat as they go."""
+    name = getattr(action, "__name__", "loop")
+    liveness.register(name, seconds)
 
     def loop() -> None:
         while not stop.is_set():
+            liveness.beat(name)
             try:
                 action()
             except Exception as error:
-                log.event(
-                    "loop-error", action=getattr(action, "__name__", "?"), reason=f"{type(error).__name__}: {error}"
-                )
-            if beat is not None:
-                beat.touch()
+                log.event("loop-error", action=name, reason=f"{type(error).__name__}: {error}")
+            liveness.beat(name)
             stop.wait(seconds)
 
-    thread = threading.Thread(target=loop, name=getattr(action, "__name__", "loop"), daemon=True)
+    thread = threading.Thread(target=loop, name=name, daemon=True)
     thread.start()
     return thread
 

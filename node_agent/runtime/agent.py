@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from node_agent.runtime.compile_cache import (
     VLLM_FOLDER,
+    CacheLimits,
     Observation,
     Outcome,
     Status,
@@ -30,12 +31,13 @@ from node_agent.runtime.compile_cache import (
 from node_agent.runtime.fs import remove_tree, write_atomic
 from node_agent.runtime.kube import KubeApi, host_paths, is_ready
 from node_agent.runtime.layout import NodeCacheLayout
+from node_agent.runtime.liveness import Liveness
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord, PodRecords
 from node_agent.runtime.s3_store import CacheStore
 from node_agent.runtime.starts import StartTracker
-from node_agent.runtime.weights import WeightsCache
+from node_agent.runtime.weights import WeightsCache, WeightsLimits
 from warmstart.agent_settings import (
     COMPILE_USE_LABEL_DOMAIN,
     LABEL_DOMAINS,
@@ -83,6 +85,7 @@ class NodeAgent:
         monotonic: Callable[[], float] = time.monotonic,
         metrics: AgentMetrics | None = None,
         starts: StartTracker | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.settings = settings
         self.node = node
@@ -96,12 +99,15 @@ class NodeAgent:
         self.records = records
         self.metrics = metrics or AgentMetrics()
         self.starts = starts
+        self.liveness = liveness or Liveness()
+        self.limits = CacheLimits(max_archive_bytes=settings.compile_archive_max_bytes)
         self.models = {m.name: ModelState(m) for m in settings.compile_models}
         self._unwritten_markers: dict[str, Outcome] = {}
         self._pod_states: dict[str, str] = {}  # uid -> ready | starting | gone, as of the last pod list
         # uid -> when the agent first saw the pod stream from S3: per pod, not per container start, so a pod
         # that crash-loops holds downloads back once, for the startup bound, not forever.
         self._streaming_since: dict[str, float] = {}
+        self._refusals_logged: set[tuple[str, str, str]] = set()
 
     # ---- compile cache ----
 
@@ -131,6 +137,7 @@ class NodeAgent:
                 node=self.node,
                 clock=self.clock,
                 log=self.log,
+                limits=self.limits,
             )
             outcomes[state.model.name] = outcome
             self.metrics.restored(state.model.name, outcome.status, outcome.bytes)
@@ -154,10 +161,11 @@ class NodeAgent:
         for name, outcome in list(self._unwritten_markers.items()):
             self._finish(self.models[name], outcome)
         outcomes: dict[str, Outcome] = {}
-        records = self.records.read() if self.records else {}
+        records = self._read_records()
         pods = self._vllm_pods()
         if pods is None:
             return outcomes
+        records = self._speaking_for_themselves(records, pods)
         self._observe(pods, records)
         self._track_pods(pods, records)
         if self.starts is not None:
@@ -188,6 +196,7 @@ class NodeAgent:
                     node=self.node,
                     clock=self.clock,
                     log=self.log,
+                    limits=self.limits,
                 )
                 outcomes[state.model.name] = outcome
                 self.metrics.published(state.model.name, outcome.status, outcome.bytes)
@@ -200,6 +209,36 @@ class NodeAgent:
                 touch_last_use(store=self.store, key=state.key, node=self.node, clock=self.clock, log=self.log)
                 state.last_touch = self.clock()
         return outcomes
+
+    # ---- what the pods wrote (untrusted: node_agent/runtime/pod_records.py) ----
+
+    def _read_records(self) -> dict[str, PodRecord]:
+        """The pods' records; each refused file is logged once (per folder and reason) and counted each time."""
+        if self.records is None:
+            return {}
+        read = self.records.scan()
+        for folder, reason in read.refused:
+            self._refused("pod-record", folder, reason)
+        return read.records
+
+    def _refused(self, source: str, item: str, reason: str) -> None:
+        self.metrics.refused(source)
+        if (source, item, reason) not in self._refusals_logged:
+            self._refusals_logged.add((source, item, reason))
+            self.log.event("input-refused", source=source, item=item, reason=reason)
+
+    def _speaking_for_themselves(self, records: dict[str, PodRecord], pods: list[dict]) -> dict[str, PodRecord]:
+        """A listed pod's record counts only for the model the API server says the pod serves (its folder says
+        which pod it is; the record may not speak for another model). An unlisted pod's record (one that
+        started after the list) counts as it is: it can only keep copies in use, never remove or plant one."""
+        models = {_uid(pod): _model_of(pod) for pod in pods}
+        trusted = {}
+        for uid, record in records.items():
+            if uid in models and models[uid] != record.model:
+                self._refused("pod-record", uid, "names another model than its pod serves")
+                continue
+            trusted[uid] = record
+        return trusted
 
     def _serves(self, pod: dict, state: ModelState) -> bool:
         """A vLLM pod of this model whose compile-cache volume is this configuration's folder."""
@@ -273,7 +312,7 @@ class NodeAgent:
         Ready (as of the last pod list; one not listed yet counts), each for at most the startup bound from
         when the agent first saw it. Read from the records at each call, so a pod that just started holds
         downloads back at once."""
-        return self._streaming(self.records.read() if self.records else {})
+        return self._streaming(self._read_records())
 
     def _streaming(self, records: dict[str, PodRecord]) -> set[str]:
         now = self.monotonic()
@@ -302,12 +341,15 @@ class NodeAgent:
         in_use = self._weights_in_use(pods)
         statuses = {}
         for model in self.settings.weights_models:
+            settings = model.weights_cache
             outcome = self.weights.sync(
                 model.name,
-                model.weights_cache.s3_uri,
-                model.weights_cache.prefix,
+                settings.s3_uri,
+                settings.prefix,
                 in_use,
                 pause=lambda: bool(self.streaming_from_s3()),
+                limits=WeightsLimits(max_bytes=settings.max_bytes, max_objects=settings.max_objects),
+                progress=self.liveness.beater("weights_tick"),
             )
             statuses[model.name] = outcome.status
             self.metrics.weights_synced(
@@ -322,7 +364,12 @@ class NodeAgent:
         if self.weights is None:
             return {}
         return {
-            m.name: self.weights.confirm(m.name, m.weights_cache.s3_uri, m.weights_cache.prefix).status
+            m.name: self.weights.confirm(
+                m.name,
+                m.weights_cache.s3_uri,
+                m.weights_cache.prefix,
+                WeightsLimits(max_bytes=m.weights_cache.max_bytes, max_objects=m.weights_cache.max_objects),
+            ).status
             for m in self.settings.weights_models
         }
 
@@ -335,7 +382,7 @@ class NodeAgent:
         def in_use(model: str, key: str) -> bool:
             if model not in current:
                 return any(_model_of(pod) == model for pod in pods)
-            records = self.records.read() if self.records else {}
+            records = self._speaking_for_themselves(self._read_records(), pods)
             return any(record.may_read(model, key) for record in records.values())
 
         return in_use
@@ -345,7 +392,7 @@ class NodeAgent:
     def cleanup(self) -> list[str]:
         """Labels, pointers, compile-cache folders of removed models and of old configurations, pod records
         of pods that are gone; each once no pod uses it."""
-        before = set(self.records.read()) if self.records else set()
+        before = self.records.folders() if self.records else set()
         pods = self._vllm_pods()
         if pods is None:
             return []

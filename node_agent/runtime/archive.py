@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import stat
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ NODE_SPECIFIC = ("gpu_p2p_access_cache_for_*.json",)
 FACTORS_FILE = "cache_key_factors.json"
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 REDACTED = "<redacted by warmstart>"
+_READ_UNTRUSTED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -64,35 +66,55 @@ def redact_factors(data: bytes) -> bytes:
     return json.dumps(document, indent=2, sort_keys=True).encode()
 
 
-def pack(source: Path, destination: Path) -> PackedArchive:
+class TooLarge(ValueError):
+    """The folder or archive is larger (or holds more files) than the compile cache may take."""
+
+
+def pack(
+    source: Path, destination: Path, *, max_bytes: int | None = None, max_files: int | None = None
+) -> PackedArchive:
     """Regular files and folders only, in sorted order, so equal folders give equal archives; node-specific
-    files are left out and vLLM's factor records are redacted."""
-    files = 0
+    files are left out and vLLM's factor records are redacted.
+
+    The folder is the pods' (vLLM writes it): every folder and file is opened relative to its parent without
+    following a link and without blocking, and the file read is the one checked to be regular, so a pod that
+    swaps a file for a link or a FIFO while the agent packs gets nothing outside the folder into the archive.
+    """
+    files, total = 0, 0
     with open(destination, "wb") as raw:
         hashing = _HashingWriter(raw)
         compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
         with compressor.stream_writer(hashing, closefd=False) as compressed:  # type: ignore[arg-type]  # a writer
             with tarfile.open(fileobj=compressed, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for folder, subfolders, names in os.walk(source):
+                for folder, subfolders, names, folder_fd in os.fwalk(source, follow_symlinks=False):
                     subfolders.sort()
+                    relative = Path(folder).relative_to(source)
                     for name in sorted(names):
-                        path = Path(folder) / name
-                        if path.is_symlink() or not path.is_file():
-                            continue
                         if any(fnmatch.fnmatch(name, pattern) for pattern in NODE_SPECIFIC):
                             continue
-                        info = tar.gettarinfo(str(path), arcname=str(path.relative_to(source)))
-                        info.uid = info.gid = 0
-                        info.uname = info.gname = ""
-                        info.mtime = int(info.mtime)
-                        if name == FACTORS_FILE:
-                            data = redact_factors(path.read_bytes())
-                            info.size = len(data)
-                            tar.addfile(info, io.BytesIO(data))
-                        else:
-                            with open(path, "rb") as handle:
-                                tar.addfile(info, handle)
-                        files += 1
+                        try:
+                            descriptor = os.open(name, _READ_UNTRUSTED, dir_fd=folder_fd)
+                        except OSError:
+                            continue  # a link (ELOOP) or gone: not packed
+                        with os.fdopen(descriptor, "rb") as handle:
+                            info = os.fstat(handle.fileno())
+                            if not stat.S_ISREG(info.st_mode):
+                                continue
+                            files, total = files + 1, total + info.st_size
+                            if (max_files is not None and files > max_files) or (
+                                max_bytes is not None and total > max_bytes
+                            ):
+                                raise TooLarge(f"more than {max_files} files or {max_bytes} bytes to pack")
+                            member = tar.gettarinfo(arcname=str(relative / name), fileobj=handle)
+                            member.uid = member.gid = 0
+                            member.uname = member.gname = ""
+                            member.mtime = int(member.mtime)
+                            if name == FACTORS_FILE:
+                                data = redact_factors(handle.read(member.size))
+                                member.size = len(data)
+                                tar.addfile(member, io.BytesIO(data))
+                            else:
+                                tar.addfile(member, handle)
     return PackedArchive(path=destination, sha256=hashing.sha256.hexdigest(), size=hashing.size, files=files)
 
 
@@ -106,19 +128,26 @@ def _plain_files_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarI
     return tarfile.data_filter(member, destination)  # rejects absolute paths and '..' escapes
 
 
-def unpack(archive: Path, destination: Path) -> int:
-    """Extracts into `destination` (which must be empty or absent); returns the number of files.
+def unpack(archive: Path, destination: Path, *, max_bytes: int | None = None, max_files: int | None = None) -> int:
+    """Extracts into `destination` (which must be empty or absent); returns the number of files. Any node may
+    have published the archive: more than `max_files` members or `max_bytes` unpacked (a compression bomb) is
+    refused before it is written.
 
     The filesystem is synced at the end, so the folder the caller then renames into place is complete on
     disk even if the node crashes right after (a reboot keeps instance-store data).
     """
     destination.mkdir(parents=True, exist_ok=True)
-    files = 0
+    files, members, total = 0, 0, 0
     with open(archive, "rb") as raw:
         decompressor = zstandard.ZstdDecompressor()
         with decompressor.stream_reader(raw) as stream:
             with tarfile.open(fileobj=stream, mode="r|") as tar:
                 for member in tar:
+                    members, total = members + 1, total + max(0, member.size)
+                    if (max_files is not None and members > 2 * max_files) or (
+                        max_bytes is not None and total > max_bytes
+                    ):
+                        raise UnsafeArchive(f"more than {max_files} files or {max_bytes} bytes unpacked")
                     try:
                         tar.extract(member, destination, filter=_plain_files_only)
                     except tarfile.FilterError as error:

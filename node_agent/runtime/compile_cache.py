@@ -12,12 +12,14 @@ removes it; a restored cache always matches the key, and vLLM's own hash still d
 from __future__ import annotations
 
 import hashlib
-import json
+import math
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import TypeGuard
 
 from model_workload.runtime.vllm_entry import vllm_hash_dirs
 from node_agent.runtime.archive import FACTORS_FILE, UnsafeArchive, pack, unpack
@@ -25,10 +27,13 @@ from node_agent.runtime.fs import remove_tree, rename_no_replace
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import CacheStore, MissingObject
+from node_agent.runtime.untrusted import Refused, folder_names, read_json_beneath
 from warmstart.cache_key import CompileCacheKey
 
 MANIFEST_VERSION = 2  # 2: lists vLLM's hash folders, archives carry an upload nonce
 VLLM_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)
+# vLLM's factor record: every hashed variable's value, a few kB.
+FACTORS_MAX_BYTES = 1 * 2**20
 
 
 class Status(StrEnum):
@@ -84,20 +89,51 @@ def local_hash_dirs(layout: NodeCacheLayout, model: str, fingerprint: str) -> li
     return vllm_hash_dirs(layout.model_dir(model, fingerprint) / VLLM_FOLDER)
 
 
-def _check_manifest(manifest: dict, key: CompileCacheKey, name: str) -> str | None:
+@dataclass(frozen=True)
+class CacheLimits:
+    """What any node may have written to S3 is bounded before it is used: a manifest is any node's claim (writes
+    are create-only, not trusted-writer-only). The archive limit is the NVMe the config reserves for the compile
+    cache (caches.compile_cache_reserve_gb); the rest are far above what vLLM writes."""
+
+    max_archive_bytes: int = 10 * 10**9
+    max_files: int = 200_000
+    max_manifest_bytes: int = 2**20
+    max_manifests: int = 64
+    max_hash_dirs: int = 256
+
+
+_HASH_DIR = re.compile(r"^torch_compile_cache/(torch_aot_compile/)?[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_manifest(manifest: object, key: CompileCacheKey, name: str, limits: CacheLimits) -> str | None:
     """Why a manifest cannot be trusted for this key, or None."""
-    if manifest.get("version") != MANIFEST_VERSION:
-        return f"manifest version {manifest.get('version')!r} is not {MANIFEST_VERSION}"
+    if not isinstance(manifest, dict):
+        return "manifest is not a JSON object"
+    if manifest.get("version") != MANIFEST_VERSION or isinstance(manifest.get("version"), bool):
+        return f"manifest version is not {MANIFEST_VERSION}"
     if manifest.get("digest") != key.digest or manifest.get("factors") != key.factors:
         return "manifest describes another configuration"
-    sha, size = manifest.get("sha256"), manifest.get("size")
-    if not (isinstance(sha, str) and len(sha) == 64 and isinstance(size, int) and size > 0):
+    sha, size, files = manifest.get("sha256"), manifest.get("size"), manifest.get("files", 1)
+    if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) and _whole(size)):
         return "manifest lacks a valid checksum or size"
+    if not 0 < size <= limits.max_archive_bytes:
+        return f"manifest claims {size} bytes, outside 1..{limits.max_archive_bytes} (what the compile cache may take)"
+    if not _whole(files) or not 0 < files <= limits.max_files:
+        return f"manifest claims a file count outside 1..{limits.max_files}"
     if not isinstance(manifest.get("archive"), str) or not key.names_archive(manifest["archive"], sha):
         return "manifest points outside its key"
     hash_dirs = manifest.get("hash_dirs")
-    if not isinstance(hash_dirs, list) or not all(isinstance(d, str) for d in hash_dirs):
-        return "manifest lists no vLLM hash folders"
+    if not isinstance(hash_dirs, list) or not all(isinstance(d, str) and _HASH_DIR.fullmatch(d) for d in hash_dirs):
+        return "manifest lists no valid vLLM hash folders"
+    if len(hash_dirs) > limits.max_hash_dirs:
+        return f"manifest lists more than {limits.max_hash_dirs} hash folders"
+    published_at = manifest.get("published_at", 0)
+    if isinstance(published_at, bool) or not isinstance(published_at, (int, float)) or not math.isfinite(published_at):
+        return "manifest has no valid publication time"
     if key.manifest_key(hash_dirs) != name:
         return "manifest is stored under another name than its hash folders give"
     return None
@@ -113,12 +149,22 @@ class Published:
         return set(self.manifest["hash_dirs"])
 
 
-def published(store: CacheStore, key: CompileCacheKey, log: EventLog, model: str) -> list[Published]:
+def published(
+    store: CacheStore, key: CompileCacheKey, log: EventLog, model: str, limits: CacheLimits
+) -> list[Published]:
     """Every trustworthy manifest of the key, the most complete first (most hash folders, then newest)."""
     found = []
-    for name in store.list_keys(key.manifest_prefix):
-        manifest = store.get_json(name)
-        problem = None if manifest is None else _check_manifest(manifest, key, name)
+    names = store.list_keys(key.manifest_prefix, limit=limits.max_manifests + 1)
+    if len(names) > limits.max_manifests:
+        log.event("manifest-refused", model=model, key=key.prefix, reason=f"more than {limits.max_manifests}")
+        names = names[: limits.max_manifests]
+    for name in names:
+        try:
+            manifest = store.get_json(name, max_bytes=limits.max_manifest_bytes)
+        except Refused as refusal:
+            log.event("manifest-refused", model=model, key=key.prefix, manifest=name, reason=refusal.reason)
+            continue
+        problem = None if manifest is None else _check_manifest(manifest, key, name, limits)
         if problem:
             log.event("manifest-refused", model=model, key=key.prefix, manifest=name, reason=problem)
         elif manifest is not None:
@@ -136,6 +182,8 @@ def restore(
     node: str,
     clock: Callable[[], float],
     log: EventLog,
+    limits: CacheLimits = CacheLimits(),
+    progress: Callable[[], None] = lambda: None,
 ) -> Outcome:
     done = _reporter("restore", model, key, clock, log)
     target = layout.model_dir(model, fingerprint)
@@ -144,7 +192,7 @@ def restore(
     if target.exists():
         return done(Status.PRESENT, "the node already has this configuration's cache (restored or compiled here)")
     try:
-        candidates = published(store, key, log, model)
+        candidates = published(store, key, log, model, limits)
     except Exception as error:  # S3 unreachable, access denied: the pod compiles as usual
         return done(Status.FAILED, f"manifests unreadable: {error}")
     if not candidates:
@@ -158,7 +206,7 @@ def restore(
             temp = layout.new_temp_dir()
             archive = temp / "archive.tar.zst"
             try:
-                store.download(manifest["archive"], archive, manifest["size"])
+                store.download(manifest["archive"], archive, manifest["size"], on_part=lambda _: progress())
             except MissingObject:  # written once, removed only by the pruner: the next manifest may do
                 log.event("archive-missing", model=model, key=key.prefix, manifest=candidate.name)
                 continue
@@ -166,7 +214,7 @@ def restore(
             if actual != manifest["sha256"]:
                 return done(Status.FAILED, f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
             staged = temp / "cache"
-            unpack(archive, staged)
+            unpack(archive, staged, max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
             archive.unlink()
             target.parent.mkdir(parents=True, exist_ok=True)
             if not rename_no_replace(staged, target):
@@ -214,6 +262,7 @@ def publish(
     node: str,
     clock: Callable[[], float],
     log: EventLog,
+    limits: CacheLimits = CacheLimits(),
 ) -> Outcome:
     """Publishes this node's cache unless a published one already holds every vLLM hash folder it has.
 
@@ -227,7 +276,7 @@ def publish(
     if not local:
         return done(Status.EMPTY, "vLLM has not written a compile cache on this node yet")
     try:
-        candidates = published(store, key, log, model)
+        candidates = published(store, key, log, model, limits)
         covering = next(
             (p for p in candidates if set(local) <= p.hash_dirs and store.exists(p.manifest["archive"])), None
         )
@@ -255,7 +304,7 @@ def publish(
     temp = None
     try:
         temp = layout.new_temp_dir()  # inside: a full disk ends this publish, not the agent's tick
-        packed = pack(source, temp / "archive.tar.zst")
+        packed = pack(source, temp / "archive.tar.zst", max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
         if packed.files == 0:
             return done(Status.EMPTY, "the cache folder holds no files")
         uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
@@ -336,12 +385,17 @@ class Observation:
 
 
 def _factors(cache_root: Path, hash_dir: str) -> dict | None:
-    """vLLM's own record of what it hashed, from any rank folder of a hash folder."""
-    for path in sorted((cache_root / hash_dir).glob(f"rank_*/*/{FACTORS_FILE}")):
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+    """vLLM's own record of what it hashed, from any rank folder of a hash folder (written by the pod: read
+    without following links, capped, and only if it is a JSON object)."""
+    folder = cache_root / hash_dir
+    for rank in (n for n in folder_names(str(folder)) if n.startswith("rank_")):
+        for prefix in folder_names(str(folder / rank)):
+            try:
+                document = read_json_beneath(str(folder), [rank, prefix, FACTORS_FILE], max_bytes=FACTORS_MAX_BYTES)
+            except Refused:
+                continue
+            if isinstance(document, dict):
+                return document
     return None
 
 

@@ -6,6 +6,7 @@ import base64
 import builtins
 import errno
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -13,20 +14,47 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+import boto3
 from awscrt import checksums
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from node_agent.runtime.fs import sync_filesystem
+from node_agent.runtime.untrusted import Refused, parse_json
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
+# The small JSON objects the agent reads (manifests, last-use records): a few kB each.
+JSON_MAX_BYTES = 2**20
 DENIED = {"403", "AccessDenied", "Forbidden"}
 PAUSE_POLL_SECONDS = 1.0
 # 412: another writer created the key first; 409 ConditionalRequestConflict: one is creating it right now.
 PRECONDITION_FAILED = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}
+
+
+# Every call ends: a connection within 5 s, then no more than 20 s between bytes (a 64 MiB range streams far
+# faster; a silent endpoint is given up), 4 attempts: under two minutes per call with the retries' backoff. An S3
+# endpoint that accepts connections and never answers blocked one call for 367 s with boto3's defaults.
+CONNECT_TIMEOUT_SECONDS = 5
+READ_TIMEOUT_SECONDS = 20
+ATTEMPTS = 4
+
+
+def s3_client(region: str, *, connections: int, attempts: int = ATTEMPTS):
+    """The agent's S3 client: bounded calls (above), adaptive retries, a connection per download stream."""
+    return boto3.client(
+        "s3",
+        region_name=region,
+        config=Config(
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            read_timeout=READ_TIMEOUT_SECONDS,
+            retries={"mode": "adaptive", "total_max_attempts": attempts},  # the first request included
+            max_pool_connections=connections,
+        ),
+    )
 
 
 def pwrite_all(descriptor: int, data, offset: int) -> None:
@@ -78,18 +106,28 @@ class CacheStore:
         listed = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
         return not any(item["Key"] == key for item in listed)
 
-    def get_json(self, key: str) -> dict | None:
-        return self.get_json_tagged(key)[0]
+    def get_json(self, key: str, *, max_bytes: int = JSON_MAX_BYTES) -> dict | None:
+        return self.get_json_tagged(key, max_bytes=max_bytes)[0]
 
-    def get_json_tagged(self, key: str) -> tuple[dict | None, str | None]:
-        """The document and its ETag, for a later write or delete conditional on it being unchanged."""
+    def get_json_tagged(self, key: str, *, max_bytes: int = JSON_MAX_BYTES) -> tuple[dict | None, str | None]:
+        """The document and its ETag, for a later write or delete conditional on it being unchanged. Any node may
+        have written it: over `max_bytes`, not JSON or not an object, it is Refused (never read whole)."""
         try:
             response = self._s3.get_object(Bucket=self.bucket, Key=key)
         except ClientError as error:
             if self._missing(error, key):
                 return None, None
             raise
-        return json.loads(response["Body"].read()), response["ETag"]
+        with response["Body"] as body:
+            if response.get("ContentLength", 0) > max_bytes:
+                raise Refused(f"{response['ContentLength']} bytes, more than the {max_bytes} allowed")
+            data = body.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise Refused(f"more than the {max_bytes} bytes allowed")
+        document = parse_json(data)
+        if not isinstance(document, dict):
+            raise Refused("not a JSON object")
+        return document, response["ETag"]
 
     def exists(self, key: str) -> bool:
         try:
@@ -119,10 +157,13 @@ class CacheStore:
             raise
         return True
 
-    def list_keys(self, prefix: str) -> list[str]:
-        keys = []
+    def list_keys(self, prefix: str, *, limit: int | None = None) -> list[str]:
+        """The keys under `prefix`, at most `limit` of them (the listing stops there)."""
+        keys: list[str] = []
         for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
             keys += [item["Key"] for item in page.get("Contents", [])]
+            if limit is not None and len(keys) >= limit:
+                return keys[:limit]
         return keys
 
     def upload_file_if_absent(self, path: Path, key: str) -> bool:
@@ -179,16 +220,16 @@ class CacheStore:
     def download(self, key: str, destination: Path, size: int, on_part: Callable[[int], None] | None = None) -> None:
         """Parallel ranged GETs written in place (pwrite); raises on any short or failed part.
 
-        The file is a temporary one: the caller verifies its checksum before using it and deletes it after,
-        so it needs no fsync.
+        The ranges are made as they are fetched (at most two per thread waiting), so memory does not grow with
+        the size the caller was told. The file is a temporary one: the caller verifies its checksum before
+        using it and deletes it after, so it needs no fsync.
         """
-        ranges = [(start, min(start + self.part_bytes, size) - 1) for start in range(0, size, self.part_bytes)]
         descriptor = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.ftruncate(descriptor, size)
 
-            def fetch(byte_range: tuple[int, int]) -> int:
-                start, end = byte_range
+            def fetch(start: int) -> int:
+                end = min(start + self.part_bytes, size) - 1
                 try:
                     response = self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}")
                 except ClientError as error:
@@ -197,6 +238,8 @@ class CacheStore:
                     raise
                 offset = start
                 for chunk in response["Body"].iter_chunks(chunk_size=1 << 20):
+                    if offset + len(chunk) > end + 1:
+                        raise OSError(f"{key}: more bytes than asked for in {start}-{end}")
                     pwrite_all(descriptor, chunk, offset)
                     offset += len(chunk)
                 if offset != end + 1:
@@ -205,8 +248,16 @@ class CacheStore:
                     on_part(end + 1 - start)
                 return end + 1 - start
 
-            with ThreadPoolExecutor(max_workers=min(self.threads, max(1, len(ranges)))) as pool:
-                total = sum(pool.map(fetch, ranges))
+            total = 0
+            starts = iter(range(0, size, self.part_bytes))
+            with ThreadPoolExecutor(max_workers=self.threads) as pool:
+                pending = {pool.submit(fetch, start) for start in itertools.islice(starts, 2 * self.threads)}
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        total += future.result()
+                        for start in itertools.islice(starts, 1):
+                            pending.add(pool.submit(fetch, start))
             if total != size:
                 raise OSError(f"downloaded {total} of {size} bytes of {key}")
         finally:
@@ -214,6 +265,19 @@ class CacheStore:
 
 
 # ---- Model weights: listing, and downloads where every byte is checked against S3's own checksums ----
+
+
+_KEY_PART = re.compile(r"^[^\x00-\x1f\x7f]{1,255}$")
+
+
+def relative_key(key: str, prefix: str) -> str:
+    """`key` below `prefix`, as a relative file path that stays inside the folder it is copied to."""
+    relative = key[len(prefix) :] if key.startswith(prefix) else ""
+    parts = relative.split("/") if relative else []
+    unsafe = any(part in ("", ".", "..") or not _KEY_PART.fullmatch(part) for part in parts)
+    if not parts or len(relative) > 1024 or unsafe:
+        raise Refused(f"the object key {key[:200]!r} is no file path below the model's prefix")
+    return relative
 
 
 class Unverifiable(ValueError):
@@ -265,12 +329,17 @@ class WeightsSource:
         self.buffer_bytes = buffer_bytes
         self._local = threading.local()
 
-    def list(self, prefix: str) -> list[ListedObject]:
+    def list(self, prefix: str, *, max_objects: int | None = None) -> list[ListedObject]:
+        """The objects under `prefix`; more than `max_objects` (the listing stops there), or a key that could
+        not be a file below the copy's folder (`..`, an empty part, a control character), is Refused."""
         objects = []
         for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
             for item in page.get("Contents", []):
                 if not item["Key"].endswith("/"):  # folder placeholders carry no data
+                    relative_key(item["Key"], prefix)
                     objects.append(ListedObject(item["Key"], item["Size"], item["ETag"].strip('"')))
+            if max_objects is not None and len(objects) > max_objects:
+                raise Refused(f"more than {max_objects} objects under s3://{self.bucket}/{prefix}")
         return sorted(objects, key=lambda o: o.key)
 
     # -- what S3 says the bytes are --
@@ -348,7 +417,7 @@ class WeightsSource:
         jobs = []
         try:
             for item in items:
-                path = destination / item.key[len(prefix) :]
+                path = destination / relative_key(item.key, prefix)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)  # RDWR: MD5 reads back
                 files[item] = (descriptor, None)

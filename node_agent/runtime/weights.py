@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import threading
 import uuid
@@ -21,8 +22,22 @@ from pathlib import Path
 from node_agent.runtime.fs import remove_tree, rename_no_replace, write_atomic
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import ListedObject, WeightsSource
+from node_agent.runtime.untrusted import Refused, finite, parse_json, read_capped
 
 STATE = ".warmstart"
+POINTER_MAX_BYTES = 64 * 1024
+_KEY = re.compile(r"^[0-9a-f]{16}$")
+
+
+@dataclass(frozen=True)
+class WeightsLimits:
+    """What one model's S3 prefix may hold (warmstart.agent_settings.WeightsSettings)."""
+
+    max_bytes: int
+    max_objects: int
+
+
+NO_LIMITS = WeightsLimits(max_bytes=2**62, max_objects=10**9)
 
 
 def weights_key(listing: list[ListedObject], prefix: str) -> str:
@@ -59,10 +74,19 @@ class WeightsLayout:
         return self.complete_marker(model, key).exists() and self.key_dir(model, key).is_dir()
 
     def read_pointer(self, model: str) -> dict | None:
+        """The agent's own pointer, parsed strictly: a key of the weights-key form, a finite check time."""
         try:
-            return json.loads(self.pointer(model).read_text())
-        except (FileNotFoundError, ValueError):
+            pointer = parse_json(read_capped(str(self.pointer(model)), max_bytes=POINTER_MAX_BYTES))
+        except Refused:
             return None
+        if (
+            not isinstance(pointer, dict)
+            or not isinstance(pointer.get("key"), str)
+            or not _KEY.fullmatch(pointer["key"])
+            or finite(pointer.get("checked_at")) is None
+        ):
+            return None
+        return pointer
 
     def cached_keys(self) -> list[tuple[str, str]]:
         """(model, key) of every folder on disk, complete or not."""
@@ -118,7 +142,18 @@ class WeightsCache:
 
         return done
 
-    def confirm(self, model: str, s3_uri: str, prefix: str) -> SyncOutcome:
+    def _listing(self, prefix: str, limits: WeightsLimits) -> list[ListedObject]:
+        """The prefix's objects, Refused when they hold more than the config allows for this model."""
+        listing = self.source.list(prefix, max_objects=limits.max_objects)
+        size = sum(o.size for o in listing)
+        if size > limits.max_bytes:
+            raise Refused(
+                f"s3://{self.source.bucket}/{prefix} holds {size} bytes, more than the {limits.max_bytes} its "
+                "configured size_gb allows: fix size_gb (or the prefix)"
+            )
+        return listing
+
+    def confirm(self, model: str, s3_uri: str, prefix: str, limits: WeightsLimits = NO_LIMITS) -> SyncOutcome:
         """Cheap (one listing): refresh the pointer of a complete copy, or retire it when S3 moved on. Skips a
         model whose copy is being filled, so a long download of one model never lets the others' pointers age."""
         lock = self._locks[model]
@@ -127,7 +162,7 @@ class WeightsCache:
         try:
             done = self._reporter(model, "weights-confirm")
             try:
-                listing = self.source.list(prefix)
+                listing = self._listing(prefix, limits)
             except Exception as error:
                 return done("failed", reason=f"listing failed: {error}")
             key = weights_key(listing, prefix) if listing else ""
@@ -147,17 +182,22 @@ class WeightsCache:
         prefix: str,
         in_use: Callable[[str, str], bool],
         pause: Callable[[], bool] | None = None,
+        limits: WeightsLimits = NO_LIMITS,
+        progress: Callable[[int], None] | None = None,
     ) -> SyncOutcome:
         """Make the node's copy of `model` match S3 now; the pointer is current only when it does.
-        `pause()` true holds the download back between parts (a pod of the node is streaming from S3)."""
+        `pause()` true holds the download back between parts (a pod of the node is streaming from S3);
+        `progress(bytes)` is told of every buffer written (the agent's liveness)."""
         with self._locks[model]:
-            return self._sync(model, s3_uri, prefix, in_use, pause)
+            return self._sync(model, s3_uri, prefix, in_use, pause, limits, progress)
 
-    def _sync(self, model, s3_uri, prefix, in_use, pause) -> SyncOutcome:
+    def _sync(self, model, s3_uri, prefix, in_use, pause, limits, progress) -> SyncOutcome:
         done = self._reporter(model)
         try:
-            listing = self.source.list(prefix)
+            listing = self._listing(prefix, limits)
         except Exception as error:  # the pointer is not refreshed, so pods fall back to S3 once it ages
+            if self.layout.read_pointer(model) is not None and isinstance(error, Refused):
+                self._retire_current(model)  # what S3 holds now cannot be checked against the copy
             return done("failed", reason=f"listing failed: {error}")
         if not listing:
             self._retire_current(model)
@@ -183,7 +223,7 @@ class WeightsCache:
             temp = self.layout.new_temp_dir()
             staged = temp / "weights"
             staged.mkdir()
-            self.source.download_all(listing, staged, prefix, pause=pause)
+            self.source.download_all(listing, staged, prefix, on_bytes=progress, pause=pause)
             target = self.layout.key_dir(model, key)
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.exists():  # an incomplete folder left by a crash: never trusted, replaced
@@ -224,9 +264,10 @@ class WeightsCache:
 
     def retired_at(self, model: str, key: str) -> float | None:
         try:
-            return json.loads(self.layout.retired(model, key).read_text())["retired_at"]
-        except (FileNotFoundError, ValueError, KeyError):
+            document = parse_json(read_capped(str(self.layout.retired(model, key)), max_bytes=POINTER_MAX_BYTES))
+        except Refused:
             return None
+        return finite(document.get("retired_at")) if isinstance(document, dict) else None
 
     def evict(
         self,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from botocore.exceptions import ClientError
 
@@ -37,6 +37,35 @@ class DeleteResult:
     deleted: set[str] = field(default_factory=set)  # gone now (deleted by us or already absent)
     changed: set[str] = field(default_factory=set)  # rewritten since listed: kept
     single_requests: int = 0
+
+
+LOCK_MAX_BYTES = 4096
+
+
+def _lock_document(data: bytes) -> dict:
+    try:
+        document = json.loads(data) if len(data) <= LOCK_MAX_BYTES else None
+    except (ValueError, RecursionError):
+        document = None
+    return document if isinstance(document, dict) else {}
+
+
+def lock_until(data: bytes) -> datetime | None:
+    """The lock's `until`, when it is an ISO time with a zone; None for garbage, naive times or oversized bodies."""
+    until = _lock_document(data).get("until")
+    try:
+        parsed = datetime.fromisoformat(until) if isinstance(until, str) else None
+    except ValueError:
+        return None
+    return parsed if parsed is not None and parsed.tzinfo is not None else None
+
+
+def lock_expiry(data: bytes, last_modified: datetime, lifetime: timedelta) -> datetime:
+    """When a held lock may be taken over: at its `until` (the run that wrote it said so); a lock without a valid
+    `until` expires like a stale one, the lifetime after S3 stored it (its LastModified), so garbage stops the
+    pruner for one lifetime at most, never forever."""
+    until = lock_until(data)
+    return last_modified + lifetime if until is None else until
 
 
 class PrunerAws:
@@ -140,7 +169,9 @@ class PrunerAws:
                     raise
             self._sleep(min(2**attempt * 0.2, 5))
 
-    def take_lock(self, run_id: str, now: datetime, until: datetime) -> bool:
+    def take_lock(
+        self, run_id: str, now: datetime, until: datetime, on_takeover: Callable[[str], None] = lambda _: None
+    ) -> bool:
         """One run at a time, without reserved concurrency (which accounts with a low concurrency quota refuse):
         the lock object is created only if absent (If-None-Match); a lock past its expiry (a run that died) is
         removed only if unchanged (If-Match) and taken again."""
@@ -158,20 +189,26 @@ class PrunerAws:
                 if _code(error) in GONE:
                     continue  # released meanwhile: try again
                 raise
-            expires = datetime.fromisoformat(json.loads(held["Body"].read()).get("until", "1970-01-01T00:00:00+00:00"))
-            if expires > now:
+            held_body = held["Body"].read(LOCK_MAX_BYTES + 1)
+            if lock_expiry(held_body, held["LastModified"], until - now) > now:
                 return False
             try:
                 self._s3.delete_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY, IfMatch=held["ETag"])
             except ClientError as error:
                 if _code(error) not in CHANGED | GONE:
                     raise
+                continue
+            on_takeover(
+                "the lock held no valid expiry (replaced after the lock lifetime)"
+                if lock_until(held_body) is None
+                else "the run that held it never released it (replaced after its expiry)"
+            )
         return False
 
     def release_lock(self, run_id: str) -> None:
         try:
             held = self._s3.get_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY)
-            if json.loads(held["Body"].read()).get("run") == run_id:
+            if _lock_document(held["Body"].read(LOCK_MAX_BYTES + 1)).get("run") == run_id:
                 self._s3.delete_object(Bucket=self.bucket, Key=PRUNER_LOCK_KEY, IfMatch=held["ETag"])
         except ClientError as error:
             if _code(error) not in CHANGED | GONE:

@@ -70,7 +70,8 @@ def emit(record: dict) -> None:
 
 
 def handler(event, context) -> dict:
-    config = Config(retries={"mode": "standard", "max_attempts": 8})
+    # Every call ends: 5 s to connect, 30 s between bytes (listings and deletes of a few kB), 8 attempts.
+    config = Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "total_max_attempts": 8})
     bucket = PrunerEnvironment.read(os.environ).bucket
     aws = PrunerAws(boto3.client("s3", config=config), boto3.client("ssm", config=config), bucket)
     summary = run(

@@ -65,7 +65,8 @@ def run(
 ) -> Summary:
     run_id = run_id or uuid.uuid4().hex
     started = now()
-    if not aws.take_lock(run_id, started, started + LOCK_LIFETIME):
+    taken_over = lambda reason: emit({"event": "pruner-lock-taken-over", "reason": reason})  # noqa: E731
+    if not aws.take_lock(run_id, started, started + LOCK_LIFETIME, taken_over):
         emit({"event": "pruner-busy", "reason": "another run holds the lock; this one deletes nothing"})
         return Summary()
     try:

@@ -189,10 +189,11 @@ def parse_active_set_part(raw: str, parameter: str) -> tuple[frozenset[str], int
     part says so; warmstart.active_set splits a set larger than one SSM parameter). Anything unexpected raises
     (the run then deletes nothing)."""
     document = json.loads(raw)
-    if not isinstance(document, dict) or document.get("version") != 1 or not isinstance(document.get("keys"), list):
+    version = document.get("version") if isinstance(document, dict) else None
+    if isinstance(version, bool) or version != 1 or not isinstance(document.get("keys"), list):
         raise ValueError(f"{parameter}: not an active set of version 1")
     parts = document.get("parts", 1)
-    if not isinstance(parts, int) or not 1 <= parts <= MAX_ACTIVE_SET_PARTS:
+    if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= MAX_ACTIVE_SET_PARTS:
         raise ValueError(f"{parameter}: malformed part count {parts!r}")
     keys = document["keys"]
     bad = [k for k in keys if not isinstance(k, str) or parse_key_prefix(k) != k]

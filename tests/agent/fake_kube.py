@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import urllib.parse
+import uuid
 from dataclasses import dataclass, field
 
 
@@ -97,12 +98,17 @@ class FakeCluster:
         return 404, {"message": f"unhandled {method} {path}"}
 
 
+def pod_uid(name: str) -> str:
+    """The UID the API server would give the pod named `name` here (a UUID, as kubelet names pod folders)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{name}"))
+
+
 def vllm_pod(*, name: str, node: str, model: str, host_path: str, ready: bool, uid: str | None = None) -> dict:
     return {
         "metadata": {
             "name": name,
             "namespace": model,
-            "uid": uid or f"uid-{name}",
+            "uid": uid or pod_uid(name),
             "labels": {
                 "app.kubernetes.io/name": "vllm",
                 "app.kubernetes.io/part-of": "warmstart",

@@ -10,7 +10,7 @@ from node_agent.runtime.kube import KubeApi
 from node_agent.runtime.pod_records import PodRecords
 from node_agent.runtime.s3_store import CacheStore
 from tests.agent.conftest import Clock, fill_compile_cache, node_layout, read_tree
-from tests.agent.fake_kube import FakeCluster, vllm_pod
+from tests.agent.fake_kube import FakeCluster, pod_uid, vllm_pod
 from tests.synth import ROOT
 from warmstart.agent_settings import AgentSettings, agent_settings
 from warmstart.catalog import default_catalog
@@ -174,20 +174,20 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
-def _record(tmp_path, node, pod_uid, model, **fields):
-    """What the pod's entry step writes (model_workload/runtime/vllm_entry.py) into the node's records folder."""
-    from model_workload.runtime.vllm_entry import write_record
+def _record(tmp_path, node, uid, model, **fields):
+    """What the pod's entry step writes (model_workload/runtime/vllm_entry.py) into its own folder of the node's
+    records root (kubelet names the folder after the pod's UID)."""
+    from model_workload.runtime.vllm_entry import RECORD_VERSION, write_record
 
     record = {
-        "version": 1,
-        "pod": {"uid": pod_uid, "name": pod_uid, "namespace": model},
+        "version": RECORD_VERSION,
         "model": model,
         "phase": "started",
-        "started_at": 0,
-        "boot": "b1",
+        "started_at": 0.0,
+        "boot": "b1".ljust(32, "0"),
         **fields,
     }
-    write_record(tmp_path / node / "pods", pod_uid, record)
+    write_record(tmp_path / node / "pods" / uid, record)
 
 
 def test_weights_follow_s3_and_old_copies_go_once_no_pod_reads_them(tmp_path, s3_server, clock, log):
@@ -199,7 +199,7 @@ def test_weights_follow_s3_and_old_copies_go_once_no_pod_reads_them(tmp_path, s3
     old_key = weights.layout.read_pointer(model.name)["key"]
     # A pod starts on the current copy (its entry step records the key it serves), then S3 is updated in place.
     cluster.pods.append(vllm_pod(name="p1", node="node-a", model=model.name, host_path="/x", ready=True))
-    _record(tmp_path, "node-a", "uid-p1", model.name, weights={"source": "node", "key": old_key, "reason": ""})
+    _record(tmp_path, "node-a", pod_uid("p1"), model.name, weights={"source": "node", "key": old_key, "reason": ""})
     _upload(client, bucket, model.weights.prefix, b'{"v": 2}')
     clock.advance(-3600)  # and the node clock steps back an hour: nothing here compares clocks
     assert agent.weights_tick()[model.name] == "downloaded"
@@ -218,7 +218,7 @@ def test_a_pod_still_choosing_keeps_every_copy_of_its_model(tmp_path, s3_server,
     model = settings.weights_models[0]
     old_key = weights.layout.read_pointer(model.name)["key"]
     # The entry step wrote "choosing" and may have read the pointer an instant before it moved.
-    _record(tmp_path, "node-a", "uid-p2", model.name, phase="choosing")
+    _record(tmp_path, "node-a", pod_uid("p2"), model.name, phase="choosing")
     _upload(client, bucket, model.weights.prefix, b'{"v": 2}')
     agent.weights_tick()
     assert weights.layout.is_complete(model.name, old_key)
@@ -233,19 +233,19 @@ def test_weights_downloads_hold_back_while_a_pod_of_the_node_streams_from_s3(tmp
     agent.monotonic = monotonic
     model = settings.models[0]
     # The pod's entry step chose S3: downloads hold back at once, before any pod list shows the pod.
-    _record(tmp_path, "node-a", "uid-p1", model.name, weights={"source": "s3", "key": None, "reason": ""})
-    assert agent.streaming_from_s3() == {"uid-p1"}
+    _record(tmp_path, "node-a", pod_uid("p1"), model.name, weights={"source": "s3", "key": None, "reason": ""})
+    assert agent.streaming_from_s3() == {pod_uid("p1")}
     pod = vllm_pod(name="p1", node="node-a", model=model.name, host_path="/x", ready=False)
     cluster.pods.append(pod)
     agent.tick()
-    assert agent.streaming_from_s3() == {"uid-p1"}
+    assert agent.streaming_from_s3() == {pod_uid("p1")}
     monotonic.advance(601)  # a pod stuck past the startup bound holds nothing back any more
     assert agent.streaming_from_s3() == set()
     monotonic.advance(-601)
     pod["status"]["conditions"][0]["status"] = "True"
     agent.tick()
     assert agent.streaming_from_s3() == set()  # Ready: done loading
-    _record(tmp_path, "node-a", "uid-p2", model.name, weights={"source": "node", "key": "k", "reason": ""})
+    _record(tmp_path, "node-a", pod_uid("p2"), model.name, weights={"source": "node", "key": "0" * 16, "reason": ""})
     assert agent.streaming_from_s3() == set()  # a pod reading the node copy competes with nobody
 
 
@@ -261,9 +261,9 @@ def test_a_crash_looping_pod_holds_downloads_back_once_not_forever(tmp_path, s3_
         _record(
             tmp_path,
             "node-a",
-            "uid-p1",
+            pod_uid("p1"),
             model.name,
-            boot=f"b{restart}",
+            boot=f"{restart:032x}",
             weights={"source": "s3", "key": None, "reason": ""},
         )
         agent.tick()

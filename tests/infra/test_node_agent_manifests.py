@@ -103,7 +103,7 @@ def test_metrics_port_service_and_scrape_annotations(shipped):
 def test_admission_policy_limits_the_agent_to_its_own_node_and_labels(shipped):
     objects = _agent_objects(shipped)
     policies = {p["metadata"]["name"]: p for p in of_kind(objects, "ValidatingAdmissionPolicy")}
-    assert set(policies) == {"warmstart-agent-own-node-only", "warmstart-agent-own-starts-only"}
+    assert set(policies) == {"warmstart-agent-own-node-only", "warmstart-agent-own-starts-only", "warmstart-host-paths"}
     policy = policies["warmstart-agent-own-node-only"]
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.standins.container_env import expanded_command, kubelet_environment, process_environment
+from tests.standins.container_env import expand, expanded_command, kubelet_environment, process_environment
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 IMAGE_PYTHONPATH = f"{REPOSITORY / 'tests' / 'standins' / 'image'}:{REPOSITORY}"
@@ -98,19 +99,43 @@ class PodRun:
             "status": {"podIP": self.pod_ip, "hostIP": "10.0.0.2"},
         }
 
-    def environment(self, container: dict, cluster_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        """(argv, environment) of one container. `cluster_env` is what admission adds to every container's env
-        (on EKS the Pod Identity webhook's credential variables; here the test S3 server's)."""
+    def kubelet_env(self, container: dict, cluster_env: dict[str, str]) -> dict[str, str]:
+        """The variables kubelet builds for one container. `cluster_env` is what admission adds to every
+        container's env (on EKS the Pod Identity webhook's credential variables; here the test S3 server's)."""
         admitted = {
             **container,
             "env": [*container.get("env", []), *({"name": k, "value": v} for k, v in cluster_env.items())],
         }
-        kubelet_env = kubelet_environment(
-            self.bound_pod(), admitted, services=self.services, config_maps=self.config_maps
-        )
+        return kubelet_environment(self.bound_pod(), admitted, services=self.services, config_maps=self.config_maps)
+
+    def environment(self, container: dict, cluster_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """(argv, environment) of one container's first process."""
+        kubelet_env = self.kubelet_env(container, cluster_env)
         return expanded_command(container, kubelet_env), process_environment(
             kubelet_env, image_env=self.image_env, hostname=self.name
         )
+
+    def mount_source(self, mount: dict, kubelet_env: dict[str, str]) -> Path:
+        """The host folder a volumeMount binds: the volume's, or its subPath / subPathExpr child, which kubelet
+        creates when missing with the volume folder's mode (kubernetes v1.35.4 pkg/kubelet/kubelet_pods.go
+        makeMounts, pkg/kubelet/container/helpers.go ExpandContainerVolumeMounts: every variable the expression
+        names must be set and non-empty; the result may not be absolute nor step back)."""
+        source = self.volumes[mount["name"]]
+        sub_path = mount.get("subPath", "")
+        if mount.get("subPathExpr"):
+            names = re.findall(r"\$\(([^)]*)\)", mount["subPathExpr"])
+            missing = [n for n in names if not kubelet_env.get(n)]
+            if missing:
+                raise AssertionError(f"kubelet refuses the mount {mount['name']}: missing value for {missing}")
+            sub_path = expand(mount["subPathExpr"], kubelet_env)
+        if not sub_path:
+            return source
+        if sub_path.startswith("/") or ".." in sub_path.split("/"):
+            raise AssertionError(f"kubelet refuses the subPath {sub_path!r}")
+        child = source / sub_path
+        if not child.exists():
+            child.mkdir(parents=True, mode=source.stat().st_mode & 0o7777)
+        return child
 
 
 def pod_template(deployment: dict) -> dict:
@@ -152,6 +177,7 @@ def run_container(
     root.mkdir()
     spec_file = run.scratch / f"{container['name']}-{uuid.uuid4().hex[:8]}.json"
     argv, env = run.environment(container, cluster_env)
+    kubelet_env = run.kubelet_env(container, cluster_env)
     spec_file.write_text(json.dumps({"argv": argv, "env": env}))
     lines = ["set -e", "mount --make-rprivate /", f"mount -t tmpfs tmpfs {root}"]
     for top in sorted(p for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink()):
@@ -160,7 +186,7 @@ def run_container(
         lines.append(f"ln -s {os.readlink(link)} {root}{link}")
     for mount in container.get("volumeMounts", []):
         target = f"{root}{mount['mountPath']}"
-        lines += [f"mkdir -p {target}", f"mount --bind {run.volumes[mount['name']]} {target}"]
+        lines += [f"mkdir -p {target}", f"mount --bind {run.mount_source(mount, kubelet_env)} {target}"]
         if mount.get("readOnly"):
             lines.append(f"mount -o remount,bind,ro {target}")
     lines.append(f'exec chroot {root} {sys.executable} -c "{_LAUNCH}" {spec_file}')

@@ -27,15 +27,20 @@ NOW = 1_800_000_000.0
 ENTRY = Path(__file__).resolve().parents[2] / "model_workload" / "runtime" / "vllm_entry.py"
 
 
-def node(tmp_path: Path, *, key="abc123", s3_uri=S3, checked_at=NOW - 10, complete=True) -> Path:
+KEY = "0123456789abcdef"  # a weights key (16 hex digits)
+UID = "5c1e8a52-3f0d-4b7e-9a61-0d2c4e6f8a10"
+
+
+def node(tmp_path: Path, *, key=KEY, s3_uri=S3, checked_at=NOW - 10, complete=True) -> Path:
     root = tmp_path / "weights"
     (root / "llama" / key).mkdir(parents=True)
-    (root / "llama" / key / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    if complete:
-        (root / "llama" / f"{key}.complete").write_text("{}")
+    config = '{"architectures": ["LlamaForCausalLM"]}'
+    (root / "llama" / key / "config.json").write_text(config)
+    if complete:  # as the agent writes it: what it verified
+        (root / "llama" / f"{key}.complete").write_text(json.dumps({"key": key, "files": 1, "bytes": len(config)}))
     pointer = root / ".warmstart" / "current" / "llama"
     pointer.parent.mkdir(parents=True)
-    pointer.write_text(json.dumps({"key": key, "s3_uri": s3_uri, "checked_at": checked_at}))
+    pointer.write_text(json.dumps({"key": key, "s3_uri": s3_uri, "checked_at": checked_at}))  # NaN as JSON NaN
     return root
 
 
@@ -46,7 +51,7 @@ def test_without_a_pointer_the_pod_streams_from_s3(tmp_path):
 
 def test_with_a_fresh_complete_copy_the_pod_serves_it(tmp_path):
     choice = choose_weights("llama", S3, node(tmp_path), 90, NOW)
-    assert (choice.source, choice.key) == ("node", "abc123")
+    assert (choice.source, choice.key) == ("node", KEY)
 
 
 @pytest.mark.parametrize(
@@ -54,10 +59,14 @@ def test_with_a_fresh_complete_copy_the_pod_serves_it(tmp_path):
     [
         ({"checked_at": NOW - 600}, "not confirmed"),
         ({"checked_at": NOW + 3600}, "in the future"),  # the node clock stepped back after the check
-        ({"s3_uri": "s3://models/old-llama/"}, "old-llama"),
+        ({"s3_uri": "s3://models/old-llama/"}, "another S3 source"),
         ({"complete": False}, "incomplete"),
         ({"key": "../../etc"}, "incomplete"),
         ({"key": ".warmstart"}, "incomplete"),
+        ({"key": "abc123"}, "incomplete"),  # not of the weights-key form
+        ({"checked_at": float("nan")}, "no check time"),  # a NaN time is no time, never fresh
+        ({"checked_at": True}, "no check time"),
+        ({"checked_at": "1800000000"}, "no check time"),
     ],
 )
 def test_anything_but_a_fresh_complete_copy_of_this_source_means_s3(tmp_path, pointer, reason):
@@ -65,12 +74,24 @@ def test_anything_but_a_fresh_complete_copy_of_this_source_means_s3(tmp_path, po
     assert choice.source == "s3" and reason in choice.reason
 
 
+def test_a_pointer_that_is_a_link_a_fifo_or_too_large_is_no_pointer(tmp_path):
+    root = node(tmp_path)
+    pointer = root / ".warmstart" / "current" / "llama"
+    pointer.unlink()
+    pointer.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"key": KEY, "s3_uri": S3, "checked_at": NOW}))
+    assert choose_weights("llama", S3, root, 90, NOW).source == "s3"
+    pointer.unlink()
+    os.mkfifo(pointer)
+    assert choose_weights("llama", S3, root, 90, NOW).source == "s3"  # and it did not block
+    pointer.unlink()
+    pointer.write_text(json.dumps({"key": KEY, "s3_uri": S3, "checked_at": NOW, "pad": "x" * 70_000}))
+    assert choose_weights("llama", S3, root, 90, NOW).source == "s3"
+
+
 def _env(tmp_path, **extra) -> dict:
     return {
-        "POD_UID": "uid-1",
-        "POD_NAME": "vllm-1",
-        "POD_NAMESPACE": "llama",
-        "WARMSTART_POD_RECORDS": str(tmp_path / "pods"),
+        "WARMSTART_POD_RECORDS": str(tmp_path / "pods" / UID),  # the pod's own folder, as kubelet mounts it
         "VLLM_CACHE_ROOT": str(tmp_path / "cache" / "vllm"),
         "WARMSTART_FINGERPRINT": "f" * 16,
         **extra,
@@ -81,7 +102,7 @@ def test_the_pod_records_that_it_is_choosing_before_it_reads_the_pointer(tmp_pat
     seen = {}
 
     def watching(*args):
-        seen["record"] = PodRecords(tmp_path / "pods").read()["uid-1"]
+        seen["record"] = PodRecords(tmp_path / "pods").read()[UID]
         return choose(*args)
 
     choose = vllm_entry.choose_weights
@@ -90,9 +111,9 @@ def test_the_pod_records_that_it_is_choosing_before_it_reads_the_pointer(tmp_pat
     monkeypatch.setattr(vllm_entry, "start_node_copy_endpoint", lambda *a: "http://127.0.0.1:9")
     prepare(ARGS, env, NOW)
     assert seen["record"].phase == "choosing" and seen["record"].may_read("llama", "any-key")
-    final = PodRecords(tmp_path / "pods").read()["uid-1"]
-    assert (final.phase, final.weights_source, final.weights_key) == ("started", "node", "abc123")
-    assert final.may_read("llama", "abc123") and not final.may_read("llama", "other")
+    final = PodRecords(tmp_path / "pods").read()[UID]
+    assert (final.phase, final.weights_source, final.weights_key) == ("started", "node", KEY)
+    assert final.may_read("llama", KEY) and not final.may_read("llama", "other")
 
 
 def test_the_node_copy_changes_the_endpoint_never_the_arguments(tmp_path, monkeypatch):
