@@ -37,6 +37,8 @@ def prometheus_values() -> dict:
             "global": {"scrape_interval": "15s", "scrape_timeout": "10s", "evaluation_interval": "15s"},
             "retention": "6h",
             "persistentVolume": {"enabled": False},
+            # No variables from the namespace's Services (kubelet's service links), as on every warmstart pod.
+            "enableServiceLinks": False,
             "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
         },
     }

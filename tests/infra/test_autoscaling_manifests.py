@@ -105,6 +105,8 @@ def test_prometheus_and_the_adapter_come_with_the_first_autoscaled_model(prod, d
     values = json.loads(prometheus["Values"])
     assert values["server"]["global"]["scrape_interval"] == "15s"  # the chart's default minute scales late
     assert values["server"]["persistentVolume"] == {"enabled": False}  # Auto Mode has no default StorageClass
+    # The chart's server.enableServiceLinks (29.27.0 values.yaml, on its Deployment): off, as on every warmstart pod.
+    assert values["server"]["enableServiceLinks"] is False
     assert all(values[c] == {"enabled": False} for c in ("alertmanager", "kube-state-metrics"))
     adapter_values = json.loads(adapter["Values"])
     assert adapter_values["prometheus"] == {"url": "http://prometheus-server.warmstart-monitoring.svc", "port": 80}

@@ -9,9 +9,16 @@ What it runs is vLLM's, in the order its server runs it (vllm/entrypoints/openai
 2. `cli_env_setup()`, `make_arg_parser(FlexibleArgumentParser(...))`, `parse_args`, `validate_parsed_serve_args`;
 3. `AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=OPENAI_API_SERVER)`: for an s3:// model
    this pulls the config and tokenizer files with the Run:ai streamer (boto3), as on the node;
-4. the compile-cache hash parts (vllm/compilation/backends.py `VllmBackend.__call__`): `compile_factors()`, the
-   config's `compute_hash()`, the compiler's `compute_hash()`; and the AOT folder
-   (vllm/compilation/decorators.py, caching.py `aot_compile_hash_factors` + `_model_hash_key`).
+4. the engine's own addresses (`get_ip()`, `get_open_port()`: VLLM_HOST_IP, VLLM_PORT), then the compile-cache hash
+   parts as they stand once the engine config is built (vllm/compilation/backends.py `VllmBackend.__call__`):
+   `compile_factors()`, the config's `compute_hash()`, the compiler's `compute_hash()`, and the AOT folder's
+   (caching.py `aot_compile_hash_factors` + decorators.py `_model_hash_key`). These are *config-time* values: vLLM
+   computes its folder names at the model's first forward, after building the model has recorded which custom ops
+   it enabled and the attention backend has set the KV block size into the config, so the real names differ. Those
+   later changes are functions of the same config, platform and model code, so two starts with equal config-time
+   parts get equal folders, and a change a warmstart config can make moves the config-time parts; the GPU script
+   (bench/gpu_vllm_cold_start.py) lists the real folders. Not run here: binding the serving port, the tokenizer
+   load (the fixtures carry no tokenizer files) and the model build.
 The one thing not vLLM's own: the platform. With no GPU here, vLLM would pick no CUDA platform; a subclass of its
 CudaPlatformBase reports the GPU the node's instance type has (gpu.json, from warmstart/catalog.yaml).
 
@@ -73,6 +80,8 @@ def evaluate_envs() -> list[dict]:
 
 
 def parse(argv: list[str]):
+    # The server module itself first: an import-time failure would stop the pod before anything else.
+    import vllm.entrypoints.openai.api_server  # noqa: F401
     from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.entrypoints.utils import cli_env_setup
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -86,6 +95,9 @@ def parse(argv: list[str]):
     except SystemExit as exit_:
         raise ValueError(f"argument parser exited {exit_.code}: {stderr.getvalue().strip()[-600:]}") from None
     validate_parsed_serve_args(args)
+    from vllm.entrypoints.openai.api_server import validate_api_server_args
+
+    validate_api_server_args(args)  # what setup_server checks before it binds the port
     return args
 
 
@@ -192,6 +204,10 @@ def run(gpu: dict, argv: list[str]) -> dict:
 
         config = AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
         report["config"] = describe(config)
+        stage = "engine addresses"
+        from vllm.utils.network_utils import get_ip, get_open_port
+
+        report["engine_addresses"] = {"ip": get_ip(), "port": get_open_port()}  # VLLM_HOST_IP, VLLM_PORT
         stage = "compile hash"
         report["hash"] = hashes(config)
     except Exception as error:  # noqa: BLE001 - reported with the step that failed

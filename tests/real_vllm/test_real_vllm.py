@@ -8,8 +8,10 @@ GPU: only the CUDA driver library and the platform object stand in (tests/real_v
 
 It checks, for every container: vLLM accepts the arguments, every variable vLLM knows evaluates, the engine config
 is built and says what warmstart rendered, the compile cache is where the agent restores and publishes it, the S3
-and node-copy starts of one configuration give one compile folder, every change a config can express moves both
-vLLM's hash and warmstart's key, and the fast tier's stand-in (tests/standins/vllm.py) derives what vLLM derives.
+and node-copy starts of one configuration give equal compile-hash parts (as they stand once the engine config is
+built: vLLM finishes them while it builds the model, from the same inputs; tests/real_vllm/probe.py), every change
+a config can express moves both those parts and warmstart's key, and the fast tier's stand-in
+(tests/standins/vllm.py) derives what vLLM derives.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class Start:
 
     @property
     def folder(self) -> tuple:
-        """What decides vLLM's compile folders: the backend folder's parts and the AOT folder."""
+        """What decides vLLM's compile folders, at config time: the backend folder's parts and the AOT folder's."""
         parts = self.report["hash"]["parts"]
         return parts["env"], parts["config"], parts["compiler"], self.report["hash"]["aot_hash"]
 

@@ -111,8 +111,11 @@ class PodRun:
     def environment(self, container: dict, cluster_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) of one container's first process."""
         kubelet_env = self.kubelet_env(container, cluster_env)
+        # runc's HOME: root's passwd entry, or "/" for a user the image does not list (the stand-in image lists
+        # only root).
+        user = (container.get("securityContext") or {}).get("runAsUser")
         return expanded_command(container, kubelet_env), process_environment(
-            kubelet_env, image_env=self.image_env, hostname=self.name
+            kubelet_env, image_env=self.image_env, hostname=self.name, home="/root" if user in (None, 0) else "/"
         )
 
     def mount_source(self, mount: dict, kubelet_env: dict[str, str]) -> Path:
