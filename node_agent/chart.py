@@ -110,7 +110,8 @@ class NodeAgentChart(cdk8s.Chart):
             metadata=k8s.ObjectMeta(name="warmstart-agent", labels=LABELS),
             rules=[
                 k8s.PolicyRule(api_groups=[""], resources=["nodes"], verbs=["get", "patch"]),
-                k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"]),
+                # Lists its node's pods (never reads one by name: the real API server tier found `get` unused).
+                k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"]),
                 # The image pull of each vLLM pod it times (kubelet's Pulling/Pulled events), read-only.
                 k8s.PolicyRule(api_groups=[""], resources=["events"], verbs=["list"]),
             ],

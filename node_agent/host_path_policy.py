@@ -2,17 +2,24 @@
 
 The agent trusts a pod's record only for that pod (its folder is named by kubelet after the pod's UID), a compile
 folder only for the model whose namespace mounts it, and the weights copies because no pod can write them. Those
-promises hold only if no pod mounts the warmstart folders otherwise, so a ValidatingAdmissionPolicy on every pod
-(every namespace but the agent's own) refuses a writable mount of any hostPath that is one of the warmstart
-folders (the compile-cache, weights and pod-records roots), lies inside one, or contains one (`/`, the NVMe mount),
-unless it is exactly one of:
-- `<compile root>/<the pod's namespace>/<16 hex>`: a model's configuration folder, for that model's pods only
-  (a model's namespace is its name);
-- `<records root>` mounted with `subPathExpr: $(POD_UID)` in a container whose every POD_UID variable is the
-  downward API's `metadata.uid`: the pod's own record folder.
-Read-only mounts are left to Pod Security (a read cannot forge anything the agent believes). A path is compared in
-its canonical form (doubled slashes and `/./` folded), so `/mnt//k8s-disks/0/warmstart/pods` is caught too; `..`
-is refused by the API server itself. Kubernetes CEL's `replace` is the strings extension's (every occurrence).
+promises hold only if pods cannot mount the warmstart folders otherwise. A ValidatingAdmissionPolicy on every pod of
+every namespace but the agent's own (`warmstart-system`) checks two things:
+
+1. **In a model's namespace** (labelled by the chart as a warmstart vLLM namespace; its name is the model's), a pod
+   runs only as warmstart renders it: its volumes are emptyDir, configMap, secret, projected, downwardAPI, or one of
+   exactly four hostPaths: the model's own configuration folder `<compile root>/<namespace>/<16 hex>` (writable),
+   the agent's markers `<compile root>/.warmstart` and the weights root (read-only in every container), and the
+   pod-records root (only as `subPathExpr: $(POD_UID)`, in a container whose every POD_UID variable is the downward
+   API's `metadata.uid`); no privileged container, no added capability, no host namespaces or host ports. Such a
+   namespace must allow hostPath (Pod Security `privileged`), so this is the part of Pod Security baseline that
+   keeps a pod there from reaching the node in any other way.
+2. **Everywhere else**, a writable mount of a hostPath that is one of the warmstart folders, lies inside one or
+   contains one (`/`, the NVMe mount) is refused, and so is a writable hostPath not written in canonical form
+   (relative, or with `//`, `/./`, a trailing `/.`) or under `/proc` (its links lead anywhere). Read-only mounts,
+   and pods that may mount any hostPath (Pod Security `privileged` namespaces the cluster runs), are the cluster's
+   Pod Security to govern: a pod free to mount any host folder is the node's root and can follow a host link to
+   any file; docs/trust-model.md says so.
+Kubernetes CEL provides the strings extension; no optional types are used (valid on every supported minor).
 """
 
 from __future__ import annotations
@@ -23,33 +30,114 @@ from cdk8s_plus_33 import k8s
 from constructs import Construct
 
 from warmstart.agent_settings import AGENT_NAMESPACE
+from warmstart.workload import AGENT_STATE_FOLDER, model_labels
 
 POLICY_NAME = "warmstart-host-paths"
 POD_UID_VARIABLE = "POD_UID"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
-_CANONICAL = "(v.hostPath.path + '/')" + ".replace('//', '/')" * 4 + ".replace('/./', '/')" * 2
+_PLAIN_VOLUMES = ("emptyDir", "configMap", "secret", "projected", "downwardAPI")
 
 
-def _mount_allowed(list_name: str, compile_root: str, records_root: str) -> str:
-    """Every mount of the list is read-only, of a volume that touches no warmstart folder, or an allowed form."""
-    # The folder as a regular expression, inside a CEL string literal (where a backslash is written twice).
-    folder = re.escape(compile_root.rstrip("/")).replace("\\", "\\\\")
-    compile_pattern = "'^" + folder + "/' + request.namespace + '/[0-9a-f]{16}/$'"
-    own_uid = (
-        f"has(c.env) && c.env.exists(e, e.name == '{POD_UID_VARIABLE}') && "
-        f"c.env.filter(e, e.name == '{POD_UID_VARIABLE}').all(e, has(e.valueFrom) && has(e.valueFrom.fieldRef) && "
-        "e.valueFrom.fieldRef.fieldPath == 'metadata.uid')"
-    )
-    allowed_form = (
-        f"h.path.matches({compile_pattern}) || "
-        f"(h.path == '{records_root.rstrip('/')}/' && has(m.subPathExpr) && m.subPathExpr == '$({POD_UID_VARIABLE})' "
-        f"&& !has(m.subPath) && {own_uid})"
-    )
+def _cel_regex(path: str) -> str:
+    """A literal path as a regular expression inside a CEL string literal (where a backslash is written twice)."""
+    return re.escape(path.rstrip("/")).replace("\\", "\\\\")
+
+
+def _label_is(key: str, value: str) -> str:
+    labels = "namespaceObject.metadata.labels"
+    return f"(has(namespaceObject.metadata.labels) && '{key}' in {labels} && {labels}['{key}'] == '{value}')"
+
+
+def _own_uid(container: str) -> str:
     return (
-        f"!has(object.spec.{list_name}) || object.spec.{list_name}.all(c, !has(c.volumeMounts) || "
-        "c.volumeMounts.all(m, (has(m.readOnly) && m.readOnly) || "
-        "!variables.touching.exists(h, h.name == m.name) || "
-        f"variables.touching.exists(h, h.name == m.name && ({allowed_form}))))"
+        f"has({container}.env) && {container}.env.exists(e, e.name == '{POD_UID_VARIABLE}') && "
+        f"{container}.env.filter(e, e.name == '{POD_UID_VARIABLE}').all(e, has(e.valueFrom) && "
+        "has(e.valueFrom.fieldRef) && e.valueFrom.fieldRef.fieldPath == 'metadata.uid')"
+    )
+
+
+def _own_records_mount(records_root: str) -> str:
+    """The mount `m` (of container `c`) of volume `h` is the pod's own record folder."""
+    return (
+        f"h.path == '{records_root.rstrip('/')}/' && has(m.subPathExpr) && "
+        f"m.subPathExpr == '$({POD_UID_VARIABLE})' && !has(m.subPath) && {_own_uid('c')}"
+    )
+
+
+def _model_namespace_rules(compile_root: str, weights_root: str | None, records_root: str) -> list[k8s.Validation]:
+    compile_folder = "'^" + _cel_regex(compile_root) + "/' + request.namespace + '/[0-9a-f]{16}$'"
+    state = f"{compile_root.rstrip('/')}/{AGENT_STATE_FOLDER}"
+    read_only = [state, *([weights_root.rstrip("/")] if weights_root else [])]
+    plain = " || ".join(f"has(v.{kind})" for kind in _PLAIN_VOLUMES)
+    allowed_paths = repr([*read_only, records_root.rstrip("/")])
+    volumes = (
+        "!variables.inModelNamespace || !has(object.spec.volumes) || object.spec.volumes.all(v, "
+        f"{plain} || (has(v.hostPath) && (v.hostPath.path.matches({compile_folder}) || "
+        f"v.hostPath.path in {allowed_paths})))"
+    )
+    rules = [
+        k8s.Validation(
+            expression=volumes,
+            message="a pod of a model's namespace may use only the volumes warmstart renders: emptyDir, configMap, "
+            "secret, projected, downwardAPI, and the hostPaths of its own compile folder, the agent's markers, the "
+            "weights copies and its own record folder",
+        ),
+        k8s.Validation(
+            expression="!variables.inModelNamespace || !("
+            + " || ".join(
+                f"(has(object.spec.{field}) && object.spec.{field})" for field in ("hostPID", "hostIPC", "hostNetwork")
+            )
+            + ")",
+            message="a pod of a model's namespace may not share the node's process, IPC or network namespaces",
+        ),
+    ]
+    for name in _CONTAINER_LISTS:
+        mounts = (
+            f"!variables.inModelNamespace || !has(object.spec.{name}) || object.spec.{name}.all(c, "
+            "!has(c.volumeMounts) || c.volumeMounts.all(m, variables.hostVolumes.all(h, h.name != m.name || "
+            f"h.raw.matches({compile_folder}) || "
+            f"(h.raw in {repr(read_only)} && has(m.readOnly) && m.readOnly) || ({_own_records_mount(records_root)}))))"
+        )
+        escalation = (
+            f"!variables.inModelNamespace || !has(object.spec.{name}) || object.spec.{name}.all(c, "
+            "!(has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || "
+            "(has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && "
+            "size(c.securityContext.capabilities.add) > 0))) && "
+            "(!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)))"
+        )
+        rules += [
+            k8s.Validation(
+                expression=mounts,
+                message=f"{name}: in a model's namespace the markers and the weights are mounted read-only and the "
+                f"records root only as the pod's own folder (subPathExpr $({POD_UID_VARIABLE}) from metadata.uid)",
+            ),
+            k8s.Validation(
+                expression=escalation,
+                message=f"{name}: in a model's namespace no container is privileged, adds a capability or binds a "
+                "host port",
+            ),
+        ]
+    return rules
+
+
+def _elsewhere_rule(list_name: str, compile_root: str, records_root: str) -> k8s.Validation:
+    """Outside model namespaces: writable mounts of a warmstart folder only in the rendered forms, and no writable
+    hostPath in a non-canonical form or under /proc."""
+    compile_folder = "'^" + _cel_regex(compile_root) + "/' + request.namespace + '/[0-9a-f]{16}/$'"
+    allowed = f"h.path.matches({compile_folder}) || ({_own_records_mount(records_root)})"
+    expression = (
+        f"variables.inModelNamespace || !has(object.spec.{list_name}) || object.spec.{list_name}.all(c, "
+        "!has(c.volumeMounts) || c.volumeMounts.all(m, (has(m.readOnly) && m.readOnly) || "
+        "variables.hostVolumes.all(h, h.name != m.name || ("
+        "h.raw.startsWith('/') && !h.raw.contains('//') && !h.raw.contains('/./') && !h.raw.endsWith('/.') && "
+        "!(h.path == '/proc/' || h.path.startsWith('/proc/')) && "
+        f"(!variables.roots.exists(r, h.path.startsWith(r) || r.startsWith(h.path)) || {allowed})))))"
+    )
+    return k8s.Validation(
+        expression=expression,
+        message=f"{list_name}: a writable hostPath must be canonical (absolute, no '//' or '/./'), not under /proc, "
+        "and may reach a warmstart node folder only as warmstart renders it: the model's own compile folder, or the "
+        f"pod-records root by subPathExpr $({POD_UID_VARIABLE}) from metadata.uid; mount it readOnly otherwise",
     )
 
 
@@ -57,6 +145,7 @@ def host_path_policy(
     scope: Construct, *, compile_root: str, weights_root: str | None, records_root: str, labels: dict[str, str]
 ) -> tuple[k8s.KubeValidatingAdmissionPolicy, k8s.KubeValidatingAdmissionPolicyBinding]:
     roots = [root.rstrip("/") + "/" for root in (compile_root, weights_root, records_root) if root]
+    namespace_labels = {k: v for k, v in model_labels("").items() if v}
     policy = k8s.KubeValidatingAdmissionPolicy(
         scope,
         "HostPaths",
@@ -82,31 +171,21 @@ def host_path_policy(
             variables=[
                 k8s.Variable(name="roots", expression=repr(roots)),
                 k8s.Variable(
-                    name="hostVolumes",
-                    expression=(
-                        "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath))"
-                        f".map(v, {{'name': v.name, 'path': {_CANONICAL}}}) : []"
-                    ),
+                    name="inModelNamespace",
+                    expression=" && ".join(_label_is(k, v) for k, v in sorted(namespace_labels.items())),
                 ),
                 k8s.Variable(
-                    name="touching",
+                    name="hostVolumes",
                     expression=(
-                        "variables.hostVolumes.filter(h, variables.roots.exists(r, h.path.startsWith(r) || "
-                        "r.startsWith(h.path)))"
+                        "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, "
+                        "{'name': v.name, 'raw': v.hostPath.path, 'path': v.hostPath.path.endsWith('/') ? "
+                        "v.hostPath.path : v.hostPath.path + '/'}) : []"
                     ),
                 ),
             ],
             validations=[
-                k8s.Validation(
-                    expression=_mount_allowed(name, compile_root, records_root),
-                    message=(
-                        f"a writable mount ({name}) of a warmstart node folder ({', '.join(roots)}, or a folder that "
-                        "holds one) must be a warmstart-rendered one: the model's own compile folder "
-                        f"<compile root>/<namespace>/<fingerprint>, or the pod-records root with subPathExpr "
-                        f"$({POD_UID_VARIABLE}) from metadata.uid; mount it readOnly otherwise"
-                    ),
-                )
-                for name in _CONTAINER_LISTS
+                *_model_namespace_rules(compile_root, weights_root, records_root),
+                *(_elsewhere_rule(name, compile_root, records_root) for name in _CONTAINER_LISTS),
             ],
         ),
     )

@@ -132,18 +132,18 @@ def repeat(
     action: Callable[[], object], seconds: float, *, stop: threading.Event, log: EventLog, liveness: Liveness
 ) -> threading.Thread:
     """Runs `action` every `seconds` in a thread until `stop`; an error is logged and the next round retries. The
-    loop beats (under the action's name) when a round starts and ends; long actions beat as they go."""
+    loop beats (under the action's name) when a round ends without an error; long actions beat as they go. A loop
+    that fails every round stops beating, and the liveness probe restarts the agent."""
     name = getattr(action, "__name__", "loop")
     liveness.register(name, seconds)
 
     def loop() -> None:
         while not stop.is_set():
-            liveness.beat(name)
             try:
                 action()
+                liveness.beat(name)  # a round that ended: progress (one that raises every time is no progress)
             except Exception as error:
                 log.event("loop-error", action=name, reason=f"{type(error).__name__}: {error}")
-            liveness.beat(name)
             stop.wait(seconds)
 
     thread = threading.Thread(target=loop, name=name, daemon=True)

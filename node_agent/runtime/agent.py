@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node_agent.runtime.compile_cache import (
-    VLLM_FOLDER,
     CacheLimits,
     Observation,
     Outcome,
@@ -108,6 +107,7 @@ class NodeAgent:
         # that crash-loops holds downloads back once, for the startup bound, not forever.
         self._streaming_since: dict[str, float] = {}
         self._refusals_logged: set[tuple[str, str, str]] = set()
+        self._impostors: set[str] = set()  # UIDs of pods with a model's labels outside its namespace
 
     # ---- compile cache ----
 
@@ -223,6 +223,8 @@ class NodeAgent:
 
     def _refused(self, source: str, item: str, reason: str) -> None:
         self.metrics.refused(source)
+        if len(self._refusals_logged) > 10_000:  # pods come and go: the memory of what was logged stays bounded
+            self._refusals_logged.clear()
         if (source, item, reason) not in self._refusals_logged:
             self._refusals_logged.add((source, item, reason))
             self.log.event("input-refused", source=source, item=item, reason=reason)
@@ -234,6 +236,9 @@ class NodeAgent:
         models = {_uid(pod): _model_of(pod) for pod in pods}
         trusted = {}
         for uid, record in records.items():
+            if uid in self._impostors:
+                self._refused("pod-record", uid, "its pod is outside its model's namespace")
+                continue
             if uid in models and models[uid] != record.model:
                 self._refused("pod-record", uid, "names another model than its pod serves")
                 continue
@@ -259,14 +264,16 @@ class NodeAgent:
             judged = self.layout.observed_dir() / record.start_id
             if judged.exists():
                 continue
-            cache_root = self.layout.model_dir(record.model, record.fingerprint) / VLLM_FOLDER
-            observation = judge(
-                start_dirs=record.hash_dirs,
-                now_dirs=local_hash_dirs(self.layout, record.model, record.fingerprint),
-                origin=self.layout.origin(record.model, record.fingerprint),
-                restore=self._marker(record.model, record.fingerprint),
-                cache_root=cache_root,
-            )
+            try:
+                observation = judge(
+                    start_dirs=record.hash_dirs,
+                    now_dirs=local_hash_dirs(self.layout, record.model, record.fingerprint),
+                    origin=self.layout.origin(record.model, record.fingerprint),
+                    restore=self._marker(record.model, record.fingerprint),
+                    config_dir=self.layout.config_dir(record.model, record.fingerprint),
+                )
+            except Exception as error:  # the pod's folder can hold anything: one start is told, the rest go on
+                observation = Observation("none", "none", False, f"not judged: {type(error).__name__}")
             pod = ready[uid]["metadata"]
             self.log.event(
                 f"compile-{observation.outcome}",
@@ -312,7 +319,8 @@ class NodeAgent:
         Ready (as of the last pod list; one not listed yet counts), each for at most the startup bound from
         when the agent first saw it. Read from the records at each call, so a pod that just started holds
         downloads back at once."""
-        return self._streaming(self._read_records())
+        records = self._read_records()
+        return self._streaming({uid: r for uid, r in records.items() if uid not in self._impostors})
 
     def _streaming(self, records: dict[str, PodRecord]) -> set[str]:
         now = self.monotonic()
@@ -447,11 +455,24 @@ class NodeAgent:
     # ---- Kubernetes helpers ----
 
     def _vllm_pods(self) -> list[dict] | None:
+        """The node's vLLM pods, each in its model's own namespace (a model's namespace is its name). A pod that
+        carries a model's labels in another namespace is nobody's: it is left out of every decision (use, publish,
+        cleanup), and what it writes is refused."""
         try:
-            return self.kube.pods_on_node(self.node, VLLM_POD_SELECTOR)
+            listed = self.kube.pods_on_node(self.node, VLLM_POD_SELECTOR)
         except Exception as error:
             self.log.event("pods-unreadable", reason=str(error))
             return None
+        pods = []
+        for pod in listed:
+            if pod.get("metadata", {}).get("namespace") == _model_of(pod):
+                pods.append(pod)
+            else:
+                if len(self._impostors) > 10_000:  # bounded, like the refusal log
+                    self._impostors.clear()
+                self._impostors.add(_uid(pod))
+                self._refused("pod", _uid(pod), "carries a model's labels outside that model's namespace")
+        return pods
 
     def _label(self, labels: dict[str, str | None]) -> None:
         try:

@@ -24,6 +24,7 @@ NODE_SPECIFIC = ("gpu_p2p_access_cache_for_*.json",)
 # vLLM writes every hashed environment variable's raw value into this file, never reads it back (0.21.0,
 # vllm/compilation/backends.py); secrets such as VLLM_API_KEY must not travel to S3 with the archive.
 FACTORS_FILE = "cache_key_factors.json"
+FACTORS_MAX_BYTES = 2**20  # vLLM writes a few kB; a larger one is left out of the archive (never read whole)
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 REDACTED = "<redacted by warmstart>"
 _READ_UNTRUSTED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -100,6 +101,8 @@ def pack(
                             info = os.fstat(handle.fileno())
                             if not stat.S_ISREG(info.st_mode):
                                 continue
+                            if name == FACTORS_FILE and info.st_size > FACTORS_MAX_BYTES:
+                                continue  # read whole to redact: only a bounded one is read and packed
                             files, total = files + 1, total + info.st_size
                             if (max_files is not None and files > max_files) or (
                                 max_bytes is not None and total > max_bytes

@@ -21,19 +21,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeGuard
 
-from model_workload.runtime.vllm_entry import vllm_hash_dirs
-from node_agent.runtime.archive import FACTORS_FILE, UnsafeArchive, pack, unpack
+from node_agent.runtime.archive import FACTORS_FILE, FACTORS_MAX_BYTES, UnsafeArchive, pack, unpack
 from node_agent.runtime.fs import remove_tree, rename_no_replace
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import CacheStore, MissingObject
-from node_agent.runtime.untrusted import Refused, folder_names, read_json_beneath
+from node_agent.runtime.untrusted import Refused, beneath_folder_names, read_json_beneath
 from warmstart.cache_key import CompileCacheKey
+from warmstart.workload import COMPILE_CACHE_CONTENT
 
 MANIFEST_VERSION = 2  # 2: lists vLLM's hash folders, archives carry an upload nonce
 VLLM_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)
-# vLLM's factor record: every hashed variable's value, a few kB.
-FACTORS_MAX_BYTES = 1 * 2**20
 
 
 class Status(StrEnum):
@@ -85,8 +83,24 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+# vLLM makes one or two hash folders per configuration; a pod that makes millions costs the agent at most this many.
+MAX_LISTED_HASH_DIRS = 256
+_HASH_ROOT = ("torch_compile_cache",)
+_AOT_ROOT = ("torch_compile_cache", "torch_aot_compile")
+
+
 def local_hash_dirs(layout: NodeCacheLayout, model: str, fingerprint: str) -> list[str]:
-    return vllm_hash_dirs(layout.model_dir(model, fingerprint) / VLLM_FOLDER)
+    """vLLM's hash folders in a configuration's cache, as the entry step lists them (vllm_entry.vllm_hash_dirs),
+    but walked from the folder kubelet made without following a link on the way (the folders below it are the
+    pod's), and at most MAX_LISTED_HASH_DIRS of them."""
+    config = str(layout.config_dir(model, fingerprint))
+    found: list[str] = []
+    for parts in (_HASH_ROOT, _AOT_ROOT):
+        names = beneath_folder_names(config, [COMPILE_CACHE_CONTENT, VLLM_FOLDER, *parts], limit=MAX_LISTED_HASH_DIRS)
+        found += [
+            "/".join([*parts, name]) for name in names if not (parts == _HASH_ROOT and name == "torch_aot_compile")
+        ]
+    return sorted(found)[:MAX_LISTED_HASH_DIRS]
 
 
 @dataclass(frozen=True)
@@ -99,9 +113,11 @@ class CacheLimits:
     max_files: int = 200_000
     max_manifest_bytes: int = 2**20
     max_manifests: int = 64
+    max_listed: int = 4096  # object names under a key's manifest prefix (a few dozen bytes each)
     max_hash_dirs: int = 256
 
 
+_MANIFEST_NAME = re.compile(r"^[0-9a-f]{16}\.json$")
 _HASH_DIR = re.compile(r"^torch_compile_cache/(torch_aot_compile/)?[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -154,7 +170,10 @@ def published(
 ) -> list[Published]:
     """Every trustworthy manifest of the key, the most complete first (most hash folders, then newest)."""
     found = []
-    names = store.list_keys(key.manifest_prefix, limit=limits.max_manifests + 1)
+    # Any node may create objects under the key: only names of the manifest form are read (a junk object named to
+    # sort first hides nothing), at most max_manifests of them.
+    listed = store.list_keys(key.manifest_prefix, limit=limits.max_listed)
+    names = [n for n in listed if _MANIFEST_NAME.fullmatch(n.removeprefix(key.manifest_prefix))]
     if len(names) > limits.max_manifests:
         log.event("manifest-refused", model=model, key=key.prefix, reason=f"more than {limits.max_manifests}")
         names = names[: limits.max_manifests]
@@ -384,26 +403,32 @@ class Observation:
     new_dirs: list[str] = field(default_factory=list)
 
 
-def _factors(cache_root: Path, hash_dir: str) -> dict | None:
-    """vLLM's own record of what it hashed, from any rank folder of a hash folder (written by the pod: read
-    without following links, capped, and only if it is a JSON object)."""
-    folder = cache_root / hash_dir
-    for rank in (n for n in folder_names(str(folder)) if n.startswith("rank_")):
-        for prefix in folder_names(str(folder / rank)):
+def _factors(config_dir: Path, hash_dir: str) -> dict | None:
+    """vLLM's own record of what it hashed, from any rank folder of a hash folder (written by the pod: walked from
+    kubelet's folder without following links, capped, and only if it has the shape vLLM writes)."""
+    parts = [COMPILE_CACHE_CONTENT, VLLM_FOLDER, *hash_dir.split("/")]
+    for rank in (n for n in beneath_folder_names(str(config_dir), parts) if n.startswith("rank_")):
+        for prefix in beneath_folder_names(str(config_dir), [*parts, rank]):
             try:
-                document = read_json_beneath(str(folder), [rank, prefix, FACTORS_FILE], max_bytes=FACTORS_MAX_BYTES)
+                document = read_json_beneath(
+                    str(config_dir), [*parts, rank, prefix, FACTORS_FILE], max_bytes=FACTORS_MAX_BYTES
+                )
             except Refused:
                 continue
-            if isinstance(document, dict):
+            if (
+                isinstance(document, dict)
+                and isinstance(document.get("env"), dict)
+                and all(isinstance(document.get(k), str) for k in ("config_hash", "code_hash", "compiler_hash"))
+            ):
                 return document
     return None
 
 
-def why_hash_differs(cache_root: Path, cached: list[str], new: list[str]) -> str:
+def why_hash_differs(config_dir: Path, cached: list[str], new: list[str]) -> str:
     """Which of vLLM's hash parts changed between a cached folder and the one vLLM made (vLLM 0.21.0 hashes
     env factors, the vLLM config, the traced code and the compiler)."""
-    ours, theirs = next(((f, d) for d in cached if (f := _factors(cache_root, d))), (None, None))
-    fresh = next((f for d in new if (f := _factors(cache_root, d))), None)
+    ours, theirs = next(((f, d) for d in cached if (f := _factors(config_dir, d))), (None, None))
+    fresh = next((f for d in new if (f := _factors(config_dir, d))), None)
     if ours is None or fresh is None:
         return "vLLM computed another compile hash than the cached one (no factor record to compare)"
     parts = []
@@ -421,7 +446,7 @@ def why_hash_differs(cache_root: Path, cached: list[str], new: list[str]) -> str
 
 
 def judge(
-    *, start_dirs: list[str], now_dirs: list[str], origin: dict | None, restore: dict | None, cache_root: Path
+    *, start_dirs: list[str], now_dirs: list[str], origin: dict | None, restore: dict | None, config_dir: Path
 ) -> Observation:
     """One pod start, judged once the pod is Ready: the hash folders present when its entry step ran
     against those present now. No new folder: vLLM loaded one that was there (a hit). A new one: it compiled."""
@@ -442,7 +467,7 @@ def judge(
             "loaded the restored cache" if restored else "loaded a cache compiled on this node",
         )
     if start_dirs:
-        return Observation("miss", "compiled", True, why_hash_differs(cache_root, start_dirs, new), new)
+        return Observation("miss", "compiled", True, why_hash_differs(config_dir, start_dirs, new), new)
     status = (restore or {}).get("status")
     reasons = {
         "miss": (False, "no cache was published for this key yet (first pod of this configuration)"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import shutil
 import uuid
 from pathlib import Path
 
@@ -47,8 +46,82 @@ def is_non_empty_dir(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
 
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    """Deletes `path` and everything under it, best effort, without following a link and without recursion.
+
+    Pods write some of the trees the agent deletes (an old configuration's compile folder, a gone pod's record
+    folder): a tree thousands of levels deep made shutil.rmtree raise RecursionError (Python <= 3.12), which
+    ignore_errors does not cover, on every cleanup round. Here each folder's subfolders are moved up into the top
+    folder (a rename, on the same filesystem) and its files unlinked, so at most two folders are open at a time
+    and the depth of the tree costs nothing. A link is removed, never followed."""
+    try:
+        top = os.open(path, _FOLDER_FLAGS)
+    except FileNotFoundError:
+        return
+    except OSError:  # a link or a file: remove the entry itself
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
+    try:
+        while True:
+            try:
+                with os.scandir(top) as entries:
+                    names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            except OSError:
+                break
+            if not names:
+                break
+            for name, is_folder in names:
+                if not is_folder:
+                    _unlink(name, top)
+                    continue
+                _flatten(name, top)
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _unlink(name: str, folder: int) -> None:
+    try:
+        os.unlink(name, dir_fd=folder)
+    except OSError:
+        pass
+
+
+def _flatten(name: str, top: int) -> None:
+    """Empties the folder `name` of `top` (its subfolders moved up into `top`, its files unlinked), then removes it."""
+    try:
+        inner = os.open(name, _FOLDER_FLAGS, dir_fd=top)
+    except OSError:
+        _unlink(name, top)
+        return
+    try:
+        with os.scandir(inner) as entries:
+            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        for child, is_folder in children:
+            if is_folder:
+                try:
+                    os.rename(child, f".flattened-{uuid.uuid4().hex}", src_dir_fd=inner, dst_dir_fd=top)
+                except OSError:
+                    pass
+            else:
+                _unlink(child, inner)
+    except OSError:
+        pass
+    finally:
+        os.close(inner)
+    try:
+        os.rmdir(name, dir_fd=top)
+    except OSError:
+        pass
 
 
 def sync_filesystem(path: Path) -> None:

@@ -58,10 +58,14 @@ class NodeCacheLayout:
         write_atomic(self.origin_record(model, fingerprint), json.dumps(origin, sort_keys=True).encode())
 
     def origin(self, model: str, fingerprint: str) -> dict | None:
+        """The agent's own record (strict: a JSON object with a list of hash folders, else none)."""
         try:
-            return json.loads(self.origin_record(model, fingerprint).read_text())
-        except (FileNotFoundError, ValueError):
+            origin = json.loads(self.origin_record(model, fingerprint).read_text())
+        except (OSError, ValueError, RecursionError):
             return None
+        if not isinstance(origin, dict) or not isinstance(origin.get("hash_dirs", []), list):
+            return None
+        return origin
 
     def forget(self, model: str, fingerprint: str) -> None:
         """Markers of a configuration whose folder is gone."""

@@ -16,7 +16,6 @@ boot id and weights key against theirs.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
@@ -24,6 +23,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from model_workload.runtime.vllm_entry import RECORD_FILE, RECORD_VERSION
+from node_agent.runtime.fs import remove_tree
 from node_agent.runtime.untrusted import POD_UID, Refused, open_folder, parse_json, read_capped
 
 # A record is a few hundred bytes; a pod that writes more is refused before the agent reads it.
@@ -162,8 +162,8 @@ class PodRecords:
     def forget_gone(self, read_before: set[str], live_uids: set[str]) -> list[str]:
         """Deletes the folders of pods that no longer exist. `read_before` must have been read before the pod
         list was fetched: a pod's folder exists only once kubelet started it, so it is in any list fetched later.
-        Only UID-named folders of the root are removed (rmtree does not follow the links a pod left inside)."""
+        Only UID-named folders of the root are removed (no link followed, any depth: fs.remove_tree)."""
         gone = sorted(uid for uid in read_before if uid not in live_uids and POD_UID.fullmatch(uid))
         for uid in gone:
-            shutil.rmtree(self.folder / uid, ignore_errors=True)
+            remove_tree(self.folder / uid)
         return gone

@@ -435,6 +435,8 @@ class WeightsSource:
 
             def run(job):
                 while pause is not None and pause():
+                    if on_bytes:
+                        on_bytes(0)  # holding back for a pod is progress too (the agent's liveness)
                     time.sleep(PAUSE_POLL_SECONDS)
                 return self._fetch(job, checks, files, on_bytes)
 

@@ -111,14 +111,27 @@ def read_json_beneath(root: str, parts: list[str], *, max_bytes: int) -> Any:
         os.close(folder)
 
 
-def folder_names(root: str, *, dir_fd: int | None = None) -> list[str]:
-    """The plain-named real folders in `root` (links and odd names left out)."""
+def beneath_folder_names(root: str, parts: list[str], *, limit: int = 1024) -> list[str]:
+    """The plain-named real folders in `root/parts...` (links and odd names left out, at most `limit`), every folder
+    on the way opened without following a link; none when the path is not there."""
     try:
-        folder = open_folder(root, dir_fd=dir_fd)
+        folder = open_folder(root)
     except Refused:
         return []
     try:
+        for part in parts:
+            inner = open_folder(safe_name(part), dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        names: list[str] = []
         with os.scandir(folder) as entries:
-            return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) and SAFE_NAME.fullmatch(e.name))
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False) and SAFE_NAME.fullmatch(entry.name):
+                    names.append(entry.name)
+                    if len(names) >= limit:
+                        break
+        return sorted(names)
+    except Refused:
+        return []
     finally:
         os.close(folder)

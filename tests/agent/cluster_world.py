@@ -77,7 +77,9 @@ class World:
     server: SeaweedS3
     scratch: Path
     config: EnvironmentConfig
-    cluster: FakeCluster = field(default_factory=FakeCluster)
+    cluster: FakeCluster = field(
+        default_factory=lambda: FakeCluster()
+    )  # looked up at each call (the cluster tier swaps it)
     image_env: dict = field(default_factory=lambda: {"STANDIN_TORCH_VERSION": "2.11.0"})
 
     @property

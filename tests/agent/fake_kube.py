@@ -32,7 +32,15 @@ class FakeCluster:
     fail_with: int | None = None
 
     def add_node(self, name: str, instance_type: str) -> None:
-        self.nodes[name] = {"metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": instance_type}}}
+        # Every node the API server answers has a UID (the agent's starts ConfigMap is owned by it); the control-plane
+        # tier found this fake's nodes without one.
+        self.nodes[name] = {
+            "metadata": {
+                "name": name,
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"node/{name}")),
+                "labels": {"node.kubernetes.io/instance-type": instance_type},
+            }
+        }
 
     def request(self, method, path, *, body=None, content_type=None):
         parsed = urllib.parse.urlparse(path)

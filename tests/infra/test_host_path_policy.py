@@ -1,7 +1,8 @@
 """The host-path admission policy (node_agent/host_path_policy.py), as synthesized, evaluated by a real CEL
 evaluator (common-expression-language) the way the API server evaluates a ValidatingAdmissionPolicy: match
 conditions, variables in order, every validation. Kubernetes' CEL strings extension provides `replace` (every
-occurrence); the evaluator here has none, so the test registers one with that meaning."""
+occurrence); the evaluator here has none, so the test registers one with that meaning. The control-plane tier
+(tests/cluster) runs the same policy in a real kube-apiserver."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import yaml
 from k8s.render import render_workloads
 from node_agent.host_path_policy import POLICY_NAME
 from tests.manifests import of_kind
-from warmstart.workload import compile_cache_root, pod_records_root, weights_root
+from warmstart.workload import compile_cache_root, model_labels, pod_records_root, weights_root
 
 MODEL = "llama-3-3-70b"
+OTHER = "team-a"  # a namespace warmstart did not create
+FINGERPRINT = "0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +49,18 @@ def roots(prod) -> dict:
     }
 
 
-def admitted(policy: dict, pod: dict, namespace: str = MODEL) -> bool:
+def admitted(policy: dict, pod: dict, namespace: str = MODEL, labels: dict | None = None) -> bool:
+    """Whether the API server would admit the pod; the namespace's labels are the chart's for a model's namespace
+    unless given."""
+    if labels is None:
+        labels = model_labels(namespace) if namespace == MODEL else {}
+    namespace_object = {"metadata": {"name": namespace, **({"labels": labels} if labels else {})}}
     context = cel.Context(
-        variables={"object": pod, "request": {"namespace": namespace, "operation": "CREATE"}},
+        variables={
+            "object": pod,
+            "request": {"namespace": namespace, "operation": "CREATE"},
+            "namespaceObject": namespace_object,
+        },
         functions={"replace": lambda text, old, new: text.replace(old, new)},
     )
     if not all(cel.evaluate(c["expression"], context) for c in policy["matchConditions"]):
@@ -74,13 +86,22 @@ def _host(name: str, path: str) -> dict:
     return {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
 
 
+def _plain_pod(*, volume: dict | None = None, mount: dict | None = None, env: list | None = None) -> dict:
+    """A pod of another team's namespace."""
+    container = {"name": "app", "image": "busybox", **({"volumeMounts": [mount]} if mount else {})}
+    if env:
+        container["env"] = env
+    return {"metadata": {"name": "app"}, "spec": {"containers": [container], "volumes": [volume] if volume else []}}
+
+
 def test_every_pod_warmstart_renders_is_admitted(policy, pod, prod, tmp_path):
     assert admitted(policy, pod)
     for path in render_workloads(prod.config, tmp_path):
         for deployment in (o for o in yaml.safe_load_all(path.read_text()) if o["kind"] == "Deployment"):
             template = deployment["spec"]["template"]
             namespace = deployment["metadata"]["namespace"]
-            assert admitted(policy, {"metadata": template["metadata"], "spec": template["spec"]}, namespace)
+            labels = model_labels(namespace)
+            assert admitted(policy, {"metadata": template["metadata"], "spec": template["spec"]}, namespace, labels)
 
 
 def test_the_rendered_pod_mounts_only_its_own_record_folder(pod):
@@ -92,9 +113,9 @@ def test_the_rendered_pod_mounts_only_its_own_record_folder(pod):
     ]
 
 
-def _denied_cases(roots: dict) -> dict:
+def _writable_cases(roots: dict) -> dict:
+    """Writable mounts of a warmstart folder in a form warmstart does not render."""
     mount = {"name": "h", "mountPath": "/h"}
-    fp = "0123456789abcdef"
     return {
         "the records root, whole": (_host("h", roots["records"]), mount, None),
         "the records root by another variable": (
@@ -115,31 +136,62 @@ def _denied_cases(roots: dict) -> dict:
             mount,
             None,
         ),
-        "another model's compile folder": (_host("h", f"{roots['compile']}/qwen3-6-35b-a3b/{fp}"), mount, None),
+        "another model's compile folder": (
+            _host("h", f"{roots['compile']}/qwen3-6-35b-a3b/{FINGERPRINT}"),
+            mount,
+            None,
+        ),
         "the compile root": (_host("h", roots["compile"]), mount, None),
         "the agent's markers": (_host("h", roots["compile"] + "/.warmstart"), mount, None),
         "the weights root": (_host("h", roots["weights"]), mount, None),
-        "a weights copy": (_host("h", roots["weights"] + "/llama-3-3-70b/" + fp), mount, None),
+        "a weights copy": (_host("h", roots["weights"] + "/llama-3-3-70b/" + FINGERPRINT), mount, None),
         "the node's root": (_host("h", "/"), mount, None),
         "the NVMe mount": (_host("h", roots["records"].rsplit("/warmstart", 1)[0]), mount, None),
         "the records root, doubled slashes": (_host("h", roots["records"].replace("/", "//")), mount, None),
+        "the records root, sixteen slashes in front": (_host("h", "/" * 16 + roots["records"]), mount, None),
         "the records root, /./ and a trailing slash": (
             _host("h", roots["records"].replace("/pods", "/./pods/")),
             mount,
             None,
         ),
+        "the records root, /./ repeated": (_host("h", roots["records"].replace("/", "/./")), mount, None),
+        "the records root, a trailing /.": (_host("h", roots["records"] + "/."), mount, None),
+        "the records root, relative": (_host("h", roots["records"].lstrip("/")), mount, None),
+        "the node's root through /proc": (_host("h", "/proc/1/root"), mount, None),
+        "/proc itself": (_host("h", "/proc"), mount, None),
     }
 
 
-@pytest.mark.parametrize("case", list(_denied_cases({"records": "/r", "compile": "/c", "weights": "/w"})))
-def test_a_writable_mount_of_a_warmstart_folder_in_another_form_is_refused(policy, pod, roots, case):
-    volume, mount, env = _denied_cases(roots)[case]
+@pytest.mark.parametrize("case", list(_writable_cases({"records": "/r", "compile": "/c", "weights": "/w"})))
+def test_another_namespace_may_not_write_a_warmstart_folder_in_another_form(policy, roots, case):
+    volume, mount, env = _writable_cases(roots)[case]
+    assert not admitted(policy, _plain_pod(volume=volume, mount=mount, env=env), OTHER)
+    init = _plain_pod(volume=volume, mount=mount, env=env)
+    init["spec"]["initContainers"] = init["spec"].pop("containers")
+    assert not admitted(policy, init, OTHER)
+    # Reads are the cluster's Pod Security to govern (a pod free to mount any host folder is the node's root).
+    assert admitted(policy, _plain_pod(volume=volume, mount={**mount, "readOnly": True}, env=env), OTHER)
+
+
+@pytest.mark.parametrize("case", list(_writable_cases({"records": "/r", "compile": "/c", "weights": "/w"})))
+def test_a_models_namespace_may_not_mount_a_warmstart_folder_in_another_form_even_read_only(policy, pod, roots, case):
+    volume, mount, env = _writable_cases(roots)[case]
     assert not admitted(policy, _with(pod, volume=volume, mount=mount, env=env))
     assert not admitted(policy, _with(pod, volume=volume, mount=mount, env=env, container="initContainers"))
-    assert admitted(policy, _with(pod, volume=volume, mount={**mount, "readOnly": True}, env=env))  # reads: PSA's
+    # The markers and the weights root are the pod's to read; the others are not its to mount at all.
+    if case not in ("the agent's markers", "the weights root"):
+        assert not admitted(policy, _with(pod, volume=volume, mount={**mount, "readOnly": True}, env=env))
 
 
-def test_an_ephemeral_container_may_not_write_them_either(policy, pod, roots):
+def test_an_impostor_namespace_is_held_to_the_rules_for_other_namespaces(policy, roots):
+    """Half the labels (or a copy of them on a namespace the chart did not create, which only tightens the rules)."""
+    records = _plain_pod(volume=_host("h", roots["records"]), mount={"name": "h", "mountPath": "/h"})
+    partial = {"app.kubernetes.io/name": "vllm"}
+    assert not admitted(policy, records, OTHER, partial)
+    assert not admitted(policy, records, OTHER, model_labels(OTHER))
+
+
+def test_an_ephemeral_container_may_not_write_them_either(policy, pod):
     changed = copy.deepcopy(pod)
     changed["spec"]["ephemeralContainers"] = [
         {"name": "debug", "image": "busybox", "volumeMounts": [{"name": "weights", "mountPath": "/w"}]}
@@ -147,12 +199,54 @@ def test_an_ephemeral_container_may_not_write_them_either(policy, pod, roots):
     assert not admitted(policy, changed)
 
 
-def test_its_own_compile_folder_and_unrelated_host_paths_are_the_pods_business(policy, pod, roots):
+@pytest.mark.parametrize(
+    "change",
+    [
+        "privileged",
+        "a capability added",
+        "hostPID",
+        "hostIPC",
+        "hostNetwork",
+        "a host port",
+        "a persistent volume claim",
+        "an unrelated hostPath, read-only",
+        "the markers written",
+        "the weights written",
+    ],
+)
+def test_a_models_pod_stays_as_warmstart_renders_it(policy, pod, roots, change):
+    changed = copy.deepcopy(pod)
+    spec = changed["spec"]
+    (container,) = spec["containers"]
+    if change == "privileged":
+        container.setdefault("securityContext", {})["privileged"] = True
+    elif change == "a capability added":
+        container.setdefault("securityContext", {})["capabilities"] = {"add": ["SYS_ADMIN"]}
+    elif change in ("hostPID", "hostIPC", "hostNetwork"):
+        spec[change] = True
+    elif change == "a host port":
+        container["ports"] = [*container.get("ports", []), {"containerPort": 9999, "hostPort": 9999}]
+    elif change == "a persistent volume claim":
+        spec["volumes"].append({"name": "claim", "persistentVolumeClaim": {"claimName": "c"}})
+    elif change == "an unrelated hostPath, read-only":
+        changed = _with(pod, volume=_host("h", "/var/log"), mount={"name": "h", "mountPath": "/h", "readOnly": True})
+    else:
+        volume = "weights" if change == "the weights written" else "warmstart-state"
+        every = [c for name in ("initContainers", "containers") for c in spec.get(name, [])]
+        mounts = [m for c in every for m in c.get("volumeMounts", []) if m["name"] == volume]
+        assert mounts, f"the rendered pod mounts {volume}"
+        for mount in mounts:
+            mount.pop("readOnly", None)
+    assert not admitted(policy, changed)
+
+
+def test_its_own_compile_folder_is_the_pods_and_unrelated_host_paths_are_other_namespaces(policy, pod, roots):
     own = _host("h", f"{roots['compile']}/{MODEL}/fedcba9876543210")
     assert admitted(policy, _with(pod, volume=own, mount={"name": "h", "mountPath": "/h"}))
-    assert admitted(policy, _with(pod, volume=_host("h", "/var/log/app"), mount={"name": "h", "mountPath": "/h"}))
+    unrelated = _plain_pod(volume=_host("h", "/var/log/app"), mount={"name": "h", "mountPath": "/h"})
+    assert admitted(policy, unrelated, OTHER)
 
 
 def test_the_agents_namespace_is_not_this_policys_business(policy, pod, roots):
     whole = _with(pod, volume=_host("h", roots["records"]), mount={"name": "h", "mountPath": "/h"})
-    assert admitted(policy, whole, namespace="warmstart-system")
+    assert admitted(policy, whole, namespace="warmstart-system", labels={})

@@ -59,11 +59,11 @@ def test_settings_describe_every_cached_model_and_roll_the_agents_on_change(ship
     assert len(daemon_set["spec"]["template"]["metadata"]["annotations"]["warmstart.io/settings-sha256"]) == 64
 
 
-def test_rbac_reads_pods_and_events_patches_nodes_and_writes_configmaps_in_its_namespace_only(shipped):
+def test_rbac_lists_pods_and_events_patches_nodes_and_writes_configmaps_in_its_namespace_only(shipped):
     (role,) = of_kind(_agent_objects(shipped), "ClusterRole")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
     ]
     (binding,) = of_kind(_agent_objects(shipped), "ClusterRoleBinding")

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.runtime.compile_cache import judge
+from node_agent.runtime.compile_cache import VLLM_FOLDER, judge
+from warmstart.workload import COMPILE_CACHE_CONTENT
 
 A, B = "torch_compile_cache/aaaaaaaaaa", "torch_compile_cache/bbbbbbbbbb"
 RESTORED = {"origin": "restored", "hash_dirs": [A]}
@@ -40,14 +41,15 @@ RESTORED = {"origin": "restored", "hash_dirs": [A]}
     ],
 )
 def test_judgement(case, start, now, origin, restore, expected, tmp_path: Path):
-    observation = judge(start_dirs=start, now_dirs=now, origin=origin, restore=restore, cache_root=tmp_path)
+    observation = judge(start_dirs=start, now_dirs=now, origin=origin, restore=restore, config_dir=tmp_path)
     assert (observation.outcome, observation.source, observation.expected_hit) == expected, case
 
 
 def test_a_changed_hash_names_the_part_that_changed(tmp_path):
     for folder, compiler in ((A, "c1"), (B, "c2")):
-        record = tmp_path / folder / "rank_0_0" / "backbone" / "cache_key_factors.json"
+        # vLLM's cache root inside the configuration's folder (warmstart.workload.vllm_env)
+        record = tmp_path / COMPILE_CACHE_CONTENT / VLLM_FOLDER / folder / "rank_0_0" / "backbone" / "cache_key_factors.json"
         record.parent.mkdir(parents=True)
         record.write_text(json.dumps({"config_hash": "x", "code_hash": "y", "compiler_hash": compiler, "env": {}}))
-    observation = judge(start_dirs=[A], now_dirs=[A, B], origin=None, restore=None, cache_root=tmp_path)
+    observation = judge(start_dirs=[A], now_dirs=[A, B], origin=None, restore=None, config_dir=tmp_path)
     assert "compiler" in observation.reason and "vLLM config" not in observation.reason
