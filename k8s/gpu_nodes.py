@@ -15,16 +15,25 @@ from constructs import Construct
 
 from warmstart.config import AutoModeCompute, GpuPool, ImagePreload, KarpenterCompute
 from warmstart.sizing import ami_family
+from warmstart.workload import gpu_pool_selector
 
-GPU_NODE_POOL = "gpu"
 GPU_NODE_CLASS = "gpu"  # Auto Mode forbids a custom node class named "default"
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+
+
+def gpu_node_pool_name(mode: str) -> str:
+    """One NodePool name per compute mode. Karpenter's NodePool CRD makes `nodeClassRef.group` and `kind`
+    immutable (v1.14.1, CEL `self.group == oldSelf.group`), and the two modes' node classes differ in both: under one
+    name, switching an environment's mode is an update the API server refuses. Under two names the switch creates
+    the new pool and deletes the old one (its nodes drain as Karpenter deletes them), and pods, which select the
+    pool's template label (warmstart.workload.GPU_POOL_LABEL), land on either pool's nodes meanwhile."""
+    return f"gpu-{mode}"
 
 
 def gpu_node_pool_spec(pool: GpuPool, node_class_ref: dict[str, str]) -> dict[str, Any]:
     return {
         "template": {
-            "metadata": {"labels": {"warmstart.io/gpu-pool": GPU_NODE_POOL}},
+            "metadata": {"labels": gpu_pool_selector()},
             "spec": {
                 "nodeClassRef": node_class_ref,
                 "requirements": [
@@ -83,7 +92,7 @@ class AutoModeGpuNodes(cdk8s.Chart):
                 "tags": dict(tags),
             },
         )
-        self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class)
+        self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class, mode=compute.mode)
 
 
 class KarpenterGpuNodes(cdk8s.Chart):
@@ -122,7 +131,7 @@ class KarpenterGpuNodes(cdk8s.Chart):
                 **_reservations(compute.gpu_pool),
             },
         )
-        self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class)
+        self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class, mode=compute.mode)
 
 
 # Bottlerocket's OS volume, as Karpenter's Bottlerocket defaults size it (v1.14.1 amifamily/bottlerocket.go);
@@ -239,13 +248,13 @@ def _node_class(chart: cdk8s.Chart, api_version: str, kind: str, spec: dict[str,
     return node_class
 
 
-def _node_pool(chart: cdk8s.Chart, pool: GpuPool, node_class: cdk8s.ApiObject) -> cdk8s.ApiObject:
+def _node_pool(chart: cdk8s.Chart, pool: GpuPool, node_class: cdk8s.ApiObject, *, mode: str) -> cdk8s.ApiObject:
     node_pool = cdk8s.ApiObject(
         chart,
         "NodePool",
         api_version="karpenter.sh/v1",
         kind="NodePool",
-        metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_POOL),
+        metadata=cdk8s.ApiObjectMetadata(name=gpu_node_pool_name(mode)),
     )
     node_class_ref = {"group": node_class.api_group, "kind": node_class.kind, "name": node_class.name}
     node_pool.add_json_patch(cdk8s.JsonPatch.add("/spec", gpu_node_pool_spec(pool, node_class_ref)))

@@ -6,16 +6,18 @@ import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
+from k8s.pod_security import SYSTEM_LEVEL, pod_security_labels
 from warmstart.agent_settings import AGENT_NAMESPACE
 
 SYSTEM_LABELS = {"app.kubernetes.io/part-of": "warmstart"}
 
 
 class SystemNamespace(cdk8s.Chart):
-    def __init__(self, scope: Construct, id: str) -> None:
+    def __init__(self, scope: Construct, id: str, *, kubernetes_version: str) -> None:
         super().__init__(scope, id)
+        labels = {**SYSTEM_LABELS, **pod_security_labels(SYSTEM_LEVEL, kubernetes_version)}
         self.namespace_object = k8s.KubeNamespace(
-            self, "Namespace", metadata=k8s.ObjectMeta(name=AGENT_NAMESPACE, labels=SYSTEM_LABELS)
+            self, "Namespace", metadata=k8s.ObjectMeta(name=AGENT_NAMESPACE, labels=labels)
         )
         # Nothing connects to the agent or the image caches: no ingress at all (their egress stays open: S3,
         # the Kubernetes API, the registries).

@@ -13,7 +13,7 @@ import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from k8s.gpu_nodes import GPU_TAINT
 from k8s.hardening import (
     NOBODY,
     RUNS_AS_ROOT,
@@ -24,6 +24,7 @@ from k8s.hardening import (
     pod_security,
     scanner_annotations,
 )
+from k8s.pod_security import MODEL_LEVEL, pod_security_labels
 from k8s.scraping import scrape_annotations
 from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
 from warmstart.autoscaling import MONITORING_NAMESPACE, PROMETHEUS_SERVER_LABELS, ScalingPolicy
@@ -42,6 +43,7 @@ from warmstart.workload import (
     VLLM_PORT,
     ModelPlan,
     done_marker_name,
+    gpu_pool_selector,
     model_labels,
     vllm_args,
     vllm_env,
@@ -78,7 +80,10 @@ class VllmModel(cdk8s.Chart):
         super().__init__(scope, id)
         name = plan.model.name
         labels = model_labels(name)
-        self.namespace_object = k8s.KubeNamespace(self, "Namespace", metadata=k8s.ObjectMeta(name=name, labels=labels))
+        namespace_labels = {**labels, **pod_security_labels(MODEL_LEVEL, plan.kubernetes_version)}
+        self.namespace_object = k8s.KubeNamespace(
+            self, "Namespace", metadata=k8s.ObjectMeta(name=name, labels=namespace_labels)
+        )
         # No eks.amazonaws.com/role-arn annotation: the role comes from a Pod Identity association.
         self.service_account = k8s.KubeServiceAccount(
             self, "ServiceAccount", metadata=k8s.ObjectMeta(name=SERVICE_ACCOUNT, namespace=name, labels=labels)
@@ -397,7 +402,7 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         init_containers=init_containers or None,
         containers=[container],
         volumes=volumes,
-        node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
+        node_selector=gpu_pool_selector(),
         affinity=_node_affinity(plan),
         topology_spread_constraints=_spread(plan),
         tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],

@@ -13,7 +13,7 @@ import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from k8s.gpu_nodes import GPU_NODE_POOL, GPU_TAINT
+from k8s.gpu_nodes import GPU_TAINT
 from k8s.hardening import (
     NEEDS_API_TOKEN,
     RUNS_AS_ROOT,
@@ -37,6 +37,7 @@ from warmstart.agent_settings import (
     AgentSettings,
 )
 from warmstart.starts import starts_config_map_name
+from warmstart.workload import gpu_pool_selector
 
 SETTINGS_FILE = "agent.json"
 # Touched every 20 s while none of the agent's loops is stuck (runtime/liveness.py: a loop is stuck after its
@@ -296,11 +297,15 @@ class NodeAgentChart(cdk8s.Chart):
         )
         self.own_starts_binding.add_dependency(self.own_starts_policy)
         # No pod writes the agent's inputs except through the mounts warmstart renders (node_agent/host_path_policy.py).
+        agent_pod = _agent_pod(
+            image, cache_root, weights_root if settings.weights_models else None, pod_records_root, metrics_port=port
+        )
         self.host_path_policy, self.host_path_binding = host_path_policy(
             self,
             compile_root=cache_root,
             weights_root=weights_root if settings.weights_models else None,
             records_root=pod_records_root,
+            agent_host_paths=[v.host_path.path for v in agent_pod.volumes or [] if v.host_path],
             labels=LABELS,
         )
         self.daemon_set = k8s.KubeDaemonSet(
@@ -324,13 +329,7 @@ class NodeAgentChart(cdk8s.Chart):
                             **scrape_annotations(port),
                         },
                     ),
-                    spec=_agent_pod(
-                        image,
-                        cache_root,
-                        weights_root if settings.weights_models else None,
-                        pod_records_root,
-                        metrics_port=port,
-                    ),
+                    spec=agent_pod,
                 ),
             ),
         )
@@ -368,7 +367,7 @@ def _agent_pod(
         service_account_name=AGENT_SERVICE_ACCOUNT,
         # The same MCS level as the vLLM pods: files restored by one are readable by the other under SELinux.
         security_context=pod_security(),
-        node_selector={"karpenter.sh/nodepool": GPU_NODE_POOL},
+        node_selector=gpu_pool_selector(),
         tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
         termination_grace_period_seconds=30,
         containers=[

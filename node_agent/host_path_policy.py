@@ -2,8 +2,8 @@
 
 The agent trusts a pod's record only for that pod (its folder is named by kubelet after the pod's UID), a compile
 folder only for the model whose namespace mounts it, and the weights copies because no pod can write them. Those
-promises hold only if pods cannot mount the warmstart folders otherwise. A ValidatingAdmissionPolicy on every pod of
-every namespace but the agent's own (`warmstart-system`) checks two things:
+promises hold only if pods cannot mount the warmstart folders otherwise. A ValidatingAdmissionPolicy on every pod
+checks three things:
 
 1. **In a model's namespace** (labelled by the chart as a warmstart vLLM namespace; its name is the model's), a pod
    runs only as warmstart renders it: its volumes are emptyDir, configMap, secret, projected, downwardAPI, or one of
@@ -13,12 +13,15 @@ every namespace but the agent's own (`warmstart-system`) checks two things:
    API's `metadata.uid`); no privileged container, no added capability, no host namespaces or host ports. Such a
    namespace must allow hostPath (Pod Security `privileged`), so this is the part of Pod Security baseline that
    keeps a pod there from reaching the node in any other way.
-2. **Everywhere else**, a writable mount of a hostPath that is one of the warmstart folders, lies inside one or
-   contains one (`/`, the NVMe mount) is refused, and so is a writable hostPath not written in canonical form
-   (relative, or with `//`, `/./`, a trailing `/.`) or under `/proc` (its links lead anywhere). Read-only mounts,
-   and pods that may mount any hostPath (Pod Security `privileged` namespaces the cluster runs), are the cluster's
-   Pod Security to govern: a pod free to mount any host folder is the node's root and can follow a host link to
-   any file; docs/trust-model.md says so.
+2. **Everywhere else**, a writable mount of a hostPath that is one of the warmstart folders or lies inside one is
+   refused unless it is the namespace's own compile folder or the pod's own record folder in the rendered forms,
+   and so is a writable hostPath not written in canonical form (relative, or with `//`, `/./`, a trailing `/.`),
+   which the prefix check could not see through. A writable mount of a folder that contains a root (`/`, `/mnt`:
+   `kubectl debug node`, CNIs and node agents in kube-system) and read-only mounts are the cluster's Pod Security
+   to govern: a pod free to mount such a folder is the node's root whatever this policy says (docs/trust-model.md).
+3. **In the agent's namespace** (`warmstart-system`, Pod Security `privileged`: the agent mounts the roots
+   themselves), only the agent's service account mounts host folders, and only those its DaemonSet renders; no pod
+   there is privileged, adds a capability, shares a host namespace or binds a host port.
 Kubernetes CEL provides the strings extension; no optional types are used (valid on every supported minor).
 """
 
@@ -29,7 +32,7 @@ import re
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from warmstart.agent_settings import AGENT_NAMESPACE
+from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
 from warmstart.workload import AGENT_STATE_FOLDER, model_labels
 
 POLICY_NAME = "warmstart-host-paths"
@@ -83,12 +86,13 @@ def _model_namespace_rules(compile_root: str, weights_root: str | None, records_
             "weights copies and its own record folder",
         ),
         k8s.Validation(
-            expression="!variables.inModelNamespace || !("
+            expression="!variables.inWarmstartNamespace || !("
             + " || ".join(
                 f"(has(object.spec.{field}) && object.spec.{field})" for field in ("hostPID", "hostIPC", "hostNetwork")
             )
             + ")",
-            message="a pod of a model's namespace may not share the node's process, IPC or network namespaces",
+            message="a pod of a model's namespace or of warmstart-system may not share the node's process, IPC or "
+            "network namespaces",
         ),
     ]
     for name in _CONTAINER_LISTS:
@@ -99,7 +103,7 @@ def _model_namespace_rules(compile_root: str, weights_root: str | None, records_
             f"(h.raw in {repr(read_only)} && has(m.readOnly) && m.readOnly) || ({_own_records_mount(records_root)}))))"
         )
         escalation = (
-            f"!variables.inModelNamespace || !has(object.spec.{name}) || object.spec.{name}.all(c, "
+            f"!variables.inWarmstartNamespace || !has(object.spec.{name}) || object.spec.{name}.all(c, "
             "!(has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || "
             "(has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && "
             "size(c.securityContext.capabilities.add) > 0))) && "
@@ -113,36 +117,54 @@ def _model_namespace_rules(compile_root: str, weights_root: str | None, records_
             ),
             k8s.Validation(
                 expression=escalation,
-                message=f"{name}: in a model's namespace no container is privileged, adds a capability or binds a "
-                "host port",
+                message=f"{name}: in a model's namespace or warmstart-system no container is privileged, adds a "
+                "capability or binds a host port",
             ),
         ]
     return rules
 
 
 def _elsewhere_rule(list_name: str, compile_root: str, records_root: str) -> k8s.Validation:
-    """Outside model namespaces: writable mounts of a warmstart folder only in the rendered forms, and no writable
-    hostPath in a non-canonical form or under /proc."""
+    """Outside warmstart's namespaces: a writable mount of a warmstart folder (or of a folder inside one) only in the
+    rendered forms, and no writable hostPath in a non-canonical form (which the prefix check could not see). A
+    writable mount of a folder that CONTAINS a root (`/`, `/mnt`: `kubectl debug node`, node agents) is Pod
+    Security's business: such a pod is root on the node whatever this policy says."""
     compile_folder = "'^" + _cel_regex(compile_root) + "/' + request.namespace + '/[0-9a-f]{16}/$'"
     allowed = f"h.path.matches({compile_folder}) || ({_own_records_mount(records_root)})"
     expression = (
-        f"variables.inModelNamespace || !has(object.spec.{list_name}) || object.spec.{list_name}.all(c, "
+        "variables.inModelNamespace || variables.inAgentNamespace || "
+        f"!has(object.spec.{list_name}) || object.spec.{list_name}.all(c, "
         "!has(c.volumeMounts) || c.volumeMounts.all(m, (has(m.readOnly) && m.readOnly) || "
         "variables.hostVolumes.all(h, h.name != m.name || ("
         "h.raw.startsWith('/') && !h.raw.contains('//') && !h.raw.contains('/./') && !h.raw.endsWith('/.') && "
-        "!(h.path == '/proc/' || h.path.startsWith('/proc/')) && "
-        f"(!variables.roots.exists(r, h.path.startsWith(r) || r.startsWith(h.path)) || {allowed})))))"
+        f"(!variables.roots.exists(r, h.path.startsWith(r)) || {allowed})))))"
     )
     return k8s.Validation(
         expression=expression,
-        message=f"{list_name}: a writable hostPath must be canonical (absolute, no '//' or '/./'), not under /proc, "
-        "and may reach a warmstart node folder only as warmstart renders it: the model's own compile folder, or the "
-        f"pod-records root by subPathExpr $({POD_UID_VARIABLE}) from metadata.uid; mount it readOnly otherwise",
+        message=f"{list_name}: a writable hostPath must be canonical (absolute, no '//' or '/./') and may reach into a "
+        "warmstart node folder only as warmstart renders it: the model's own compile folder, or the pod-records root "
+        f"by subPathExpr $({POD_UID_VARIABLE}) from metadata.uid; mount it readOnly otherwise",
+    )
+
+
+def _agent_namespace_rule(agent_host_paths: list[str]) -> k8s.Validation:
+    return k8s.Validation(
+        expression="!variables.inAgentNamespace || !has(object.spec.volumes) || object.spec.volumes.all(v, "
+        f"!has(v.hostPath) || (v.hostPath.path in {sorted(agent_host_paths)!r} && "
+        f"has(object.spec.serviceAccountName) && object.spec.serviceAccountName == '{AGENT_SERVICE_ACCOUNT}'))",
+        message=f"in {AGENT_NAMESPACE} only the node agent ({AGENT_SERVICE_ACCOUNT}) mounts host folders, and only "
+        "those its DaemonSet renders: " + ", ".join(sorted(agent_host_paths)),
     )
 
 
 def host_path_policy(
-    scope: Construct, *, compile_root: str, weights_root: str | None, records_root: str, labels: dict[str, str]
+    scope: Construct,
+    *,
+    compile_root: str,
+    weights_root: str | None,
+    records_root: str,
+    agent_host_paths: list[str],
+    labels: dict[str, str],
 ) -> tuple[k8s.KubeValidatingAdmissionPolicy, k8s.KubeValidatingAdmissionPolicyBinding]:
     roots = [root.rstrip("/") + "/" for root in (compile_root, weights_root, records_root) if root]
     namespace_labels = {k: v for k, v in model_labels("").items() if v}
@@ -162,17 +184,18 @@ def host_path_policy(
                     )
                 ]
             ),
-            match_conditions=[
-                # The agent's own DaemonSet mounts the roots themselves (it is what reads and keeps them).
-                k8s.MatchCondition(
-                    name="not-the-agents-namespace", expression=f"request.namespace != '{AGENT_NAMESPACE}'"
-                )
-            ],
             variables=[
+                # The agent's own DaemonSet mounts the roots themselves (it is what reads and keeps them); its
+                # namespace may mount exactly those host folders and no other.
+                k8s.Variable(name="inAgentNamespace", expression=f"request.namespace == '{AGENT_NAMESPACE}'"),
                 k8s.Variable(name="roots", expression=repr(roots)),
                 k8s.Variable(
                     name="inModelNamespace",
                     expression=" && ".join(_label_is(k, v) for k, v in sorted(namespace_labels.items())),
+                ),
+                k8s.Variable(
+                    name="inWarmstartNamespace",
+                    expression="variables.inModelNamespace || variables.inAgentNamespace",
                 ),
                 k8s.Variable(
                     name="hostVolumes",
@@ -184,6 +207,7 @@ def host_path_policy(
                 ),
             ],
             validations=[
+                _agent_namespace_rule(agent_host_paths),
                 *_model_namespace_rules(compile_root, weights_root, records_root),
                 *(_elsewhere_rule(name, compile_root, records_root) for name in _CONTAINER_LISTS),
             ],

@@ -20,6 +20,7 @@ class CiAccessStack(Stack):
             environment=config.name,
             github=config.deploy.github,
             bootstrap_qualifier=config.deploy.bootstrap_qualifier,
+            cluster_name=config.cluster.name,
         )
         # The values the workflows need, as GitHub variables (README "Deploy").
         CfnOutput(self, "DeployRoleArn", value=self.access.deploy_role.role_arn)

@@ -55,7 +55,9 @@ class ClusterStack(Stack):
         self.compute.attach(cluster=self.cluster, charts=self.charts)
         # Autoscaled models read their load through the custom metrics API.
         self.serving_metrics = (
-            ServingMetrics(self, "ServingMetrics", cluster=self.cluster)
+            ServingMetrics(
+                self, "ServingMetrics", cluster=self.cluster, kubernetes_version=config.cluster.kubernetes_version
+            )
             if any(model.autoscaling for model in config.models)
             else None
         )
@@ -73,7 +75,8 @@ class ClusterStack(Stack):
         if not (settings.models or images):
             return  # no node-level cache: no agent image, no warmstart-system namespace
         self.system_namespace = self.cluster.add_cdk8s_chart(
-            "WarmstartSystem", SystemNamespace(self.charts, "WarmstartSystem")
+            "WarmstartSystem",
+            SystemNamespace(self.charts, "WarmstartSystem", kubernetes_version=config.cluster.kubernetes_version),
         )
         self.agent_image = AgentImage(self, "AgentImage", prebuilt=config.deploy.agent_image)
         if settings.models:

@@ -3,7 +3,9 @@
 - credentials: the AWS CLI answers `sts get-caller-identity`, for the account the config names;
 - Docker with buildx, where the cloud assembly has a container image to build (the agent image, unless
   deploy.agent_image names a prebuilt one);
-- destroy: the environment's name typed back, and the list of what stays (resources CloudFormation retains).
+- destroy: the environment's name typed back, and the list of what stays (resources CloudFormation retains);
+- deploy: the cluster, where it already exists, runs the compute mode the config names (a mode switch in place
+  would leave the old mode's NodePool serving: CDK's kubectl prune does not cover custom resources).
 
 The commands are run through `run` (tests pass fake `aws` and `docker` executables on PATH).
 """
@@ -135,6 +137,43 @@ def _name_of(resource: dict) -> str:
     return ""
 
 
+def deployed_compute_mode(config: EnvironmentConfig, run: Runner) -> tuple[str | None, str]:
+    """(the mode the existing cluster runs, or None; a note when that could not be read). A cluster with EKS Auto
+    Mode's compute enabled (computeConfig.enabled) runs "auto"; any other existing cluster runs "karpenter"."""
+    command = ["aws", "eks", "describe-cluster", "--name", config.cluster.name, "--region", config.region]
+    code, out, err = run([*command, "--output", "json"])
+    if code != 0:
+        if "ResourceNotFoundException" in err:
+            return None, ""  # a new cluster: any mode
+        said = (err or out).strip().splitlines()[-1:] or ["no answer"]
+        return None, f"could not read the cluster's compute mode ({said[0]}); a mode switch would not be caught"
+    try:
+        cluster = json.loads(out)["cluster"]
+    except (ValueError, KeyError, TypeError):
+        return None, "aws eks describe-cluster answered no cluster; a mode switch would not be caught"
+    compute = cluster.get("computeConfig") if isinstance(cluster, dict) else None
+    enabled = isinstance(compute, dict) and compute.get("enabled") is True
+    return ("auto" if enabled else "karpenter"), ""
+
+
+def compute_mode_problem(config: EnvironmentConfig, run: Runner) -> tuple[Problem | None, str]:
+    deployed, note = deployed_compute_mode(config, run)
+    wanted = config.compute.mode
+    if deployed is None or deployed == wanted:
+        return None, note
+    return (
+        Problem(
+            f"cluster {config.cluster.name} runs compute mode {deployed!r} and the config says {wanted!r}: a "
+            f"switch in place would leave the {deployed} GPU NodePool and its nodes serving (CDK's kubectl prune "
+            "does not remove custom resources), and the two pools would both take the model pods",
+            f"keep compute.mode: {deployed} for this environment; to move, deploy the new mode as a new "
+            "environment (another name and cluster.name, same models bucket), move the clients to it, then "
+            f"destroy {config.name} (its models bucket is retained; compile caches are rebuilt by the first pods)",
+        ),
+        note,
+    )
+
+
 def check(
     action: str, config: EnvironmentConfig, *, run: Runner, assembly: Path | None = None, confirm: str = ""
 ) -> tuple[list[Problem], list[str]]:
@@ -174,6 +213,14 @@ def check(
                 problems.append(problem)
         else:
             notes.append("no container image to build: Docker is not needed")
+    if action in ("diff", "deploy") and not problems:
+        problem, note = compute_mode_problem(config, run)
+        if problem and action == "deploy":
+            problems.append(problem)
+        elif problem:  # a diff only shows: say what its deploy would meet
+            notes.append(f"make deploy would stop here: {problem}")
+        if note:
+            notes.append(note)
     if action == "agent-image":
         problem = docker_problem(
             config, run, why="make agent-image builds and pushes the agent image", prebuilt_helps=False

@@ -12,9 +12,8 @@ from warmstart.agent_settings import AGENT_NAMESPACE, COMPILE_USE_LABEL_DOMAIN, 
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.starts import STARTS_KEY, TIMELINE_PHASES, StartTimeline
-from warmstart.workload import image_cache_name, plan_model
+from warmstart.workload import GPU_POOL_LABEL, image_cache_name, plan_model
 
-GPU_POOL_LABEL = ("karpenter.sh/nodepool", "gpu")
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 COMPILE_READY = {"restored", "present", "published"}
 # The API paths the status needs (read with the user's kubeconfig).

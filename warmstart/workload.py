@@ -118,6 +118,16 @@ WEIGHTS_FOLDER = "warmstart/weights"
 MODEL_LABEL = "app.kubernetes.io/instance"
 
 
+# Every GPU node warmstart's NodePool launches carries this label (the pool's template sets it), whichever compute
+# mode made the pool: pods select the label, never the NodePool's name, which differs by mode (k8s/gpu_nodes.py).
+GPU_POOL_LABEL = ("warmstart.io/gpu-pool", "gpu")
+
+
+def gpu_pool_selector() -> dict[str, str]:
+    """The node selector of every pod that runs on warmstart's GPU nodes."""
+    return {GPU_POOL_LABEL[0]: GPU_POOL_LABEL[1]}
+
+
 def model_labels(model_name: str) -> dict[str, str]:
     """The labels of a model's vLLM pods: the chart sets them, the node agent selects pods by them."""
     return {
@@ -255,6 +265,7 @@ class ModelPlan:
     # replaces pods one at a time (a single replica is then offline during the rollout).
     surge: bool
     rollout: str
+    kubernetes_version: str  # the cluster's minor (the namespace's Pod Security labels are pinned to it)
     client_namespaces: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -350,6 +361,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         startup_budget_seconds=startup_budget_seconds(model, tensor_parallel),
         surge=surge,
         rollout=rollout,
+        kubernetes_version=config.cluster.kubernetes_version,
         client_namespaces=sorted(
             set(model.client_namespaces if model.client_namespaces is not None else config.serving.client_namespaces)
         ),

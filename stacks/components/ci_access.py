@@ -4,11 +4,12 @@
 - A deploy role: trusted only for jobs of the repository that run in the configured GitHub environment (whose
   required reviewers gate it) or, without one, for pushes to the configured branch; it may only assume the CDK
   bootstrap roles of the environment's account and Region (deploy, file and image publishing, lookup), which
-  do the work with the permissions `cdk bootstrap` gave them.
+  do the work with the permissions `cdk bootstrap` gave them; and it may describe the environment's cluster (the
+  preflight reads its compute mode before a deploy: warmstart.preflight).
 - A diff role for pull requests: it may read the environment's own stacks' templates and the bootstrap version,
-  nothing else (not the bootstrap lookup role, whose ReadOnlyAccess would open the whole account to anyone who
-  can open a pull request): `cdk diff` cannot assume the bootstrap roles with it and falls back to these
-  credentials and a template diff without a change set.
+  and describe the environment's cluster, nothing else (not the bootstrap lookup role, whose ReadOnlyAccess would
+  open the whole account to anyone who can open a pull request): `cdk diff` cannot assume the bootstrap roles with
+  it and falls back to these credentials and a template diff without a change set.
 The token's claims: `aud` is the audience, `sub` is `repo:<owner>/<repo>:environment:<name>`,
 `repo:<owner>/<repo>:ref:refs/heads/<branch>` or `repo:<owner>/<repo>:pull_request` (GitHub's OIDC docs).
 """
@@ -47,7 +48,14 @@ def diff_role_name(environment: str) -> str:
 
 class GithubCiAccess(Construct):
     def __init__(
-        self, scope: Construct, id: str, *, environment: str, github: GithubAccess, bootstrap_qualifier: str
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        environment: str,
+        github: GithubAccess,
+        bootstrap_qualifier: str,
+        cluster_name: str,
     ) -> None:
         super().__init__(scope, id)
         stack = Stack.of(self)
@@ -97,6 +105,12 @@ class GithubCiAccess(Construct):
                 resources=bootstrap_roles(DEPLOY_BOOTSTRAP_ROLES),
             )
         )
+        read_compute_mode = iam.PolicyStatement(
+            sid="ReadTheClustersComputeMode",
+            actions=["eks:DescribeCluster"],
+            resources=[f"arn:{stack.partition}:eks:{stack.region}:{stack.account}:cluster/{cluster_name}"],
+        )
+        self.deploy_role.add_to_policy(read_compute_mode)
         self.diff_role: iam.Role | None = None
         if github.pull_request_diff:
             self.diff_role = role(
@@ -125,6 +139,7 @@ class GithubCiAccess(Construct):
                     ],
                 )
             )
+            self.diff_role.add_to_policy(read_compute_mode)
             acknowledge(
                 self.diff_role,
                 "Read-only on this environment's own stacks, whose IDs CloudFormation appends to their names.",

@@ -15,6 +15,8 @@ from __future__ import annotations
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from k8s.pod_security import MONITORING_LEVEL, pod_security_labels
+from stacks.components.source import cluster_ref
 from warmstart.autoscaling import METRICS, MONITORING_NAMESPACE
 
 CHART_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
@@ -72,8 +74,29 @@ def adapter_values() -> dict:
 
 
 class ServingMetrics(Construct):
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster) -> None:
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, kubernetes_version: str) -> None:
         super().__init__(scope, id)
+        # The namespace is ours, not Helm's (createNamespace makes one without labels): it carries its Pod Security
+        # level (k8s/pod_security.py). overwrite: a cluster deployed before this change has it already.
+        self.namespace = eks.KubernetesManifest(
+            self,
+            "MonitoringNamespace",
+            cluster=cluster_ref(cluster),
+            overwrite=True,
+            manifest=[
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {
+                        "name": MONITORING_NAMESPACE,
+                        "labels": {
+                            "app.kubernetes.io/part-of": "warmstart",
+                            **pod_security_labels(MONITORING_LEVEL, kubernetes_version),
+                        },
+                    },
+                }
+            ],
+        )
         self.prometheus = cluster.add_helm_chart(
             "Prometheus",
             chart="prometheus",
@@ -81,7 +104,7 @@ class ServingMetrics(Construct):
             release=PROMETHEUS_RELEASE,
             version=PROMETHEUS_CHART_VERSION,
             namespace=MONITORING_NAMESPACE,
-            create_namespace=True,
+            create_namespace=False,
             values=prometheus_values(),
             wait=True,
         )
@@ -95,4 +118,5 @@ class ServingMetrics(Construct):
             values=adapter_values(),
             wait=True,
         )
+        self.prometheus.node.add_dependency(self.namespace)
         self.adapter.node.add_dependency(self.prometheus)

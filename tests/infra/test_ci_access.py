@@ -61,7 +61,14 @@ def test_the_deploy_role_may_only_assume_the_cdk_bootstrap_roles_and_the_diff_ro
         p["Roles"][0]["Ref"].removeprefix("GithubAccess")[:8]: p["PolicyDocument"]["Statement"]
         for p in _policies(template)
     }
-    (deploy,) = statements["DeployRo"]
+    describe = {
+        "Action": "eks:DescribeCluster",
+        "Effect": "Allow",
+        "Resource": "arn:aws:eks:us-east-1:210987654321:cluster/warmstart-prod",
+        "Sid": "ReadTheClustersComputeMode",
+    }  # the preflight's compute-mode check, on this environment's cluster only
+    deploy, deploy_describe = statements["DeployRo"]
+    assert deploy_describe == describe
     assert deploy["Action"] == "sts:AssumeRole"
     region = "210987654321-us-east-1"
     assert deploy["Resource"] == [
@@ -69,7 +76,8 @@ def test_the_deploy_role_may_only_assume_the_cdk_bootstrap_roles_and_the_diff_ro
         for kind in ("deploy", "file-publishing", "image-publishing", "lookup")
     ]
     # Pull requests: not the lookup role (ReadOnlyAccess to the whole account), only this environment's templates.
-    templates, version = statements["DiffRole"]
+    templates, version, diff_describe = statements["DiffRole"]
+    assert diff_describe == describe
     assert templates["Action"] == ["cloudformation:DescribeStacks", "cloudformation:GetTemplate"]
     assert templates["Resource"] == "arn:aws:cloudformation:us-east-1:210987654321:stack/warmstart-prod-*/*"
     assert version == {

@@ -326,6 +326,9 @@ def test_karpenter_crds_come_from_their_own_chart_before_the_controller(prod):
     assert crds["Properties"]["Namespace"] == "kube-system"
     assert controller["Properties"]["SkipCrds"] is True
     assert crd_id in controller["DependsOn"]
+    # Leaving Karpenter for Auto Mode must not uninstall the CRDs both share (docs/upstream-facts.md).
+    assert crds.get("DeletionPolicy") == "Retain" and crds.get("UpdateReplacePolicy") == "Retain"
+    assert controller.get("DeletionPolicy", "Delete") == "Delete"
 
 
 def test_pod_identity_roles_trust_only_their_cluster_namespace_and_service_account(shipped):

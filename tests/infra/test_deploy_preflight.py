@@ -22,6 +22,18 @@ if [ -z "$FAKE_ACCOUNT" ]; then
   echo "Unable to locate credentials. You can configure credentials by running \\"aws configure\\"." >&2
   exit 253
 fi
+# eks describe-cluster: no such cluster (exit 254, as the CLI exits on a service error), or one with Auto Mode's
+# computeConfig enabled or not.
+if [ "$1 $2" = "eks describe-cluster" ]; then
+  case "$FAKE_AUTO_MODE" in
+    "") echo "An error occurred (ResourceNotFoundException) when calling the DescribeCluster operation: \\
+No cluster found for name: $4." >&2; exit 254 ;;
+    denied) echo "An error occurred (AccessDeniedException) when calling the DescribeCluster operation" >&2
+      exit 254 ;;
+    *) printf '{"cluster": {"name": "%s", "status": "ACTIVE", "computeConfig": {"enabled": %s}}}\\n' \\
+      "$4" "$FAKE_AUTO_MODE"; exit 0 ;;
+  esac
+fi
 printf '{"UserId": "AROAEXAMPLE:ci", "Account": "%s", "Arn": "arn:aws:sts::%s:assumed-role/deploy/ci"}\\n' \\
   "$FAKE_ACCOUNT" "$FAKE_ACCOUNT"
 """
@@ -48,7 +60,12 @@ def fake_bin(tmp_path_factory) -> Path:
 
 
 def preflight(
-    fake_bin: Path, *args: str, account: str = "", docker: str | None = "ok", config: Path | None = None
+    fake_bin: Path,
+    *args: str,
+    account: str = "",
+    docker: str | None = "ok",
+    config: Path | None = None,
+    auto_mode: str = "",
 ) -> subprocess.CompletedProcess:
     folders = [str(fake_bin)] + [p for p in os.environ["PATH"].split(os.pathsep) if p]
     if docker is None:  # no Docker at all: a PATH without any docker
@@ -59,6 +76,7 @@ def preflight(
         (fake_bin / "no-docker" / "aws").write_text(FAKE_AWS)
         (fake_bin / "no-docker" / "aws").chmod(0o755)
     env = {**os.environ, "PATH": os.pathsep.join(folders), "FAKE_ACCOUNT": account, "FAKE_DOCKER": docker or ""}
+    env["FAKE_AUTO_MODE"] = auto_mode
     command = [sys.executable, "-m", "warmstart", "preflight", "--config", str(config or ROOT / "config/dev.yaml")]
     return subprocess.run([*command, *args], capture_output=True, text=True, env=env, cwd=ROOT)
 
@@ -206,3 +224,33 @@ def test_a_qualifier_of_its_own_gets_its_own_toolkit_stack(fake_bin, tmp_path):
 def test_destroy_names_what_no_stack_owns(fake_bin, dev):
     done = preflight(fake_bin, "--for", "destroy", "--assembly", str(dev.outdir), account="123456789012")
     assert "/aws/eks/warmstart-dev/cluster" in done.stdout and "CDK bootstrap stack" in done.stdout
+
+
+def test_a_compute_mode_switch_in_place_is_refused_with_the_way_to_move(fake_bin, dev):
+    """dev is Auto Mode: a cluster that runs Karpenter (computeConfig off) must not be switched in place."""
+    common = ("--for", "deploy", "--assembly", str(dev.outdir))
+    switch = preflight(fake_bin, *common, account="123456789012", auto_mode="false")
+    assert switch.returncode == 2
+    assert "cluster warmstart-dev runs compute mode 'karpenter' and the config says 'auto'" in switch.stderr
+    assert "keep compute.mode: karpenter" in switch.stderr and "as a new environment" in switch.stderr
+    same = preflight(fake_bin, *common, account="123456789012", auto_mode="true")
+    assert same.returncode == 0, same.stderr
+    new_cluster = preflight(fake_bin, *common, account="123456789012")
+    assert new_cluster.returncode == 0, new_cluster.stderr
+    unreadable = preflight(fake_bin, *common, account="123456789012", auto_mode="denied")
+    assert unreadable.returncode == 0 and "a mode switch would not be caught" in unreadable.stdout
+    diff = preflight(
+        fake_bin, "--for", "diff", "--assembly", str(dev.outdir), account="123456789012", auto_mode="false"
+    )
+    assert diff.returncode == 0 and "make deploy would stop here" in diff.stdout
+
+
+def test_karpenter_environment_on_an_auto_mode_cluster_is_refused(fake_bin, tmp_path):
+    done = preflight(
+        fake_bin,
+        *("--for", "deploy", "--assembly", str(tmp_path)),  # an assembly with no image to build
+        config=ROOT / "config" / "prod.yaml",
+        account="210987654321",
+        auto_mode="true",
+    )
+    assert "runs compute mode 'auto' and the config says 'karpenter'" in done.stderr

@@ -63,7 +63,7 @@ def admitted(policy: dict, pod: dict, namespace: str = MODEL, labels: dict | Non
         },
         functions={"replace": lambda text, old, new: text.replace(old, new)},
     )
-    if not all(cel.evaluate(c["expression"], context) for c in policy["matchConditions"]):
+    if not all(cel.evaluate(c["expression"], context) for c in policy.get("matchConditions", [])):
         return True
     variables: dict = {}
     for variable in policy["variables"]:
@@ -145,8 +145,6 @@ def _writable_cases(roots: dict) -> dict:
         "the agent's markers": (_host("h", roots["compile"] + "/.warmstart"), mount, None),
         "the weights root": (_host("h", roots["weights"]), mount, None),
         "a weights copy": (_host("h", roots["weights"] + "/llama-3-3-70b/" + FINGERPRINT), mount, None),
-        "the node's root": (_host("h", "/"), mount, None),
-        "the NVMe mount": (_host("h", roots["records"].rsplit("/warmstart", 1)[0]), mount, None),
         "the records root, doubled slashes": (_host("h", roots["records"].replace("/", "//")), mount, None),
         "the records root, sixteen slashes in front": (_host("h", "/" * 16 + roots["records"]), mount, None),
         "the records root, /./ and a trailing slash": (
@@ -157,8 +155,6 @@ def _writable_cases(roots: dict) -> dict:
         "the records root, /./ repeated": (_host("h", roots["records"].replace("/", "/./")), mount, None),
         "the records root, a trailing /.": (_host("h", roots["records"] + "/."), mount, None),
         "the records root, relative": (_host("h", roots["records"].lstrip("/")), mount, None),
-        "the node's root through /proc": (_host("h", "/proc/1/root"), mount, None),
-        "/proc itself": (_host("h", "/proc"), mount, None),
     }
 
 
@@ -171,6 +167,45 @@ def test_another_namespace_may_not_write_a_warmstart_folder_in_another_form(poli
     assert not admitted(policy, init, OTHER)
     # Reads are the cluster's Pod Security to govern (a pod free to mount any host folder is the node's root).
     assert admitted(policy, _plain_pod(volume=volume, mount={**mount, "readOnly": True}, env=env), OTHER)
+
+
+def _containing_cases(roots: dict) -> dict:
+    """Writable mounts of a folder that holds a warmstart root, or of /proc: root on the node whatever the policy
+    says, so Pod Security's business outside warmstart's namespaces (`kubectl debug node` mounts `/`)."""
+    return {
+        "the node's root": _host("h", "/"),
+        "the NVMe mount": _host("h", roots["records"].rsplit("/warmstart", 1)[0]),
+        "the node's root through /proc": _host("h", "/proc/1/root"),
+        "/proc itself": _host("h", "/proc"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_containing_cases({"records": "/r/warmstart/pods"})))
+def test_a_folder_holding_the_roots_is_pod_securitys_business_outside_warmstarts_namespaces(policy, pod, roots, case):
+    volume = _containing_cases(roots)[case]
+    mount = {"name": "h", "mountPath": "/h"}
+    assert admitted(policy, _plain_pod(volume=volume, mount=mount), OTHER)
+    assert not admitted(policy, _with(pod, volume=volume, mount=mount))
+    assert not admitted(policy, _with(pod, volume=volume, mount={**mount, "readOnly": True}))
+
+
+def test_kubectl_debug_node_is_admitted(policy):
+    """The README's own check of the NVMe array: `kubectl debug node/<node>` makes this pod (kubectl v1.35,
+    profile legacy) in the default namespace."""
+    debug = {
+        "metadata": {"name": "node-debugger-gpu-1-abcde"},
+        "spec": {
+            "hostIPC": True,
+            "hostNetwork": True,
+            "hostPID": True,
+            "nodeName": "gpu-1",
+            "containers": [
+                {"name": "debugger", "image": "busybox", "volumeMounts": [{"name": "host-root", "mountPath": "/host"}]}
+            ],
+            "volumes": [{"name": "host-root", "hostPath": {"path": "/", "type": ""}}],
+        },
+    }
+    assert admitted(policy, debug, "default")
 
 
 @pytest.mark.parametrize("case", list(_writable_cases({"records": "/r", "compile": "/c", "weights": "/w"})))
@@ -247,6 +282,20 @@ def test_its_own_compile_folder_is_the_pods_and_unrelated_host_paths_are_other_n
     assert admitted(policy, unrelated, OTHER)
 
 
-def test_the_agents_namespace_is_not_this_policys_business(policy, pod, roots):
-    whole = _with(pod, volume=_host("h", roots["records"]), mount={"name": "h", "mountPath": "/h"})
-    assert admitted(policy, whole, namespace="warmstart-system", labels={})
+def test_the_agents_namespace_mounts_exactly_the_agents_host_folders(policy, prod, roots):
+    (daemon_set,) = [o for o in of_kind(prod.manifests(), "DaemonSet") if o["metadata"]["name"] == "warmstart-agent"]
+    agent = {"metadata": daemon_set["spec"]["template"]["metadata"], "spec": daemon_set["spec"]["template"]["spec"]}
+    assert admitted(policy, agent, namespace="warmstart-system", labels={})
+    for path in ("/", "/var/lib/kubelet", roots["records"] + "/x", "/var/log"):
+        changed = _with(agent, volume=_host("h", path), mount={"name": "h", "mountPath": "/h", "readOnly": True})
+        assert not admitted(policy, changed, namespace="warmstart-system", labels={}), path
+    other_account = copy.deepcopy(agent)
+    other_account["spec"]["serviceAccountName"] = "warmstart-image-gate"
+    assert not admitted(policy, other_account, namespace="warmstart-system", labels={})
+    for change in ("privileged", "hostPID"):
+        escalated = copy.deepcopy(agent)
+        if change == "privileged":
+            escalated["spec"]["containers"][0].setdefault("securityContext", {})["privileged"] = True
+        else:
+            escalated["spec"]["hostPID"] = True
+        assert not admitted(policy, escalated, namespace="warmstart-system", labels={}), change

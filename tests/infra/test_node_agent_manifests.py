@@ -17,7 +17,7 @@ def _agent_objects(synthesized) -> list[dict]:
 def test_daemon_set_runs_on_gpu_nodes_with_the_node_cache_mounted(shipped):
     (daemon_set,) = of_kind(_agent_objects(shipped), "DaemonSet")
     pod = daemon_set["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
+    assert pod["nodeSelector"] == {"warmstart.io/gpu-pool": "gpu"}
     assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
     volumes = {v["name"]: v for v in pod["volumes"]}
     mount = {"auto": "/mnt/.ephemeral", "karpenter": "/mnt/k8s-disks/0"}[shipped.config.compute.mode]

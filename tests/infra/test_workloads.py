@@ -107,7 +107,7 @@ def test_pod_spec_auto_mode(dev):
     # dev's pool leaves room for one more node: the new pod starts before the old one goes.
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     assert "topologySpreadConstraints" not in pod  # one replica (accepted in dev.yaml): nothing to spread
-    assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
+    assert pod["nodeSelector"] == {"warmstart.io/gpu-pool": "gpu"}
     assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
     assert pod["serviceAccountName"] == "vllm"
 
@@ -332,5 +332,5 @@ def test_one_image_cache_per_distinct_serving_image(shipped):
         assert pull["imagePullPolicy"] == "IfNotPresent"
         (hold,) = pod["containers"]
         assert hold["image"] == shipped.config.caches.pause_image
-        assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
+        assert pod["nodeSelector"] == {"warmstart.io/gpu-pool": "gpu"}
         assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]

@@ -48,7 +48,9 @@ def test_judgement(case, start, now, origin, restore, expected, tmp_path: Path):
 def test_a_changed_hash_names_the_part_that_changed(tmp_path):
     for folder, compiler in ((A, "c1"), (B, "c2")):
         # vLLM's cache root inside the configuration's folder (warmstart.workload.vllm_env)
-        record = tmp_path / COMPILE_CACHE_CONTENT / VLLM_FOLDER / folder / "rank_0_0" / "backbone" / "cache_key_factors.json"
+        record = (
+            tmp_path / COMPILE_CACHE_CONTENT / VLLM_FOLDER / folder / "rank_0_0" / "backbone" / "cache_key_factors.json"
+        )
         record.parent.mkdir(parents=True)
         record.write_text(json.dumps({"config_hash": "x", "code_hash": "y", "compiler_hash": compiler, "env": {}}))
     observation = judge(start_dirs=[A], now_dirs=[A, B], origin=None, restore=None, config_dir=tmp_path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_events as events
@@ -141,6 +141,11 @@ class KarpenterController(Construct):
             chart="karpenter-crd",
             repository=KARPENTER_CRD_CHART_REPOSITORY,
             release="karpenter-crd",
+            # Kept when the environment leaves Karpenter for Auto Mode: the NodePool and NodeClaim CRDs are
+            # shared with EKS Auto Mode ("do not update or modify these CRDs during migration", EKS user guide,
+            # Migrate from Karpenter to EKS Auto Mode), and `helm uninstall` of this chart deletes them, with every
+            # NodePool and NodeClaim of the cluster. README "Upgrades" says how to remove the release afterwards.
+            removal_policy=RemovalPolicy.RETAIN,
             **pinned,
         )
         self.chart = cluster.add_helm_chart(
