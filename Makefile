@@ -33,7 +33,7 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 synth: setup
 	rm -rf cdk.out/$(OUT_NAME)
 	cdk synth --quiet --context warmstart:config=$(CONFIG) --output cdk.out/$(OUT_NAME)
-	$(BIN)/python -m k8s.render --config $(CONFIG) --out dist/$(OUT_NAME)
+	$(BIN)/python -m kube.render --config $(CONFIG) --out dist/$(OUT_NAME)
 	@echo "synthesized $(CONFIG) into cdk.out/$(OUT_NAME)/ (CloudFormation) and dist/$(OUT_NAME)/ (workload manifests)"
 
 # Each target checks first (credentials for the config's account, Docker where an image is built) and stops

@@ -18,13 +18,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import report  # noqa: E402
+from contracts.cache_key import ModelFactors, compile_cache_key  # noqa: E402
 from node_agent.runtime.archive import unpack  # noqa: E402
 from node_agent.runtime.compile_cache import publish, restore  # noqa: E402
 from node_agent.runtime.layout import NodeCacheLayout  # noqa: E402
 from node_agent.runtime.log import EventLog  # noqa: E402
 from node_agent.runtime.s3_store import CacheStore  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
-from warmstart.cache_key import ModelFactors, compile_cache_key  # noqa: E402
 
 REPEATS = 3
 SIZES_MB = (15, 500)

@@ -27,12 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import report  # noqa: E402
+from contracts.cache_key import ModelFactors, compile_cache_key  # noqa: E402
 from node_agent.runtime.compile_cache import publish, restore  # noqa: E402
 from node_agent.runtime.layout import NodeCacheLayout  # noqa: E402
 from node_agent.runtime.log import EventLog  # noqa: E402
 from node_agent.runtime.s3_store import CacheStore  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
-from warmstart.cache_key import ModelFactors, compile_cache_key  # noqa: E402
 
 SEQUENCE = {8192: 64, 4096: 32}  # max_model_len factor -> the toy model's compiled sequence length
 # One absolute path for every run, as on every node (vLLM and Inductor hash the cache location).

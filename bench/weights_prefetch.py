@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 from boto3.s3.transfer import TransferConfig  # noqa: E402
 
 from bench import report  # noqa: E402
+from contracts.agent_settings import AgentSettings  # noqa: E402
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
-from warmstart.agent_settings import AgentSettings  # noqa: E402
 
 REPEATS = 5
 BIG_FILES, BIG_BYTES = 4, 512 * 2**20

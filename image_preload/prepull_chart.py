@@ -19,8 +19,10 @@ import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from k8s.gpu_nodes import GPU_TAINT
-from k8s.hardening import (
+from contracts.agent_settings import AGENT_NAMESPACE
+from contracts.pod_labels import gpu_pool_selector
+from kube.gpu_nodes import GPU_TAINT
+from kube.hardening import (
     NEEDS_API_TOKEN,
     NO_LIVENESS,
     NO_READINESS,
@@ -30,8 +32,7 @@ from k8s.hardening import (
     pod_security,
     scanner_annotations,
 )
-from warmstart.agent_settings import AGENT_NAMESPACE
-from warmstart.workload import gpu_pool_selector, image_cache_name, image_gate_name
+from warmstart.workload import image_cache_name, image_gate_name
 
 IMAGE_CACHE_LABEL = "warmstart.io/image-cache"
 PAUSE_USER = 65535  # the pause image's own non-root user

@@ -7,14 +7,18 @@ Every value comes from the model's plan (`warmstart.workload.plan_model`).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from k8s.gpu_nodes import GPU_TAINT
-from k8s.hardening import (
+from contracts.agent_settings import WEIGHTS_LABEL_DOMAIN
+from contracts.node_layout import AGENT_STATE_FOLDER, DONE_MARKERS, done_marker_name
+from contracts.pod_labels import RESTORE_WAIT_CONTAINER, VLLM_CONTAINER, gpu_pool_selector, model_labels
+from kube.gpu_nodes import GPU_TAINT
+from kube.hardening import (
     NOBODY,
     RUNS_AS_ROOT,
     WRITABLE_ROOT,
@@ -24,27 +28,19 @@ from k8s.hardening import (
     pod_security,
     scanner_annotations,
 )
-from k8s.pod_security import MODEL_LEVEL, pod_security_labels
-from k8s.scraping import scrape_annotations
-from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
+from kube.pod_security import MODEL_LEVEL, pod_security_labels
+from kube.scraping import scrape_annotations
 from warmstart.autoscaling import MONITORING_NAMESPACE, PROMETHEUS_SERVER_LABELS, ScalingPolicy
 from warmstart.workload import (
-    AGENT_STATE_FOLDER,
     COMPILE_CACHE_MOUNT,
-    DONE_MARKERS,
     POD_RECORDS_MOUNT,
     PRESTOP_SLEEP_SECONDS,
     PROBE_INITIAL_DELAY_SECONDS,
     PROBE_PERIOD_SECONDS,
-    RESTORE_WAIT_CONTAINER,
     TERMINATION_GRACE_SECONDS,
     VLLM_ASSETS_MOUNT,
-    VLLM_CONTAINER,
     VLLM_PORT,
     ModelPlan,
-    done_marker_name,
-    gpu_pool_selector,
-    model_labels,
     vllm_args,
     vllm_env,
 )
@@ -101,38 +97,13 @@ class VllmModel(cdk8s.Chart):
             self,
             "Deployment",
             metadata=k8s.ObjectMeta(name="vllm", namespace=name, labels=labels, annotations=DEPLOYMENT_ANNOTATIONS),
-            spec=k8s.DeploymentSpec(
-                # An autoscaled model's count is the autoscaler's: a count here would be applied again on
-                # every deploy (the Deployment starts at 1, then the autoscaler raises it to min_replicas).
-                replicas=None if scaling else plan.model.replicas,
-                selector=k8s.LabelSelector(match_labels=labels),
-                # The new pod first (no serving gap) when the pool's GPU limit leaves a node for it; otherwise
-                # one pod at a time, as the plan says.
-                strategy=k8s.DeploymentStrategy(
-                    type="RollingUpdate",
-                    rolling_update=k8s.RollingUpdateDeployment(
-                        max_surge=k8s.IntOrString.from_number(1 if plan.surge else 0),
-                        max_unavailable=k8s.IntOrString.from_number(0 if plan.surge else 1),
-                    ),
-                ),
-                template=k8s.PodTemplateSpec(
-                    metadata=k8s.ObjectMeta(labels=labels, annotations=_template_annotations(plan, scaling)),
-                    spec=pod_spec(plan),
-                ),
-            ),
+            spec=_deployment_spec(plan, scaling, labels),
         )
         self.service = k8s.KubeService(
             self,
             "Service",
             metadata=k8s.ObjectMeta(name="vllm", namespace=name, labels=labels),
-            spec=k8s.ServiceSpec(
-                selector=labels,
-                ports=[
-                    k8s.ServicePort(
-                        name="http", port=VLLM_PORT, target_port=k8s.IntOrString.from_string("http"), protocol="TCP"
-                    )
-                ],
-            ),
+            spec=k8s.ServiceSpec(selector=labels, ports=[_http_port()]),
         )
         self.disruption_budget = k8s.KubePodDisruptionBudget(
             self,
@@ -149,35 +120,66 @@ class VllmModel(cdk8s.Chart):
             self,
             "NetworkPolicy",
             metadata=k8s.ObjectMeta(name="vllm-clients", namespace=name, labels=labels),
-            spec=k8s.NetworkPolicySpec(
-                pod_selector=k8s.LabelSelector(match_labels=labels),
-                policy_types=["Ingress"],
-                ingress=[
-                    k8s.NetworkPolicyIngressRule(
-                        from_=[
-                            k8s.NetworkPolicyPeer(
-                                namespace_selector=k8s.LabelSelector(
-                                    match_expressions=[
-                                        k8s.LabelSelectorRequirement(
-                                            key="kubernetes.io/metadata.name",
-                                            operator="In",
-                                            values=sorted({name, *plan.client_namespaces}),
-                                        )
-                                    ]
-                                )
-                            ),
-                            # An autoscaled model's Prometheus reads /metrics on the same port (its server only).
-                            *([_prometheus_server()] if scaling else []),
-                        ],
-                        ports=[k8s.NetworkPolicyPort(port=k8s.IntOrString.from_number(VLLM_PORT), protocol="TCP")],
-                    )
-                ],
-            ),
+            spec=_clients_only(plan, scaling, labels),
         )
         for obj in (self.service_account, self.deployment, self.service, self.disruption_budget, self.network_policy):
             obj.add_dependency(self.namespace_object)
         if self.entry_script is not None:
             self.deployment.add_dependency(self.entry_script)
+
+
+def _http_port() -> k8s.ServicePort:
+    return k8s.ServicePort(name="http", port=VLLM_PORT, target_port=k8s.IntOrString.from_string("http"), protocol="TCP")
+
+
+def _deployment_spec(plan: ModelPlan, scaling: ScalingPolicy | None, labels: dict[str, str]) -> k8s.DeploymentSpec:
+    return k8s.DeploymentSpec(
+        # An autoscaled model's count is the autoscaler's: a count here would be applied again on
+        # every deploy (the Deployment starts at 1, then the autoscaler raises it to min_replicas).
+        replicas=None if scaling else plan.model.replicas,
+        selector=k8s.LabelSelector(match_labels=labels),
+        # The new pod first (no serving gap) when the pool's GPU limit leaves a node for it; otherwise
+        # one pod at a time, as the plan says.
+        strategy=k8s.DeploymentStrategy(
+            type="RollingUpdate",
+            rolling_update=k8s.RollingUpdateDeployment(
+                max_surge=k8s.IntOrString.from_number(1 if plan.surge else 0),
+                max_unavailable=k8s.IntOrString.from_number(0 if plan.surge else 1),
+            ),
+        ),
+        template=k8s.PodTemplateSpec(
+            metadata=k8s.ObjectMeta(labels=labels, annotations=_template_annotations(plan, scaling)),
+            spec=pod_spec(plan),
+        ),
+    )
+
+
+def _clients_only(plan: ModelPlan, scaling: ScalingPolicy | None, labels: dict[str, str]) -> k8s.NetworkPolicySpec:
+    name = plan.model.name
+    return k8s.NetworkPolicySpec(
+        pod_selector=k8s.LabelSelector(match_labels=labels),
+        policy_types=["Ingress"],
+        ingress=[
+            k8s.NetworkPolicyIngressRule(
+                from_=[
+                    k8s.NetworkPolicyPeer(
+                        namespace_selector=k8s.LabelSelector(
+                            match_expressions=[
+                                k8s.LabelSelectorRequirement(
+                                    key="kubernetes.io/metadata.name",
+                                    operator="In",
+                                    values=sorted({name, *plan.client_namespaces}),
+                                )
+                            ]
+                        )
+                    ),
+                    # An autoscaled model's Prometheus reads /metrics on the same port (its server only).
+                    *([_prometheus_server()] if scaling else []),
+                ],
+                ports=[k8s.NetworkPolicyPort(port=k8s.IntOrString.from_number(VLLM_PORT), protocol="TCP")],
+            )
+        ],
+    )
 
 
 DEPLOYMENT_ANNOTATIONS = scanner_annotations(
@@ -284,34 +286,70 @@ def _field(path: str) -> k8s.EnvVarSource:
     return k8s.EnvVarSource(field_ref=k8s.ObjectFieldSelector(field_path=path))
 
 
+@dataclass
+class PodParts:
+    """A vLLM pod's parts, gathered one concern at a time (in the order they appear in the pod)."""
+
+    volumes: list[k8s.Volume] = field(default_factory=list)
+    mounts: list[k8s.VolumeMount] = field(default_factory=list)
+    init_containers: list[k8s.Container] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    env_from_pod: list[k8s.EnvVar] = field(default_factory=list)
+    command: list[str] = field(default_factory=lambda: list(VLLM_COMMAND))
+
+
 def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
-    volumes = [
-        k8s.Volume(
-            name="dshm",
-            empty_dir=k8s.EmptyDirVolumeSource(
-                medium="Memory", size_limit=k8s.Quantity.from_string(f"{plan.model.shared_memory_gib}Gi")
-            ),
-        )
-    ]
-    # vLLM pulls the model's config and tokenizer here (a fresh folder per pod: no stale file survives).
-    volumes.append(
-        k8s.Volume(name="vllm-assets", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("2Gi")))
+    parts = _scratch(plan)
+    _compile_cache(parts, plan)
+    parts.env = vllm_env(plan)
+    _entry_step(parts, plan)
+    _weights_copy(parts, plan)
+    return isolated_pod_spec(
+        service_account_name=SERVICE_ACCOUNT,
+        # Credentials come from Pod Identity's own projected token; the pod never calls the Kubernetes API.
+        automount_service_account_token=False,
+        security_context=pod_security(),
+        init_containers=parts.init_containers or None,
+        containers=[_vllm_container(plan, parts)],
+        volumes=parts.volumes,
+        node_selector=gpu_pool_selector(),
+        affinity=_node_affinity(plan),
+        topology_spread_constraints=_spread(plan),
+        tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
+        termination_grace_period_seconds=TERMINATION_GRACE_SECONDS,
     )
-    mounts = [
-        k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
-        k8s.VolumeMount(name="vllm-assets", mount_path=VLLM_ASSETS_MOUNT),
-    ]
+
+
+def _scratch(plan: ModelPlan) -> PodParts:
+    """Shared memory for the tensor-parallel workers, and the folder vLLM pulls the model's config and tokenizer
+    into (a fresh folder per pod: no stale file survives)."""
+    shm = k8s.Quantity.from_string(f"{plan.model.shared_memory_gib}Gi")
+    return PodParts(
+        volumes=[
+            k8s.Volume(name="dshm", empty_dir=k8s.EmptyDirVolumeSource(medium="Memory", size_limit=shm)),
+            k8s.Volume(
+                name="vllm-assets", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("2Gi"))
+            ),
+        ],
+        mounts=[
+            k8s.VolumeMount(name="dshm", mount_path="/dev/shm"),
+            k8s.VolumeMount(name="vllm-assets", mount_path=VLLM_ASSETS_MOUNT),
+        ],
+    )
+
+
+def _compile_cache(parts: PodParts, plan: ModelPlan) -> None:
+    """The configuration's compile-cache folder on the node, and the wait for the agent's restore."""
     if plan.compile_host_path:
-        volumes.append(
+        parts.volumes.append(
             k8s.Volume(
                 name="compile-cache",
                 host_path=k8s.HostPathVolumeSource(path=plan.compile_host_path, type="DirectoryOrCreate"),
             )
         )
-        mounts.append(k8s.VolumeMount(name="compile-cache", mount_path=COMPILE_CACHE_MOUNT))
-    init_containers = []
+        parts.mounts.append(k8s.VolumeMount(name="compile-cache", mount_path=COMPILE_CACHE_MOUNT))
     if plan.compile_cache and plan.restore_wait_seconds > 0:
-        volumes.append(
+        parts.volumes.append(
             k8s.Volume(
                 name="warmstart-state",
                 host_path=k8s.HostPathVolumeSource(
@@ -319,95 +357,91 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
                 ),
             )
         )
-        init_containers.append(wait_for_restore(plan))
-    env = vllm_env(plan)
-    env_from_pod = []
-    command = VLLM_COMMAND
-    if plan.entry_step:
-        # The entry step records what the pod finds and chooses (for the agent), serves the node's weights
-        # copy on the pod's loopback when the agent vouches for it, then execs vLLM with unchanged arguments.
-        command = ["python3", f"{ENTRY_MOUNT}/vllm_entry.py", *VLLM_COMMAND]
-        env |= {"WARMSTART_POD_RECORDS": POD_RECORDS_MOUNT}
-        if plan.compile_cache:
-            env |= {"WARMSTART_FINGERPRINT": plan.factors.fingerprint()}
-        env_from_pod = [k8s.EnvVar(name=POD_UID_VARIABLE, value_from=_field("metadata.uid"))]
-        volumes += [
-            k8s.Volume(name="entry", config_map=k8s.ConfigMapVolumeSource(name="warmstart-entry")),
-            k8s.Volume(
-                name="pod-records",
-                host_path=k8s.HostPathVolumeSource(path=plan.pod_records_host_path, type="DirectoryOrCreate"),
-            ),
-        ]
-        mounts += [
-            k8s.VolumeMount(name="entry", mount_path=ENTRY_MOUNT, read_only=True),
-            # Only this pod's own folder, named by kubelet after the pod's UID: a pod speaks only for itself.
-            k8s.VolumeMount(name="pod-records", mount_path=POD_RECORDS_MOUNT, sub_path_expr=f"$({POD_UID_VARIABLE})"),
-        ]
-    if plan.weights_cache:
-        env |= {"WARMSTART_WEIGHTS_ROOT": WEIGHTS_MOUNT, "WARMSTART_WEIGHTS_MAX_AGE": str(plan.weights_max_age_seconds)}
-        volumes.append(
-            k8s.Volume(
-                name="weights",
-                host_path=k8s.HostPathVolumeSource(path=plan.weights_host_path, type="DirectoryOrCreate"),
-            )
+        parts.init_containers.append(wait_for_restore(plan))
+
+
+def _entry_step(parts: PodParts, plan: ModelPlan) -> None:
+    """The entry step records what the pod finds and chooses (for the agent), serves the node's weights copy on
+    the pod's loopback when the agent vouches for it, then execs vLLM with unchanged arguments."""
+    if not plan.entry_step:
+        return
+    parts.command = ["python3", f"{ENTRY_MOUNT}/vllm_entry.py", *VLLM_COMMAND]
+    parts.env |= {"WARMSTART_POD_RECORDS": POD_RECORDS_MOUNT}
+    if plan.compile_cache:
+        parts.env |= {"WARMSTART_FINGERPRINT": plan.factors.fingerprint()}
+    parts.env_from_pod = [k8s.EnvVar(name=POD_UID_VARIABLE, value_from=_field("metadata.uid"))]
+    parts.volumes += [
+        k8s.Volume(name="entry", config_map=k8s.ConfigMapVolumeSource(name="warmstart-entry")),
+        k8s.Volume(
+            name="pod-records",
+            host_path=k8s.HostPathVolumeSource(path=plan.pod_records_host_path, type="DirectoryOrCreate"),
+        ),
+    ]
+    parts.mounts += [
+        k8s.VolumeMount(name="entry", mount_path=ENTRY_MOUNT, read_only=True),
+        # Only this pod's own folder, named by kubelet after the pod's UID: a pod speaks only for itself.
+        k8s.VolumeMount(name="pod-records", mount_path=POD_RECORDS_MOUNT, sub_path_expr=f"$({POD_UID_VARIABLE})"),
+    ]
+
+
+def _weights_copy(parts: PodParts, plan: ModelPlan) -> None:
+    """The node's verified weights copy, read-only."""
+    if not plan.weights_cache:
+        return
+    parts.env |= {
+        "WARMSTART_WEIGHTS_ROOT": WEIGHTS_MOUNT,
+        "WARMSTART_WEIGHTS_MAX_AGE": str(plan.weights_max_age_seconds),
+    }
+    parts.volumes.append(
+        k8s.Volume(
+            name="weights",
+            host_path=k8s.HostPathVolumeSource(path=plan.weights_host_path, type="DirectoryOrCreate"),
         )
-        mounts.append(k8s.VolumeMount(name="weights", mount_path=WEIGHTS_MOUNT, read_only=True))
+    )
+    parts.mounts.append(k8s.VolumeMount(name="weights", mount_path=WEIGHTS_MOUNT, read_only=True))
+
+
+def _vllm_container(plan: ModelPlan, parts: PodParts) -> k8s.Container:
+    startup, readiness, liveness = _health_probes(plan)
     gpus = k8s.Quantity.from_number(plan.gpus)
-    container = k8s.Container(
+    memory = k8s.Quantity.from_string(f"{plan.memory_gib}Gi")
+    return k8s.Container(
         name=VLLM_CONTAINER,
         image=plan.model.image,
-        command=command,
+        command=parts.command,
         args=[kubelet_literal(arg) for arg in vllm_args(plan)],
-        env=[k8s.EnvVar(name=key, value=kubelet_literal(value)) for key, value in env.items()] + env_from_pod,
+        env=[k8s.EnvVar(name=key, value=kubelet_literal(value)) for key, value in parts.env.items()]
+        + parts.env_from_pod,
         ports=[k8s.ContainerPort(name="http", container_port=VLLM_PORT, protocol="TCP")],
         resources=k8s.ResourceRequirements(
-            requests={
-                "cpu": k8s.Quantity.from_string(f"{plan.cpu:g}"),
-                "memory": k8s.Quantity.from_string(f"{plan.memory_gib}Gi"),
-                "nvidia.com/gpu": gpus,
-            },
+            requests={"cpu": k8s.Quantity.from_string(f"{plan.cpu:g}"), "memory": memory, "nvidia.com/gpu": gpus},
             # Memory limit = request: the node never overcommits the memory the streamer's buffers count on.
-            limits={"memory": k8s.Quantity.from_string(f"{plan.memory_gib}Gi"), "nvidia.com/gpu": gpus},
+            limits={"memory": memory, "nvidia.com/gpu": gpus},
         ),
-        volume_mounts=mounts,
+        volume_mounts=parts.mounts,
         security_context=locked_down(read_only_root=False, run_as_user=None),
         # Requests routed before the endpoint is gone still arrive: wait before vLLM stops accepting them
         # (kubelet's own sleep action, Kubernetes 1.30+: no shell or binary needed in the image).
         lifecycle=k8s.Lifecycle(pre_stop=k8s.LifecycleHandler(sleep=k8s.SleepAction(seconds=PRESTOP_SLEEP_SECONDS))),
-        # Loading and compiling take minutes: the startup budget comes from the model (`warmstart plan`);
-        # liveness counts only after it.
-        startup_probe=k8s.Probe(
-            http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
-            initial_delay_seconds=PROBE_INITIAL_DELAY_SECONDS,
-            period_seconds=PROBE_PERIOD_SECONDS,
-            failure_threshold=plan.startup_failure_threshold,
-        ),
-        readiness_probe=k8s.Probe(
-            http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
-            period_seconds=5,
-            timeout_seconds=3,
-        ),
-        liveness_probe=k8s.Probe(
-            http_get=k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http")),
-            period_seconds=10,
-            timeout_seconds=5,
-            failure_threshold=6,
-        ),
+        startup_probe=startup,
+        readiness_probe=readiness,
+        liveness_probe=liveness,
     )
-    return isolated_pod_spec(
-        service_account_name=SERVICE_ACCOUNT,
-        # Credentials come from Pod Identity's own projected token; the pod never calls the Kubernetes API.
-        automount_service_account_token=False,
-        security_context=pod_security(),
-        init_containers=init_containers or None,
-        containers=[container],
-        volumes=volumes,
-        node_selector=gpu_pool_selector(),
-        affinity=_node_affinity(plan),
-        topology_spread_constraints=_spread(plan),
-        tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
-        termination_grace_period_seconds=TERMINATION_GRACE_SECONDS,
+
+
+def _health_probes(plan: ModelPlan) -> tuple[k8s.Probe, k8s.Probe, k8s.Probe]:
+    """Loading and compiling take minutes: the startup budget comes from the model (`warmstart plan`); liveness
+    counts only after it."""
+    health = k8s.HttpGetAction(path="/health", port=k8s.IntOrString.from_string("http"))
+    startup = k8s.Probe(
+        http_get=health,
+        initial_delay_seconds=PROBE_INITIAL_DELAY_SECONDS,
+        period_seconds=PROBE_PERIOD_SECONDS,
+        failure_threshold=plan.startup_failure_threshold,
     )
+    readiness = k8s.Probe(http_get=health, period_seconds=5, timeout_seconds=3)
+    liveness = k8s.Probe(http_get=health, period_seconds=10, timeout_seconds=5, failure_threshold=6)
+    return startup, readiness, liveness
 
 
 def _spread(plan: ModelPlan) -> list[k8s.TopologySpreadConstraint] | None:

@@ -8,24 +8,13 @@ bound service-account tokens), and only labels under warmstart.io.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from k8s.gpu_nodes import GPU_TAINT
-from k8s.hardening import (
-    NEEDS_API_TOKEN,
-    RUNS_AS_ROOT,
-    departure,
-    isolated_pod_spec,
-    locked_down,
-    pod_security,
-    scanner_annotations,
-)
-from k8s.scraping import scrape_annotations
-from node_agent.host_path_policy import host_path_policy
-from warmstart.agent_settings import (
+from contracts.agent_settings import (
     AGENT_CACHE_MOUNT,
     AGENT_NAMESPACE,
     AGENT_POD_LOGS_MOUNT,
@@ -36,8 +25,20 @@ from warmstart.agent_settings import (
     POD_LOGS_HOST_PATH,
     AgentSettings,
 )
-from warmstart.starts import starts_config_map_name
-from warmstart.workload import gpu_pool_selector
+from contracts.pod_labels import gpu_pool_selector
+from contracts.start_record import starts_config_map_name
+from kube.gpu_nodes import GPU_TAINT
+from kube.hardening import (
+    NEEDS_API_TOKEN,
+    RUNS_AS_ROOT,
+    departure,
+    isolated_pod_spec,
+    locked_down,
+    pod_security,
+    scanner_annotations,
+)
+from kube.scraping import scrape_annotations
+from node_agent.host_path_policy import host_path_policy
 
 SETTINGS_FILE = "agent.json"
 # Touched every 20 s while none of the agent's loops is stuck (runtime/liveness.py: a loop is stuck after its
@@ -79,12 +80,69 @@ _OTHER_LABELS_UNCHANGED = (
 )
 
 
+def meta(name: str) -> k8s.ObjectMeta:
+    """An object of the agent's namespace, with the agent's labels."""
+    return k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=LABELS)
+
+
 def _unchanged(field: str, empty: str) -> str:
     """metadata.<field> equal before and after, an absent field counting as empty."""
     return (
         f"(has(object.metadata.{field}) ? object.metadata.{field} : {empty}) == "
         f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})"
     )
+
+
+@dataclass(frozen=True)
+class NodeFolders:
+    """The node's folders the agent fills (host paths): compile caches, weights copies (when a model caches its
+    weights), the vLLM pods' entry records."""
+
+    cache_root: str
+    weights_root: str
+    pod_records_root: str
+
+
+@dataclass(frozen=True)
+class MetricsScrapers:
+    """Who may scrape the agent's metrics port: address blocks and namespaces."""
+
+    cidrs: list[str]
+    namespaces: list[str]
+
+
+def _own_node_validations() -> list[k8s.Validation]:
+    """What the agent may change of a node: only its own node, only its own labels, nothing else."""
+    return [
+        # The node-name claim of bound service-account tokens (on by default since Kubernetes 1.30).
+        k8s.Validation(
+            expression=(
+                "has(request.userInfo.extra) && "
+                "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
+                "request.userInfo.extra['authentication.kubernetes.io/node-name'][0] "
+                "== object.metadata.name"
+            ),
+            message="the warmstart agent may change only the node it runs on",
+        ),
+        k8s.Validation(
+            expression=_OTHER_LABELS_UNCHANGED,
+            message="the warmstart agent may change only its own warmstart.io labels",
+        ),
+        k8s.Validation(
+            expression=" && ".join(
+                [
+                    _unchanged("annotations", "{}"),
+                    _unchanged("finalizers", "[]"),
+                    _unchanged("ownerReferences", "[]"),
+                ]
+            ),
+            message="the warmstart agent may not change a node's annotations, finalizers or owners",
+        ),
+        k8s.Validation(
+            expression="object.spec == oldObject.spec",
+            message="the warmstart agent may not change a node's spec (taints included)",
+        ),
+    ]
 
 
 class NodeAgentChart(cdk8s.Chart):
@@ -95,15 +153,20 @@ class NodeAgentChart(cdk8s.Chart):
         *,
         settings: AgentSettings,
         image: str,
-        cache_root: str,
-        weights_root: str,
-        pod_records_root: str,
-        scraper_cidrs: list[str],
-        scraper_namespaces: list[str],
+        folders: NodeFolders,
+        scrapers: MetricsScrapers,
     ) -> None:
         super().__init__(scope, id)
         settings_json = settings.model_dump_json(indent=2)
-        meta = lambda name: k8s.ObjectMeta(name=name, namespace=AGENT_NAMESPACE, labels=LABELS)  # noqa: E731
+        self._rbac()
+        self._metrics(settings.metrics_port, scrapers)
+        self._binding_and_settings(settings_json)
+        self._own_node_only()
+        self._own_starts_only()
+        self._daemon_set(settings, settings_json, image, folders)
+        self.own_node_binding.add_dependency(self.own_node_policy)
+
+    def _rbac(self) -> None:
         self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta(AGENT_SERVICE_ACCOUNT))
         self.cluster_role = k8s.KubeClusterRole(
             self,
@@ -132,7 +195,9 @@ class NodeAgentChart(cdk8s.Chart):
             role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="warmstart-agent-starts"),
             subjects=[k8s.Subject(kind="ServiceAccount", name=AGENT_SERVICE_ACCOUNT, namespace=AGENT_NAMESPACE)],
         )
-        port = settings.metrics_port
+
+    def _metrics(self, port: int, scrapers: MetricsScrapers) -> None:
+        scraper_cidrs, scraper_namespaces = scrapers.cidrs, scrapers.namespaces
         self.metrics_service = k8s.KubeService(
             self,
             "MetricsService",
@@ -173,6 +238,8 @@ class NodeAgentChart(cdk8s.Chart):
                 else [],
             ),
         )
+
+    def _binding_and_settings(self, settings_json: str) -> None:
         self.binding = k8s.KubeClusterRoleBinding(
             self,
             "ClusterRoleBinding",
@@ -183,6 +250,8 @@ class NodeAgentChart(cdk8s.Chart):
         self.settings = k8s.KubeConfigMap(
             self, "Settings", metadata=meta("warmstart-agent-settings"), data={SETTINGS_FILE: settings_json}
         )
+
+    def _own_node_only(self) -> None:
         self.own_node_policy = k8s.KubeValidatingAdmissionPolicy(
             self,
             "OwnNodeOnly",
@@ -212,36 +281,7 @@ class NodeAgentChart(cdk8s.Chart):
                         expression="has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}",
                     ),
                 ],
-                validations=[
-                    # The node-name claim of bound service-account tokens (on by default since Kubernetes 1.30).
-                    k8s.Validation(
-                        expression=(
-                            "has(request.userInfo.extra) && "
-                            "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
-                            "request.userInfo.extra['authentication.kubernetes.io/node-name'][0] "
-                            "== object.metadata.name"
-                        ),
-                        message="the warmstart agent may change only the node it runs on",
-                    ),
-                    k8s.Validation(
-                        expression=_OTHER_LABELS_UNCHANGED,
-                        message="the warmstart agent may change only its own warmstart.io labels",
-                    ),
-                    k8s.Validation(
-                        expression=" && ".join(
-                            [
-                                _unchanged("annotations", "{}"),
-                                _unchanged("finalizers", "[]"),
-                                _unchanged("ownerReferences", "[]"),
-                            ]
-                        ),
-                        message="the warmstart agent may not change a node's annotations, finalizers or owners",
-                    ),
-                    k8s.Validation(
-                        expression="object.spec == oldObject.spec",
-                        message="the warmstart agent may not change a node's spec (taints included)",
-                    ),
-                ],
+                validations=_own_node_validations(),
             ),
         )
         self.own_node_binding = k8s.KubeValidatingAdmissionPolicyBinding(
@@ -252,6 +292,8 @@ class NodeAgentChart(cdk8s.Chart):
                 policy_name="warmstart-agent-own-node-only", validation_actions=["Deny"]
             ),
         )
+
+    def _own_starts_only(self) -> None:
         # RBAC cannot limit `create` to names: the agent may write only its own node's starts ConfigMap
         # (server-side apply is admitted as CREATE or UPDATE), never the settings or another node's starts.
         self.own_starts_policy = k8s.KubeValidatingAdmissionPolicy(
@@ -296,6 +338,10 @@ class NodeAgentChart(cdk8s.Chart):
             spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=OWN_STARTS_POLICY, validation_actions=["Deny"]),
         )
         self.own_starts_binding.add_dependency(self.own_starts_policy)
+
+    def _daemon_set(self, settings: AgentSettings, settings_json: str, image: str, folders: NodeFolders) -> None:
+        cache_root, weights_root, pod_records_root = folders.cache_root, folders.weights_root, folders.pod_records_root
+        port = settings.metrics_port
         # No pod writes the agent's inputs except through the mounts warmstart renders (node_agent/host_path_policy.py).
         agent_pod = _agent_pod(
             image, cache_root, weights_root if settings.weights_models else None, pod_records_root, metrics_port=port
@@ -334,35 +380,12 @@ class NodeAgentChart(cdk8s.Chart):
             ),
         )
         self.daemon_set.add_dependency(self.settings)
-        self.own_node_binding.add_dependency(self.own_node_policy)
 
 
 def _agent_pod(
     image: str, cache_root: str, weights_root: str | None, pod_records_root: str, *, metrics_port: int
 ) -> k8s.PodSpec:
-    mounts = [
-        k8s.VolumeMount(name="settings", mount_path=SETTINGS_MOUNT, read_only=True),
-        k8s.VolumeMount(name="compile-cache", mount_path=AGENT_CACHE_MOUNT),
-        k8s.VolumeMount(name="pod-records", mount_path=AGENT_PODS_MOUNT),
-        k8s.VolumeMount(name="tmp", mount_path="/tmp"),
-        k8s.VolumeMount(name="pod-logs", mount_path=AGENT_POD_LOGS_MOUNT, read_only=True),
-    ]
-    volumes = [
-        k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
-        k8s.Volume(name="compile-cache", host_path=k8s.HostPathVolumeSource(path=cache_root, type="DirectoryOrCreate")),
-        k8s.Volume(
-            name="pod-records", host_path=k8s.HostPathVolumeSource(path=pod_records_root, type="DirectoryOrCreate")
-        ),
-        k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
-        # kubelet writes every container's output here; the agent reads the vLLM pods' lines (root-owned files:
-        # the agent runs as root; on Bottlerocket the files are local_t, which any container may read).
-        k8s.Volume(name="pod-logs", host_path=k8s.HostPathVolumeSource(path=POD_LOGS_HOST_PATH, type="Directory")),
-    ]
-    if weights_root:
-        mounts.append(k8s.VolumeMount(name="weights", mount_path=AGENT_WEIGHTS_MOUNT))
-        volumes.append(
-            k8s.Volume(name="weights", host_path=k8s.HostPathVolumeSource(path=weights_root, type="DirectoryOrCreate"))
-        )
+    mounts, volumes = _agent_volumes(cache_root, weights_root, pod_records_root)
     return isolated_pod_spec(
         service_account_name=AGENT_SERVICE_ACCOUNT,
         # The same MCS level as the vLLM pods: files restored by one are readable by the other under SELinux.
@@ -404,6 +427,36 @@ def _agent_pod(
         ],
         volumes=volumes,
     )
+
+
+def _agent_volumes(
+    cache_root: str, weights_root: str | None, pod_records_root: str
+) -> tuple[list[k8s.VolumeMount], list[k8s.Volume]]:
+    """The agent's host folders and scratch space, each mounted where the agent's settings say."""
+    mounts = [
+        k8s.VolumeMount(name="settings", mount_path=SETTINGS_MOUNT, read_only=True),
+        k8s.VolumeMount(name="compile-cache", mount_path=AGENT_CACHE_MOUNT),
+        k8s.VolumeMount(name="pod-records", mount_path=AGENT_PODS_MOUNT),
+        k8s.VolumeMount(name="tmp", mount_path="/tmp"),
+        k8s.VolumeMount(name="pod-logs", mount_path=AGENT_POD_LOGS_MOUNT, read_only=True),
+    ]
+    volumes = [
+        k8s.Volume(name="settings", config_map=k8s.ConfigMapVolumeSource(name="warmstart-agent-settings")),
+        k8s.Volume(name="compile-cache", host_path=k8s.HostPathVolumeSource(path=cache_root, type="DirectoryOrCreate")),
+        k8s.Volume(
+            name="pod-records", host_path=k8s.HostPathVolumeSource(path=pod_records_root, type="DirectoryOrCreate")
+        ),
+        k8s.Volume(name="tmp", empty_dir=k8s.EmptyDirVolumeSource(size_limit=k8s.Quantity.from_string("1Gi"))),
+        # kubelet writes every container's output here; the agent reads the vLLM pods' lines (root-owned files:
+        # the agent runs as root; on Bottlerocket the files are local_t, which any container may read).
+        k8s.Volume(name="pod-logs", host_path=k8s.HostPathVolumeSource(path=POD_LOGS_HOST_PATH, type="Directory")),
+    ]
+    if weights_root:
+        mounts.append(k8s.VolumeMount(name="weights", mount_path=AGENT_WEIGHTS_MOUNT))
+        volumes.append(
+            k8s.Volume(name="weights", host_path=k8s.HostPathVolumeSource(path=weights_root, type="DirectoryOrCreate"))
+        )
+    return mounts, volumes
 
 
 def _heartbeat_probe(*, period_seconds: int, failure_threshold: int, ready_file: str | None = None) -> k8s.Probe:

@@ -9,12 +9,12 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from node_agent.chart import NodeAgentChart
+from contracts.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
+from contracts.cache_key import KEY_ROOT
+from node_agent.chart import MetricsScrapers, NodeAgentChart, NodeFolders
 from node_agent.image import AgentImage
 from stacks.components.nag import acknowledge, wildcard
 from stacks.components.pod_identity import PodIdentity, model_read_statements
-from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
-from warmstart.cache_key import KEY_ROOT
 from warmstart.scale import prefix_groups
 
 
@@ -48,12 +48,9 @@ class NodeAgent(Construct):
         charts: cdk8s.App,
         image: AgentImage,
         settings: AgentSettings,
-        cache_root: str,
-        weights_root: str,
-        pod_records_root: str,
+        folders: NodeFolders,
+        scrapers: MetricsScrapers,
         model_kms_key_arn: str | None,
-        scraper_cidrs: list[str],
-        scraper_namespaces: list[str],
     ) -> None:
         super().__init__(scope, id)
         self.image = image
@@ -65,18 +62,43 @@ class NodeAgent(Construct):
             service_account=AGENT_SERVICE_ACCOUNT,
             description="warmstart node agent: compile-cache prefix, cached model prefixes (read-only)",
         )
-        self.policy = None
-        if settings.compile_models:
-            self.policy = iam.Policy(
-                self,
-                "CompileCacheAccess",
-                statements=agent_statements(settings.bucket, partition=Stack.of(self).partition),
-                roles=[self.identity.role],
-            )
+        self.policy = self._compile_cache_access(settings)
+        self.weights_policies = self._weights_access(settings, model_kms_key_arn)
+        self.chart = NodeAgentChart(
+            charts,
+            "NodeAgent",
+            settings=settings,
+            image=image.uri,
+            folders=folders,
+            scrapers=scrapers,
+        )
+        self.manifest = cluster.add_cdk8s_chart("NodeAgent", self.chart)
+        self.manifest.node.add_dependency(
+            self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies
+        )
+
+    def _compile_cache_access(self, settings: AgentSettings) -> iam.Policy | None:
+        if not settings.compile_models:
+            return None
+        policy = iam.Policy(
+            self,
+            "CompileCacheAccess",
+            statements=agent_statements(settings.bucket, partition=Stack.of(self).partition),
+            roles=[self.identity.role],
+        )
+        acknowledge(
+            policy,
+            "The agent reads and writes cache archives under compile-cache/ only; their names are content "
+            "hashes of compiled kernels, unknown at synth.",
+            wildcard(f"arn:aws:s3:::{settings.bucket}/{KEY_ROOT}/*"),
+        )
+        return policy
+
+    def _weights_access(self, settings: AgentSettings, model_kms_key_arn: str | None) -> list[iam.ManagedPolicy]:
         # Managed policies, a group of models each (warmstart.scale): a role's inline policies share 10,240
         # characters in all, while each managed policy holds 6,144 and a role takes 10.
         prefixes = [model.weights_cache.prefix for model in settings.weights_models]
-        self.weights_policies = [
+        policies = [
             iam.ManagedPolicy(
                 self,
                 f"ReadWeights{index}" if index else "ReadWeights",
@@ -88,32 +110,11 @@ class NodeAgent(Construct):
             )
             for index, group in enumerate(prefix_groups(settings.model_bucket, prefixes))
         ]
-        self.chart = NodeAgentChart(
-            charts,
-            "NodeAgent",
-            settings=settings,
-            image=image.uri,
-            cache_root=cache_root,
-            weights_root=weights_root,
-            pod_records_root=pod_records_root,
-            scraper_cidrs=scraper_cidrs,
-            scraper_namespaces=scraper_namespaces,
-        )
-        self.manifest = cluster.add_cdk8s_chart("NodeAgent", self.chart)
-        self.manifest.node.add_dependency(
-            self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies
-        )
-        if self.policy is not None:
-            acknowledge(
-                self.policy,
-                "The agent reads and writes cache archives under compile-cache/ only; their names are content "
-                "hashes of compiled kernels, unknown at synth.",
-                wildcard(f"arn:aws:s3:::{settings.bucket}/{KEY_ROOT}/*"),
-            )
-        for policy in self.weights_policies:
+        for policy in policies:
             acknowledge(
                 policy,
                 "The agent copies the cached models' files to node NVMe: read-only, under each model's own "
                 "prefix; the file names change with every model update.",
                 *(wildcard(f"arn:aws:s3:::{settings.model_bucket}/{prefix}*") for prefix in prefixes),
             )
+        return policies

@@ -32,8 +32,9 @@ import re
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
-from warmstart.workload import AGENT_STATE_FOLDER, model_labels
+from contracts.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
+from contracts.node_layout import AGENT_STATE_FOLDER
+from contracts.pod_labels import model_labels
 
 POLICY_NAME = "warmstart-host-paths"
 POD_UID_VARIABLE = "POD_UID"
@@ -157,6 +158,33 @@ def _agent_namespace_rule(agent_host_paths: list[str]) -> k8s.Validation:
     )
 
 
+def _variables(roots: list[str]) -> list[k8s.Variable]:
+    """Where the pod is (the agent's namespace, a model's), and its host volumes, canonical with a final '/'."""
+    namespace_labels = {k: v for k, v in model_labels("").items() if v}
+    return [
+        # The agent's own DaemonSet mounts the roots themselves (it is what reads and keeps them); its
+        # namespace may mount exactly those host folders and no other.
+        k8s.Variable(name="inAgentNamespace", expression=f"request.namespace == '{AGENT_NAMESPACE}'"),
+        k8s.Variable(name="roots", expression=repr(roots)),
+        k8s.Variable(
+            name="inModelNamespace",
+            expression=" && ".join(_label_is(k, v) for k, v in sorted(namespace_labels.items())),
+        ),
+        k8s.Variable(
+            name="inWarmstartNamespace",
+            expression="variables.inModelNamespace || variables.inAgentNamespace",
+        ),
+        k8s.Variable(
+            name="hostVolumes",
+            expression=(
+                "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, "
+                "{'name': v.name, 'raw': v.hostPath.path, 'path': v.hostPath.path.endsWith('/') ? "
+                "v.hostPath.path : v.hostPath.path + '/'}) : []"
+            ),
+        ),
+    ]
+
+
 def host_path_policy(
     scope: Construct,
     *,
@@ -167,7 +195,6 @@ def host_path_policy(
     labels: dict[str, str],
 ) -> tuple[k8s.KubeValidatingAdmissionPolicy, k8s.KubeValidatingAdmissionPolicyBinding]:
     roots = [root.rstrip("/") + "/" for root in (compile_root, weights_root, records_root) if root]
-    namespace_labels = {k: v for k, v in model_labels("").items() if v}
     policy = k8s.KubeValidatingAdmissionPolicy(
         scope,
         "HostPaths",
@@ -184,28 +211,7 @@ def host_path_policy(
                     )
                 ]
             ),
-            variables=[
-                # The agent's own DaemonSet mounts the roots themselves (it is what reads and keeps them); its
-                # namespace may mount exactly those host folders and no other.
-                k8s.Variable(name="inAgentNamespace", expression=f"request.namespace == '{AGENT_NAMESPACE}'"),
-                k8s.Variable(name="roots", expression=repr(roots)),
-                k8s.Variable(
-                    name="inModelNamespace",
-                    expression=" && ".join(_label_is(k, v) for k, v in sorted(namespace_labels.items())),
-                ),
-                k8s.Variable(
-                    name="inWarmstartNamespace",
-                    expression="variables.inModelNamespace || variables.inAgentNamespace",
-                ),
-                k8s.Variable(
-                    name="hostVolumes",
-                    expression=(
-                        "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, "
-                        "{'name': v.name, 'raw': v.hostPath.path, 'path': v.hostPath.path.endsWith('/') ? "
-                        "v.hostPath.path : v.hostPath.path + '/'}) : []"
-                    ),
-                ),
-            ],
+            variables=_variables(roots),
             validations=[
                 _agent_namespace_rule(agent_host_paths),
                 *_model_namespace_rules(compile_root, weights_root, records_root),

@@ -1,6 +1,6 @@
 """The warmstart agent's container image: built by CDK at deploy (never at synth) from the node agent's runtime,
-the runtimes it shares (the image rollout gate; the vLLM entry step, whose records the agent reads) and the domain
-package; the node agent DaemonSet and the image rollout gates run it."""
+the image rollout gate's and the contracts package (nothing of the domain package: a new refusal message does not
+rebuild it); the node agent DaemonSet and the image rollout gates run it."""
 
 from __future__ import annotations
 
@@ -15,15 +15,12 @@ IMAGE_SOURCE = (
     "node_agent/runtime",
     "node_agent/requirements.txt",
     "image_preload/runtime/gate.py",
-    "model_workload/runtime",
-    "warmstart",
+    "contracts",
 )
-# Command-line only (the estimate's chart, which imports matplotlib): not in the image.
-IMAGE_LEAVES_OUT = ("warmstart/estimate_plot.py",)
 DOCKERFILE = "node_agent/Dockerfile"
 # CDK re-includes a Dockerfile by its base name only, which matches a top-level one: name ours explicitly, or the
 # build would find no Dockerfile in the context it is sent.
-IMAGE_CONTEXT = only(*IMAGE_SOURCE, DOCKERFILE, leaving_out=IMAGE_LEAVES_OUT)
+IMAGE_CONTEXT = only(*IMAGE_SOURCE, DOCKERFILE)
 
 
 class AgentImage(Construct):

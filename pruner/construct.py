@@ -17,15 +17,16 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from contracts.active_set_format import active_set_part_name
+from contracts.cache_key import KEY_ROOT, PRUNER_LOCK_KEY
 from lambdas.packaging import function_code
 from pruner.runtime.settings import PrunerEnvironment
 from stacks.components.log_retention import retention_days
 from stacks.components.nag import acknowledge, arn_wildcard, wildcard
 from warmstart.active_set import STANDARD_LIMIT
-from warmstart.cache_key import KEY_ROOT, PRUNER_LOCK_KEY, active_set_part_name
 from warmstart.config import PruningPolicy
 
-FUNCTION_SOURCE = ("pruner/runtime", "warmstart")
+FUNCTION_SOURCE = ("pruner/runtime", "contracts")
 METRIC_NAMESPACE = "Warmstart/CompileCachePruner"
 
 
@@ -48,6 +49,23 @@ class CompileCachePruner(Construct):
         policy: PruningPolicy,
     ) -> None:
         super().__init__(scope, id)
+        self._active_set(active_set_name, active_set_documents)
+        self.dead_letters = sqs.Queue(
+            self,
+            "DeadLetters",
+            retention_period=Duration.days(14),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        self.log_group = logs.LogGroup(self, "Logs", retention=retention_days(90), removal_policy=RemovalPolicy.DESTROY)
+        self._function(environment, bucket_name, active_set_name, policy)
+        self._access(bucket_name, active_set_name, len(active_set_documents), policy)
+        self._schedule(environment, policy)
+        self._alarms(environment)
+        self._acknowledge_findings(bucket_name, policy)
+
+    def _active_set(self, active_set_name: str, active_set_documents: list[str]) -> None:
+        """The keys the pruner keeps, in as many SSM parameters as they need."""
         self.active_set_parts = [
             ssm.StringParameter(
                 self,
@@ -61,14 +79,8 @@ class CompileCachePruner(Construct):
             for part, document in enumerate(active_set_documents, start=1)
         ]
         self.active_set = self.active_set_parts[0]
-        self.dead_letters = sqs.Queue(
-            self,
-            "DeadLetters",
-            retention_period=Duration.days(14),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-        )
-        self.log_group = logs.LogGroup(self, "Logs", retention=retention_days(90), removal_policy=RemovalPolicy.DESTROY)
+
+    def _function(self, environment: str, bucket_name: str, active_set_name: str, policy: PruningPolicy) -> None:
         parameters = [active_set_name, *policy.extra_active_set_parameters]
         self.role = iam.Role(
             self,
@@ -101,9 +113,11 @@ class CompileCachePruner(Construct):
                 environment=environment,
             ).variables(),
         )
+
+    def _access(self, bucket_name: str, active_set_name: str, parts: int, policy: PruningPolicy) -> None:
         stack = Stack.of(self)
         parameter_arn = f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter"
-        own = [active_set_part_name(active_set_name, part) for part in range(1, len(active_set_documents) + 1)]
+        own = [active_set_part_name(active_set_name, part) for part in range(1, parts + 1)]
         # Another environment's set may have parts too (<name>-2, ...): their number is only known at run time.
         shared = [name for extra in policy.extra_active_set_parameters for name in (extra, f"{extra}-*")]
         self.policy = iam.Policy(
@@ -117,6 +131,8 @@ class CompileCachePruner(Construct):
                 partition=stack.partition,
             ),
         )
+
+    def _schedule(self, environment: str, policy: PruningPolicy) -> None:
         self.scheduler_role = iam.Role(
             self,
             "SchedulerRole",
@@ -132,6 +148,8 @@ class CompileCachePruner(Construct):
             ),
             description=f"prune stale compile-cache keys of {environment}",
         )
+
+    def _alarms(self, environment: str) -> None:
         self.alarms = [
             _alarm_on_any(
                 self,
@@ -158,7 +176,6 @@ class CompileCachePruner(Construct):
                 "The pruner found no readable active set and deleted nothing (fail closed).",
             ),
         ]
-        self._acknowledge_findings(bucket_name, policy)
 
     def _acknowledge_findings(self, bucket_name: str, policy: PruningPolicy) -> None:
         stack = Stack.of(self)

@@ -6,22 +6,18 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from image_preload.prepull import ImageCache
-from k8s.system import SystemNamespace
+from kube.system import SystemNamespace
+from node_agent.chart import MetricsScrapers, NodeFolders
 from node_agent.construct import NodeAgent
 from node_agent.image import AgentImage
 from stacks.components.buckets import ArtifactBuckets
 from stacks.components.compute import gpu_compute
-from stacks.components.control_plane import ControlPlane
 from stacks.components.network import WarmstartVpc
 from stacks.components.serving_metrics import ServingMetrics
-from warmstart.agent_settings import agent_settings, metrics_scraper_cidrs
+from warmstart.agent_config import agent_settings, metrics_scraper_cidrs
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.workload import compile_cache_root, pod_records_root, serving_images, weights_root
-
-# CDK leaves a construct named "Default" out of its children's logical IDs: the compute mode's resources keep
-# the IDs they were first deployed with, directly under this stack, so wrapping them replaced nothing.
-COMPUTE_MODE_ID = "Default"
 
 
 class ClusterStack(Stack):
@@ -41,18 +37,9 @@ class ClusterStack(Stack):
         super().__init__(scope, id, **kwargs)
         # Every cdk8s chart of this stack lives in this app; the cluster renders them into manifests.
         self.charts = cdk8s.App()
-        self.compute = gpu_compute(self, COMPUTE_MODE_ID, config=config, network=network)
-        capacity = self.compute.cluster_capacity()
-        self.control_plane = ControlPlane(
-            self,
-            "ControlPlane",
-            cluster=config.cluster,
-            vpc=network.vpc,
-            private_subnets=network.private_subnets,
-            capacity=capacity.type,
-            compute=capacity.compute,
-        )
-        self.compute.attach(cluster=self.cluster, charts=self.charts)
+        # The compute mode creates the cluster and what runs its nodes.
+        self.compute = gpu_compute(self, "GpuCompute", config=config, network=network, charts=self.charts)
+        self.control_plane = self.compute.control_plane
         # Autoscaled models read their load through the custom metrics API.
         self.serving_metrics = (
             ServingMetrics(
@@ -64,14 +51,18 @@ class ClusterStack(Stack):
         if self.serving_metrics is not None:
             # After the compute mode's nodes for cluster services (Karpenter's system node group; Auto Mode's
             # built-in pools), which Prometheus and the adapter run on.
-            self.serving_metrics.prometheus.node.add_dependency(self.compute)
-        catalog = default_catalog()
-        settings = agent_settings(config, catalog)
-        images = serving_images(config) if config.image_preload.mode != "off" else []
+            self.serving_metrics.prometheus.node.add_dependency(self.compute.cluster_services)
         self.system_namespace: eks.KubernetesManifest | None = None
         self.node_agent: NodeAgent | None = None
         self.image_cache: ImageCache | None = None
         self.agent_image: AgentImage | None = None
+        self._node_caches(config)
+
+    def _node_caches(self, config: EnvironmentConfig) -> None:
+        """The node agent and the image caches, in warmstart's own namespace, when any model uses one."""
+        catalog = default_catalog()
+        settings = agent_settings(config, catalog)
+        images = serving_images(config) if config.image_preload.strategy.prepulls else []
         if not (settings.models or images):
             return  # no node-level cache: no agent image, no warmstart-system namespace
         self.system_namespace = self.cluster.add_cdk8s_chart(
@@ -87,12 +78,9 @@ class ClusterStack(Stack):
                 charts=self.charts,
                 image=self.agent_image,
                 settings=settings,
-                cache_root=compile_cache_root(config),
-                weights_root=weights_root(config),
-                pod_records_root=pod_records_root(config),
+                folders=NodeFolders(compile_cache_root(config), weights_root(config), pod_records_root(config)),
+                scrapers=MetricsScrapers(metrics_scraper_cidrs(config), list(config.metrics.scraper_namespaces)),
                 model_kms_key_arn=config.buckets.models.kms_key_arn,
-                scraper_cidrs=metrics_scraper_cidrs(config),
-                scraper_namespaces=list(config.metrics.scraper_namespaces),
             )
             self.node_agent.manifest.node.add_dependency(self.system_namespace)
         if images:

@@ -17,12 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from contracts.start_record import STARTS_PATH
 from warmstart.catalog import default_catalog
 from warmstart.estimate import estimate_environment, render_estimates
 from warmstart.loader import ConfigError, load_config
 from warmstart.plan import render_plan
 from warmstart.preflight import ACTIONS, bootstrap_options, check, run_command, target
-from warmstart.starts import STARTS_PATH
 from warmstart.status import (
     DAEMON_SETS_PATH,
     HPAS_PATH,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from warmstart.cache_key import MAX_ACTIVE_SET_PARTS, compile_cache_key
+from contracts.active_set_format import MAX_ACTIVE_SET_PARTS
+from contracts.cache_key import compile_cache_key
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.sizing import candidate_instances

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -21,12 +21,20 @@ from pydantic import (
     model_validator,
 )
 
+from warmstart.node_os import AMI_ALIAS_PATTERN, AUTO_MODE_OS, DEFAULT_AMI_ALIAS, NodeOs, karpenter_node_os
+from warmstart.preload_modes import PRELOAD_MODES, PreloadMode
+
 GIB = 2**30
 MIB = 2**20
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DURATION = r"^([0-9]+(s|m|h))+$"
 S3_BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+# The preload modes' names, from their objects (warmstart/preload_modes/): a new mode's module adds its name.
+if TYPE_CHECKING:
+    PreloadModeName = str
+else:
+    PreloadModeName = Literal[tuple(PRELOAD_MODES)]
 # Kubernetes versions the pinned kubectl layer (v35) can drive: kubectl supports one minor version of skew.
 SUPPORTED_KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")
 
@@ -161,6 +169,7 @@ class GpuPool(Strict):
 
 
 class AutoModeCompute(Strict):
+    title: ClassVar[str] = "EKS Auto Mode"
     mode: Literal["auto"]
     gpu_pool: GpuPool
     # Root EBS size Auto Mode gives the node. It must stay BELOW every pool instance's NVMe capacity,
@@ -170,9 +179,9 @@ class AutoModeCompute(Strict):
     ephemeral_storage_throughput_mibps: int = Field(default=125, ge=125, le=1000)
 
     @property
-    def node_os(self) -> str:
-        """Auto Mode's nodes run Bottlerocket; which release is AWS's choice."""
-        return "bottlerocket"
+    def node_os(self) -> NodeOs:
+        """Auto Mode's own OS (Bottlerocket, whose release is AWS's choice)."""
+        return AUTO_MODE_OS
 
 
 class SystemNodeGroup(Strict):
@@ -182,19 +191,20 @@ class SystemNodeGroup(Strict):
 
 
 class KarpenterCompute(Strict):
+    title: ClassVar[str] = "self-managed Karpenter"
     mode: Literal["karpenter"]
     gpu_pool: GpuPool
     karpenter_version: str = Field(default="1.14.1", pattern=r"^\d+\.\d+\.\d+$")
     nvidia_device_plugin_version: str = Field(default="0.19.0", pattern=r"^\d+\.\d+\.\d+$")
     # A pinned EKS-optimized AMI release; "latest" would roll nodes on every AMI release.
-    ami_alias: str = Field(default="al2023@v20260930", pattern=r"^(al2023|bottlerocket)@v?\d+(\.\d+)*$")
+    ami_alias: str = Field(default=DEFAULT_AMI_ALIAS, pattern=AMI_ALIAS_PATTERN)
     root_volume_gib: int = Field(default=200, ge=20, le=16384)
     system_node_group: SystemNodeGroup = SystemNodeGroup()
 
     @property
-    def node_os(self) -> str:
-        """'al2023' or 'bottlerocket', from the pinned AMI alias."""
-        return self.ami_alias.split("@", 1)[0]
+    def node_os(self) -> NodeOs:
+        """The OS of the pinned AMI alias's family."""
+        return karpenter_node_os(self.ami_alias)
 
 
 Compute = Annotated[AutoModeCompute | KarpenterCompute, Field(discriminator="mode")]
@@ -203,6 +213,11 @@ Compute = Annotated[AutoModeCompute | KarpenterCompute, Field(discriminator="mod
 COMPUTE_MODES: dict[str, type[AutoModeCompute | KarpenterCompute]] = {
     get_args(model.model_fields["mode"].annotation)[0]: model for model in get_args(get_args(Compute)[0])
 }
+
+
+def mode_name(settings: type[AutoModeCompute | KarpenterCompute]) -> str:
+    """A compute mode's name in the config (its `mode` literal)."""
+    return next(name for name, model in COMPUTE_MODES.items() if model is settings)
 
 
 class ModelBucket(Strict):
@@ -420,13 +435,18 @@ class ImagePreload(Strict):
     Bottlerocket): new nodes boot with the images already on their data volume, made from an EBS snapshot the
     stack builds; the pre-pull DaemonSets stay for nodes that predate a new snapshot."""
 
-    mode: Literal["off", "prepull", "snapshot"] = "prepull"
+    mode: PreloadModeName = "prepull"
     # SOCI parallel pull and unpack for every pull on the GPU nodes (Karpenter nodes; not lazy loading).
     parallel_pull: bool = False
     # Longest a rollout to a new image waits for its pre-pull DaemonSet (the deploy's kubectl step lasts 15 min,
     # which must also hold the gate Job's start and status).
     rollout_wait_minutes: int = Field(default=10, ge=1, le=10)
     snapshot: ImageSnapshot = ImageSnapshot()
+
+    @property
+    def strategy(self) -> PreloadMode:
+        """The mode's object: what it runs and how an image reaches a new node."""
+        return PRELOAD_MODES[self.mode]
 
     @model_validator(mode="before")
     @classmethod

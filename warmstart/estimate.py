@@ -149,7 +149,7 @@ def estimate_model(
     streamed, how_streamed = streamed_weights_seconds(
         size, instance, settings, concurrency=plan.concurrency, processes=processes
     )
-    if config.image_preload.mode == "snapshot":
+    if config.image_preload.strategy.boots_with_images:
         image_new = Phase("image", settings.image_present_seconds, "on the node's data volume (image snapshot)")
     else:  # a pre-pull DaemonSet pulls on a new node at the same time as the pod: no gain for its first pod
         image_new = Phase(

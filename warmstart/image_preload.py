@@ -1,6 +1,7 @@
 """How serving images reach GPU nodes: pure facts and derived values for image_preload (no AWS or CDK imports).
 
-What each compute mode and node OS allows (sources in docs/upstream-facts.md, "Container images on new nodes"):
+What each compute mode and node OS allows (each OS's answers live in warmstart/node_os/; sources in
+docs/upstream-facts.md, "Container images on new nodes"):
 - EKS Auto Mode: the NodeClass has no AMI, user data or block device mapping field (EKS user guide, "Create a
   Node Class"), so nodes cannot start from an image snapshot and SOCI cannot be switched on: pre-pull only.
 - Karpenter + Bottlerocket: containerd keeps its store on the data volume (/dev/xvdb, mounted at /local;
@@ -21,8 +22,8 @@ import json
 import re
 import shlex
 
-from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
-from warmstart.sizing import ami_family, ami_version
+from warmstart.config import GIB, EnvironmentConfig, KarpenterCompute
+from warmstart.node_os import release
 from warmstart.workload import images_gb, serving_images
 
 # kubelet image garbage collection (KubeletConfiguration defaults, Kubernetes 1.35): above 85% use of the
@@ -32,17 +33,6 @@ KUBELET_IMAGE_GC_LOW_PERCENT = 80
 # Beside the images the data volume holds the containers' writable layers, Bottlerocket's host containers
 # and state (/local).
 DATA_VOLUME_RESERVE_GB = 10
-# `settings.bootstrap-commands` and `apiclient ephemeral-storage` (bottlerocket-core-kit v2.4.0, first in
-# Bottlerocket v1.22.0).
-BOTTLEROCKET_BOOTSTRAP_COMMANDS_SINCE = (1, 22, 0)
-# NodeConfig spec.featureGates.FastImagePull exists from amazon-eks-ami v20250821 (PR #2352 added it in v20250813
-# under another name), but setup-local-disks binds /var/lib/soci-snapshotter-grpc onto the RAID0 array only from
-# v20251217 (BIND_SOCI): before it, SOCI unpacks every image onto the root EBS volume.
-AL2023_FAST_IMAGE_PULL_SINCE = (20251217,)
-# nodeadm applies FastImagePull only on nodes with at least 4 vCPUs and 7 GiB of memory
-# (nodeadm/internal/containerd/config.go, UseSOCISnapshotter).
-FAST_IMAGE_PULL_MIN_VCPUS = 4
-FAST_IMAGE_PULL_MIN_MEMORY_GIB = 7
 # Private ECR: the builder would need a registry token passed through SSM command parameters (kept in the
 # command history); refused rather than done that way.
 PRIVATE_ECR = re.compile(r"^\d{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/")
@@ -70,13 +60,6 @@ def data_volume_gb(config: EnvironmentConfig) -> float:
     return round(config.image_preload.snapshot.data_volume_gib * GIB / 10**9, 1)
 
 
-def builder_ami_parameter(compute: KarpenterCompute, kubernetes_version: str) -> str:
-    """Public SSM parameter of the Bottlerocket AMI the builder runs: the same release as the GPU nodes (so the
-    same containerd and snapshotter write the store), the standard variant (no GPU needed to pull)."""
-    version = ".".join(str(part) for part in ami_version(compute))
-    return f"/aws/service/bottlerocket/aws-k8s-{kubernetes_version}/x86_64/{version}/image_id"
-
-
 def image_set_key(config: EnvironmentConfig) -> str:
     """Identifies one snapshot build: a new key means a new snapshot (and, through node class drift, new nodes).
     Everything that changes the volume's content or size is in it; nothing else is."""
@@ -84,7 +67,7 @@ def image_set_key(config: EnvironmentConfig) -> str:
     assert isinstance(compute, KarpenterCompute)
     factors = {
         "images": snapshot_images(config),
-        "bottlerocket": ami_version(compute),
+        compute.node_os.name: release(compute.ami_alias),  # the builder runs the nodes' release
         "kubernetes": config.cluster.kubernetes_version,
         "data_volume_gib": config.image_preload.snapshot.data_volume_gib,
         "platform": BUILD_PLATFORM,
@@ -100,60 +83,13 @@ def snapshot_parameter_name(environment: str) -> str:
 
 def image_route(config: EnvironmentConfig) -> str:
     """How a model's image reaches a new GPU node, in words (warmstart plan)."""
-    preload = config.image_preload
-    faster = " with SOCI parallel pull and unpack" if preload.parallel_pull else ""
-    gate = (
-        f"a new image reaches the running GPU nodes before its pods roll (the deploy waits up to "
-        f"{preload.rollout_wait_minutes} min for its pre-pull DaemonSet)"
-    )
-    if preload.mode == "off":
-        return f"pulled by each pod on its node{faster} (image_preload off); " + snapshot_unavailable(config)
-    if preload.mode == "prepull":
-        return "; ".join(
-            [
-                f"the pre-pull DaemonSet pulls it{faster} when a new node joins, alongside the first pod that lands "
-                "there (that pod still waits for the pull)",
-                snapshot_unavailable(config),
-                gate,
-            ]
-        )
-    snapshot = preload.snapshot
-    rate = (
-        f", its blocks initialized at {snapshot.volume_initialization_rate_mibps} MiB/s"
-        if snapshot.volume_initialization_rate_mibps
-        else ", its blocks fetched from S3 on first read"
-    )
-    return (
-        f"on disk when a new node boots: its {snapshot.data_volume_gib} GiB data volume starts from the image "
-        f"snapshot the stack builds{rate}; {gate}; nodes older than a new snapshot get it from the pre-pull "
-        "DaemonSet"
-    )
-
-
-def snapshot_obstacle(compute: AutoModeCompute | KarpenterCompute) -> tuple[str, str] | None:
-    """(where, why) new nodes of this compute mode / OS cannot start from an image snapshot; None where they can.
-    The one statement of it: synth's refusal and `plan` both say it."""
-    if isinstance(compute, AutoModeCompute):
-        return "in Auto Mode", "its NodeClass takes no AMI, user data or block device mapping"
-    if ami_family(compute) == "al2023":
-        return "on AL2023", "containerd's store is on the root volume or the NVMe array, which a snapshot cannot fill"
-    return None
-
-
-def snapshot_unavailable(config: EnvironmentConfig) -> str:
-    """Whether new nodes could boot with the image on disk in this compute mode / OS, and how."""
-    obstacle = snapshot_obstacle(config.compute)
-    if obstacle is None:
-        return "image_preload.mode: snapshot would boot new nodes with it on disk"
-    where, why = obstacle
-    alternative = "; a Bottlerocket ami_alias allows image_preload.mode: snapshot" if where == "on AL2023" else ""
-    return f"no way to boot new nodes with it on disk {where} ({why}){alternative}"
+    return config.image_preload.strategy.route(config)
 
 
 def volume_initialization_seconds(config: EnvironmentConfig) -> int | None:
     """Time until a new node's data volume is fully local at the configured initialization rate."""
     rate = config.image_preload.snapshot.volume_initialization_rate_mibps
-    if config.image_preload.mode != "snapshot" or not rate:
+    if not config.image_preload.strategy.boots_with_images or not rate:
         return None
     return round(config.image_preload.snapshot.data_volume_gib * 1024 / rate)
 

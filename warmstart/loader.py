@@ -19,8 +19,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from warmstart.catalog import Catalog, default_catalog
-from warmstart.checks import Problem, check_environment
+from warmstart.checks.environment import check_environment
+from warmstart.checks.problem import Problem
 from warmstart.config import COMPUTE_MODES, DNS_LABEL, DURATION, S3_BUCKET_NAME, EnvironmentConfig
+from warmstart.node_os import AMI_ALIAS_PATTERN, KARPENTER_NODE_OSES
 
 EXAMPLE = "config/dev.yaml"
 MODES: dict[str, type[BaseModel]] = dict(COMPUTE_MODES)
@@ -32,7 +34,8 @@ PATTERN_WORDS = {
     S3_BUCKET_NAME: "an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-', starting and ending with a "
     "letter or digit",
     r"^(([0-9]+(s|m|h))+|Never)$": "a duration such as 336h or 1h30m, or Never",
-    r"^(al2023|bottlerocket)@v?\d+(\.\d+)*$": "a pinned EKS AMI alias: al2023@v<release> or bottlerocket@v<x.y.z>",
+    AMI_ALIAS_PATTERN: "a pinned EKS AMI alias: "
+    + " or ".join(os.alias_example for os in KARPENTER_NODE_OSES.values()),
     r"^(rate\(.+\)|cron\(.+\))$": "an EventBridge Scheduler expression: rate(1 day) or cron(...)",
     r"^/": "an absolute path (starting with /)",
     r"^[0-9]{12}$": "a 12-digit AWS account ID",
@@ -160,7 +163,7 @@ def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None 
 
 
 # Union branch names pydantic puts into error locations; they are not fields.
-_BRANCH_TAGS = {"auto", "karpenter", "int", "str", "float", "bool", "literal['auto']"}
+_BRANCH_TAGS = {*COMPUTE_MODES, "int", "str", "float", "bool", "literal['auto']"}
 
 
 _TYPE_TAG = re.compile(r"^(constrained-|lax-|strict-)?(int|str|float|bool|bytes|date|datetime|decimal|none)$")
@@ -256,8 +259,9 @@ def _problem(field: str, error: dict) -> Problem:
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         return Problem(
             field,
-            f"compute.mode is {_echo(ctx.get('tag'))}, not one of 'auto' or 'karpenter'",
-            "set compute.mode to 'auto' (EKS Auto Mode) or 'karpenter'",
+            f"compute.mode is {_echo(ctx.get('tag'))}, not one of {' or '.join(map(repr, COMPUTE_MODES))}",
+            "set compute.mode to "
+            + " or ".join(f"{mode!r} ({settings.title})" for mode, settings in COMPUTE_MODES.items()),
         )
     if kind == "string_pattern_mismatch":
         words = PATTERN_WORDS.get(ctx.get("pattern", ""))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from contracts.cache_key import compile_cache_key
 from warmstart.autoscaling import scaling_policy
-from warmstart.cache_key import compile_cache_key
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig
 from warmstart.image_preload import (
@@ -115,7 +115,7 @@ def scaling_rows(model, config: EnvironmentConfig, catalog: Catalog) -> list[tup
 def image_preload_lines(config: EnvironmentConfig) -> list[str]:
     preload = config.image_preload
     line = f"image preload {preload.mode}" + (", SOCI parallel pull" if preload.parallel_pull else "")
-    if preload.mode != "snapshot":
+    if not preload.strategy.boots_with_images:
         return [line]
     snapshot = preload.snapshot
     init = volume_initialization_seconds(config)

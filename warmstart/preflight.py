@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from warmstart.config import EnvironmentConfig
+from warmstart.config import AutoModeCompute, EnvironmentConfig, KarpenterCompute, mode_name
 
 ACTIONS = ("bootstrap", "diff", "deploy", "destroy", "agent-image")
 Runner = Callable[[list[str]], tuple[int, str, str]]
@@ -139,7 +139,7 @@ def _name_of(resource: dict) -> str:
 
 def deployed_compute_mode(config: EnvironmentConfig, run: Runner) -> tuple[str | None, str]:
     """(the mode the existing cluster runs, or None; a note when that could not be read). A cluster with EKS Auto
-    Mode's compute enabled (computeConfig.enabled) runs "auto"; any other existing cluster runs "karpenter"."""
+    Mode's compute enabled (computeConfig.enabled) runs Auto Mode; any other existing cluster runs Karpenter."""
     command = ["aws", "eks", "describe-cluster", "--name", config.cluster.name, "--region", config.region]
     code, out, err = run([*command, "--output", "json"])
     if code != 0:
@@ -153,7 +153,7 @@ def deployed_compute_mode(config: EnvironmentConfig, run: Runner) -> tuple[str |
         return None, "aws eks describe-cluster answered no cluster; a mode switch would not be caught"
     compute = cluster.get("computeConfig") if isinstance(cluster, dict) else None
     enabled = isinstance(compute, dict) and compute.get("enabled") is True
-    return ("auto" if enabled else "karpenter"), ""
+    return mode_name(AutoModeCompute if enabled else KarpenterCompute), ""
 
 
 def compute_mode_problem(config: EnvironmentConfig, run: Runner) -> tuple[Problem | None, str]:

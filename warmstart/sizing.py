@@ -5,32 +5,14 @@ from __future__ import annotations
 from warmstart.catalog import Catalog, GpuInstance
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute, ModelSpec
 
-# Where the instance-store NVMe is mounted (RAID0 when several drives), by node OS:
-# - AL2023 (Karpenter instanceStorePolicy RAID0 -> nodeadm localStorage RAID0): amazon-eks-ami
-#   templates/al2023/runtime/bin/setup-local-disks mounts the array at /mnt/k8s-disks/0.
-# - Bottlerocket (Karpenter RAID0, warmstart's own bootstrap command, and EKS Auto Mode, whose nodes run
-#   Bottlerocket): `apiclient ephemeral-storage init` mounts /dev/md/ephemeral at /mnt/.ephemeral
-#   (bottlerocket-core-kit, apiclient ephemeral_storage.rs).
-AL2023_NVME_MOUNT = "/mnt/k8s-disks/0"
-BOTTLEROCKET_NVME_MOUNT = "/mnt/.ephemeral"
-
-
-def ami_family(compute: AutoModeCompute | KarpenterCompute) -> str:
-    """'bottlerocket' or 'al2023': each mode's settings know their nodes' OS."""
-    return compute.node_os
-
-
-def ami_version(compute: KarpenterCompute) -> tuple[int, ...]:
-    """The pinned release of the alias: 'bottlerocket@v1.46.0' -> (1, 46, 0); 'al2023@v20260930' -> (20260930,)."""
-    return tuple(int(part) for part in compute.ami_alias.split("@", 1)[1].lstrip("v").split("."))
-
 
 class SizingError(ValueError):
     """A derived value cannot be computed; the message names the numbers."""
 
 
 def nvme_mount(compute: AutoModeCompute | KarpenterCompute) -> str:
-    return BOTTLEROCKET_NVME_MOUNT if ami_family(compute) == "bottlerocket" else AL2023_NVME_MOUNT
+    """Where the GPU nodes' OS mounts the instance-store array (warmstart/node_os/)."""
+    return compute.node_os.nvme_mount
 
 
 def candidate_instances(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> list[GpuInstance]:

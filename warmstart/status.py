@@ -8,11 +8,12 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from warmstart.agent_settings import AGENT_NAMESPACE, COMPILE_USE_LABEL_DOMAIN, NODE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN
+from contracts.agent_settings import AGENT_NAMESPACE, COMPILE_USE_LABEL_DOMAIN, NODE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN
+from contracts.pod_labels import GPU_POOL_LABEL
+from contracts.start_record import STARTS_KEY, TIMELINE_PHASES, StartTimeline
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
-from warmstart.starts import STARTS_KEY, TIMELINE_PHASES, StartTimeline
-from warmstart.workload import GPU_POOL_LABEL, image_cache_name, plan_model
+from warmstart.workload import image_cache_name, plan_model
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 COMPILE_READY = {"restored", "present", "published"}
@@ -132,7 +133,7 @@ def model_status(
             if plan.compile_cache
             else CacheCount("off")
         )
-        if config.image_preload.mode == "off":
+        if not config.image_preload.strategy.prepulls:
             image = CacheCount("off")
         else:
             status = by_name.get(image_cache_name(model.image), {}).get("status", {})

@@ -12,7 +12,8 @@ import math
 import posixpath
 from dataclasses import dataclass, field
 
-from warmstart.cache_key import ModelFactors
+from contracts.cache_key import ModelFactors
+from contracts.node_layout import COMPILE_CACHE_CONTENT, model_cache_folder
 from warmstart.catalog import Catalog, GpuInstance
 from warmstart.config import GIB, EnvironmentConfig, ModelSpec
 from warmstart.sizing import candidate_instances, nvme_mount, tensor_parallel_size
@@ -24,20 +25,10 @@ VLLM_PORT = 8000
 PRESTOP_SLEEP_SECONDS = 10
 SHUTDOWN_TIMEOUT_SECONDS = 45
 TERMINATION_GRACE_SECONDS = PRESTOP_SLEEP_SECONDS + SHUTDOWN_TIMEOUT_SECONDS + 15
-# Container names in every model's pod: the chart names them, the agent's start timeline reads their statuses.
-VLLM_CONTAINER = "vllm"
-RESTORE_WAIT_CONTAINER = "wait-for-compile-cache"
 # Inside the container; one fixed absolute path: vLLM stores absolute artifact paths in its cache index and
 # hashes the model path (docs/upstream-facts.md, vLLM compile cache).
 COMPILE_CACHE_MOUNT = "/compile-cache"
 COMPILE_CACHE_FOLDER = "compile-cache"
-# The folder inside a configuration's node folder that holds the cache itself. kubelet creates the mounted
-# folder (hostPath DirectoryOrCreate) before the pod's containers start, so the agent can never rename a
-# restored cache onto it; it renames it into this child instead, atomically, unless vLLM created it first.
-COMPILE_CACHE_CONTENT = "cache"
-# Under the compile-cache root on the node: the agent's markers, read by the pods' wait-for-restore step.
-AGENT_STATE_FOLDER = ".warmstart"
-DONE_MARKERS = "done"
 # vLLM pulls config and tokenizer files of an s3:// model into <VLLM_ASSETS_CACHE>/model_streamer/<hash> and
 # hashes that path: one fixed path in every pod, on a fresh emptyDir so no stale file survives a restart.
 VLLM_ASSETS_MOUNT = "/warmstart-assets"
@@ -114,35 +105,6 @@ NVME_USABLE = 0.9
 WEIGHTS_FOLDER = "warmstart/weights"
 
 
-# The label that names a vLLM pod's model (the one label that differs between models).
-MODEL_LABEL = "app.kubernetes.io/instance"
-
-
-# Every GPU node warmstart's NodePool launches carries this label (the pool's template sets it), whichever compute
-# mode made the pool: pods select the label, never the NodePool's name, which differs by mode (k8s/gpu_nodes.py).
-GPU_POOL_LABEL = ("warmstart.io/gpu-pool", "gpu")
-
-
-def gpu_pool_selector() -> dict[str, str]:
-    """The node selector of every pod that runs on warmstart's GPU nodes."""
-    return {GPU_POOL_LABEL[0]: GPU_POOL_LABEL[1]}
-
-
-def model_labels(model_name: str) -> dict[str, str]:
-    """The labels of a model's vLLM pods: the chart sets them, the node agent selects pods by them."""
-    return {
-        "app.kubernetes.io/name": "vllm",
-        MODEL_LABEL: model_name,
-        "app.kubernetes.io/part-of": "warmstart",
-    }
-
-
-def vllm_pod_selector() -> str:
-    """Every model's vLLM pods (the labels all models share), as a Kubernetes label selector."""
-    shared = {k: v for k, v in model_labels("").items() if k != MODEL_LABEL}
-    return ",".join(f"{key}={value}" for key, value in shared.items())
-
-
 def image_cache_name(image: str) -> str:
     """Name of the pre-pull DaemonSet of one serving image (shared by every model that uses it)."""
     return f"image-cache-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
@@ -168,7 +130,7 @@ def images_gb(config: EnvironmentConfig) -> float:
 def images_on_data_volume(config: EnvironmentConfig) -> bool:
     """In snapshot mode containerd stays on the Bottlerocket data volume (made from the snapshot); only the
     kubelet's folders and pod logs move to the NVMe array."""
-    return config.image_preload.mode == "snapshot"
+    return config.image_preload.strategy.boots_with_images
 
 
 def weights_cached(model: ModelSpec, config: EnvironmentConfig) -> bool:
@@ -198,15 +160,6 @@ def pod_records_root(config: EnvironmentConfig) -> str:
 def compile_cache_root(config: EnvironmentConfig) -> str:
     """Node folder holding every model's compile cache and the agent's markers."""
     return config.caches.compile_host_path or posixpath.join(nvme_mount(config.compute), COMPILE_CACHE_FOLDER)
-
-
-def model_cache_folder(model_name: str, fingerprint: str) -> str:
-    """Relative folder of one model configuration: a config change starts a fresh folder, never a mix."""
-    return posixpath.join(model_name, fingerprint)
-
-
-def done_marker_name(model_name: str, fingerprint: str) -> str:
-    return f"{model_name}.{fingerprint}"
 
 
 def model_factors(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> ModelFactors:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from contracts.agent_settings import AgentSettings
 from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.fs import remove_tree
 from node_agent.runtime.kube import InClusterTransport, KubeApi
@@ -19,10 +20,9 @@ from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecords
 from node_agent.runtime.s3_store import CacheStore, WeightsSource, s3_client
-from node_agent.runtime.starts import StartTracker
+from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.storage import check_host_folder
 from node_agent.runtime.weights import WeightsCache, WeightsLayout
-from warmstart.agent_settings import AgentSettings
 
 CLEANUP_SECONDS = 300
 HEARTBEAT = "/tmp/warmstart-agent-alive"

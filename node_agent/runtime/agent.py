@@ -15,6 +15,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from contracts.agent_settings import (
+    COMPILE_USE_LABEL_DOMAIN,
+    LABEL_DOMAINS,
+    NODE_LABEL_DOMAIN,
+    WEIGHTS_LABEL_DOMAIN,
+    AgentModel,
+    AgentSettings,
+)
+from contracts.cache_key import CompileCacheKey, ModelFactors, compile_cache_key
+from contracts.node_layout import AGENT_STATE_FOLDER
+from contracts.pod_labels import MODEL_LABEL, vllm_pod_selector
 from node_agent.runtime.compile_cache import (
     CacheLimits,
     Observation,
@@ -35,18 +46,8 @@ from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord, PodRecords
 from node_agent.runtime.s3_store import CacheStore
-from node_agent.runtime.starts import StartTracker
+from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.weights import WeightsCache, WeightsLimits
-from warmstart.agent_settings import (
-    COMPILE_USE_LABEL_DOMAIN,
-    LABEL_DOMAINS,
-    NODE_LABEL_DOMAIN,
-    WEIGHTS_LABEL_DOMAIN,
-    AgentModel,
-    AgentSettings,
-)
-from warmstart.cache_key import CompileCacheKey, ModelFactors, compile_cache_key
-from warmstart.workload import AGENT_STATE_FOLDER, MODEL_LABEL, vllm_pod_selector
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 VLLM_POD_SELECTOR = vllm_pod_selector()  # the labels the chart gives every model's pods

@@ -21,14 +21,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeGuard
 
+from contracts.cache_key import CompileCacheKey
+from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.archive import FACTORS_FILE, FACTORS_MAX_BYTES, UnsafeArchive, pack, unpack
 from node_agent.runtime.fs import remove_tree, rename_no_replace
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import CacheStore, MissingObject
 from node_agent.runtime.untrusted import Refused, beneath_folder_names, read_json_beneath
-from warmstart.cache_key import CompileCacheKey
-from warmstart.workload import COMPILE_CACHE_CONTENT
 
 MANIFEST_VERSION = 2  # 2: lists vLLM's hash folders, archives carry an upload nonce
 VLLM_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)

@@ -7,14 +7,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from node_agent.runtime.fs import write_atomic
-from warmstart.workload import (
+from contracts.node_layout import (
     AGENT_STATE_FOLDER,
     COMPILE_CACHE_CONTENT,
     DONE_MARKERS,
     done_marker_name,
     model_cache_folder,
 )
+from node_agent.runtime.fs import write_atomic
 
 
 @dataclass(frozen=True)

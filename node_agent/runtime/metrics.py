@@ -13,7 +13,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.exposition import generate_latest
 
-from warmstart.starts import StartTimeline
+from contracts.start_record import StartTimeline
 
 # Seconds, from a warm start's few seconds to a cold large model's half hour.
 PHASE_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600)

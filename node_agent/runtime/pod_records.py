@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from model_workload.runtime.vllm_entry import RECORD_FILE, RECORD_VERSION
+from contracts.pod_record import RECORD_FILE, RECORD_VERSION
 from node_agent.runtime.fs import remove_tree
 from node_agent.runtime.untrusted import POD_UID, Refused, open_folder, parse_json, read_capped
 

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from contracts.pod_labels import MODEL_LABEL, RESTORE_WAIT_CONTAINER, VLLM_CONTAINER
+from contracts.start_record import TIMELINE_PHASES, StartTimeline
 from node_agent.runtime.vllm_log import VLLM_LOG_FORMAT, VllmStart
-from warmstart.starts import TIMELINE_PHASES, StartTimeline
-from warmstart.workload import MODEL_LABEL, RESTORE_WAIT_CONTAINER, VLLM_CONTAINER
 
 # kubelet's image events (pkg/kubelet/images/image_manager.go): the pull's duration first, then with waiting.
 PULLED = re.compile(r'Successfully pulled image "([^"]+)" in (\S+) ')

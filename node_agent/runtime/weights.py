@@ -31,7 +31,7 @@ _KEY = re.compile(r"^[0-9a-f]{16}$")
 
 @dataclass(frozen=True)
 class WeightsLimits:
-    """What one model's S3 prefix may hold (warmstart.agent_settings.WeightsSettings)."""
+    """What one model's S3 prefix may hold (contracts.agent_settings.WeightsSettings)."""
 
     max_bytes: int
     max_objects: int

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 
 from botocore.exceptions import ClientError
 
+from contracts.cache_key import PRUNER_LOCK_KEY
 from pruner.runtime.selection import Listed
-from warmstart.cache_key import PRUNER_LOCK_KEY
 
 DELETE_BATCH = 1000  # DeleteObjects' maximum
 RETRIES = 5

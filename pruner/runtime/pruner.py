@@ -7,9 +7,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
+from contracts.active_set_format import active_set_part_name
+from contracts.cache_key import KEY_ROOT
 from pruner.runtime.aws import DELETE_BATCH, PrunerAws
 from pruner.runtime.selection import Decision, Summary, count_done, parse_active_set_part, select
-from warmstart.cache_key import KEY_ROOT, active_set_part_name
 
 # Objects held back before a flush: the manifests of a flush fill one DeleteObjects batch, and memory stays
 # bounded however large the bucket.

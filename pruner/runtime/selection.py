@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
 
-from warmstart.cache_key import ARCHIVE_STEM, MANIFEST_STEM, MAX_ACTIVE_SET_PARTS, parse_key_prefix
+from contracts.active_set_format import MAX_ACTIVE_SET_PARTS
+from contracts.cache_key import ARCHIVE_STEM, MANIFEST_STEM, parse_key_prefix
 
 
 @dataclass(frozen=True)

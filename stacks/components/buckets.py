@@ -7,7 +7,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from warmstart.cache_key import ARCHIVE_STEM, KEY_ROOT, MANIFEST_STEM
+from contracts.cache_key import ARCHIVE_STEM, KEY_ROOT, MANIFEST_STEM
 from warmstart.config import BucketsConfig
 
 

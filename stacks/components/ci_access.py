@@ -66,82 +66,86 @@ class GithubCiAccess(Construct):
                 self, "GithubOidc", url=f"https://{GITHUB_TOKEN_HOST}", client_ids=[AUDIENCE]
             )
             self.provider_arn = self.provider.oidc_provider_arn
-
-        def bootstrap_roles(kinds: tuple[str, ...]) -> list[str]:
-            return [
-                f"arn:{stack.partition}:iam::{stack.account}:role/"
-                f"cdk-{bootstrap_qualifier}-{kind}-role-{stack.account}-{stack.region}"
-                for kind in kinds
-            ]
-
-        def role(id: str, name: str, subject: str, description: str) -> iam.Role:
-            made = iam.Role(
-                self,
-                id,
-                role_name=name,
-                description=description,
-                # A first deploy (VPC, EKS, nodes, charts) can outlast an hour; the CLI's sessions of the bootstrap
-                # roles are chained from this one (deploy.yml asks for 3 hours).
-                max_session_duration=Duration.hours(3),
-                assumed_by=iam.WebIdentityPrincipal(
-                    self.provider_arn,
-                    conditions={
-                        "StringEquals": {f"{GITHUB_TOKEN_HOST}:aud": AUDIENCE, f"{GITHUB_TOKEN_HOST}:sub": subject}
-                    },
-                ),
-            )
-            return made
-
-        self.deploy_role = role(
-            "DeployRole",
-            deploy_role_name(environment),
-            deploy_subject(github),
-            f"GitHub Actions deploys of warmstart {environment}: the CDK bootstrap roles only",
-        )
-        self.deploy_role.add_to_policy(
-            iam.PolicyStatement(
-                sid="AssumeCdkBootstrapRoles",
-                actions=["sts:AssumeRole"],
-                resources=bootstrap_roles(DEPLOY_BOOTSTRAP_ROLES),
-            )
-        )
+        # The preflight's compute-mode check, on this environment's cluster only.
         read_compute_mode = iam.PolicyStatement(
             sid="ReadTheClustersComputeMode",
             actions=["eks:DescribeCluster"],
             resources=[f"arn:{stack.partition}:eks:{stack.region}:{stack.account}:cluster/{cluster_name}"],
         )
-        self.deploy_role.add_to_policy(read_compute_mode)
-        self.diff_role: iam.Role | None = None
-        if github.pull_request_diff:
-            self.diff_role = role(
-                "DiffRole",
-                diff_role_name(environment),
-                diff_subject(github),
-                f"GitHub Actions pull requests of warmstart {environment}: read its stacks' templates",
+        self.deploy_role = self._deploy_role(environment, github, bootstrap_qualifier, read_compute_mode)
+        self.diff_role = (
+            self._diff_role(environment, github, bootstrap_qualifier, read_compute_mode)
+            if github.pull_request_diff
+            else None
+        )
+
+    def _role(self, id: str, name: str, subject: str, description: str) -> iam.Role:
+        """A role only GitHub's tokens with this audience and subject may assume."""
+        return iam.Role(
+            self,
+            id,
+            role_name=name,
+            description=description,
+            # A first deploy (VPC, EKS, nodes, charts) can outlast an hour; the CLI's sessions of the bootstrap
+            # roles are chained from this one (deploy.yml asks for 3 hours).
+            max_session_duration=Duration.hours(3),
+            assumed_by=iam.WebIdentityPrincipal(
+                self.provider_arn,
+                conditions={
+                    "StringEquals": {f"{GITHUB_TOKEN_HOST}:aud": AUDIENCE, f"{GITHUB_TOKEN_HOST}:sub": subject}
+                },
+            ),
+        )
+
+    def _deploy_role(
+        self, environment: str, github: GithubAccess, qualifier: str, read_compute_mode: iam.PolicyStatement
+    ) -> iam.Role:
+        stack = Stack.of(self)
+        role = self._role(
+            "DeployRole",
+            deploy_role_name(environment),
+            deploy_subject(github),
+            f"GitHub Actions deploys of warmstart {environment}: the CDK bootstrap roles only",
+        )
+        bootstrap_roles = [
+            f"arn:{stack.partition}:iam::{stack.account}:role/cdk-{qualifier}-{kind}-role-{stack.account}-"
+            f"{stack.region}"
+            for kind in DEPLOY_BOOTSTRAP_ROLES
+        ]
+        role.add_to_policy(
+            iam.PolicyStatement(sid="AssumeCdkBootstrapRoles", actions=["sts:AssumeRole"], resources=bootstrap_roles)
+        )
+        role.add_to_policy(read_compute_mode)
+        return role
+
+    def _diff_role(
+        self, environment: str, github: GithubAccess, qualifier: str, read_compute_mode: iam.PolicyStatement
+    ) -> iam.Role:
+        stack = Stack.of(self)
+        role = self._role(
+            "DiffRole",
+            diff_role_name(environment),
+            diff_subject(github),
+            f"GitHub Actions pull requests of warmstart {environment}: read its stacks' templates",
+        )
+        stacks = f"arn:{stack.partition}:cloudformation:{stack.region}:{stack.account}:stack/warmstart-{environment}-*"
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadThisEnvironmentsTemplates",
+                actions=["cloudformation:GetTemplate", "cloudformation:DescribeStacks"],
+                resources=[f"{stacks}/*"],
             )
-            stacks = (
-                f"arn:{stack.partition}:cloudformation:{stack.region}:{stack.account}:stack/warmstart-{environment}-*"
-            )
-            self.diff_role.add_to_policy(
-                iam.PolicyStatement(
-                    sid="ReadThisEnvironmentsTemplates",
-                    actions=["cloudformation:GetTemplate", "cloudformation:DescribeStacks"],
-                    resources=[f"{stacks}/*"],
-                )
-            )
-            self.diff_role.add_to_policy(
-                iam.PolicyStatement(
-                    sid="ReadBootstrapVersion",
-                    actions=["ssm:GetParameter"],
-                    resources=[
-                        f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter/cdk-bootstrap/"
-                        f"{bootstrap_qualifier}/version"
-                    ],
-                )
-            )
-            self.diff_role.add_to_policy(read_compute_mode)
-            acknowledge(
-                self.diff_role,
-                "Read-only on this environment's own stacks, whose IDs CloudFormation appends to their names.",
-                wildcard(f"{stacks}/*"),
-            )
+        )
+        version = (
+            f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter/cdk-bootstrap/{qualifier}/version"
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(sid="ReadBootstrapVersion", actions=["ssm:GetParameter"], resources=[version])
+        )
+        role.add_to_policy(read_compute_mode)
+        acknowledge(
+            role,
+            "Read-only on this environment's own stacks, whose IDs CloudFormation appends to their names.",
+            wildcard(f"{stacks}/*"),
+        )
+        return role

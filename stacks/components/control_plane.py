@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from stacks.components.nag import acknowledge, arn_wildcard, logical_id, managed
+from stacks.components.network import WarmstartVpc
 from warmstart.config import ClusterConfig
 
 ALL_CONTROL_PLANE_LOGS = [
@@ -37,8 +37,7 @@ class ControlPlane(Construct):
         id: str,
         *,
         cluster: ClusterConfig,
-        vpc: ec2.IVpc,
-        private_subnets: ec2.SubnetSelection,
+        network: WarmstartVpc,
         capacity: eks.DefaultCapacityType,
         compute: eks.ComputeConfig | None,
     ) -> None:
@@ -51,8 +50,8 @@ class ControlPlane(Construct):
             "Cluster",
             cluster_name=cluster.name,
             version=eks.KubernetesVersion.of(cluster.kubernetes_version),
-            vpc=vpc,
-            vpc_subnets=[private_subnets],
+            vpc=network.vpc,
+            vpc_subnets=[network.private_subnets],
             endpoint_access=endpoint_access(cluster),
             cluster_logging=ALL_CONTROL_PLANE_LOGS,
             secrets_encryption_key=self.secrets_key,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from k8s.pod_security import MONITORING_LEVEL, pod_security_labels
+from kube.pod_security import MONITORING_LEVEL, pod_security_labels
 from stacks.components.source import cluster_ref
 from warmstart.autoscaling import METRICS, MONITORING_NAMESPACE
 
@@ -77,7 +77,7 @@ class ServingMetrics(Construct):
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, kubernetes_version: str) -> None:
         super().__init__(scope, id)
         # The namespace is ours, not Helm's (createNamespace makes one without labels): it carries its Pod Security
-        # level (k8s/pod_security.py). overwrite: a cluster deployed before this change has it already.
+        # level (kube/pod_security.py). overwrite: a cluster deployed before this change has it already.
         self.namespace = eks.KubernetesManifest(
             self,
             "MonitoringNamespace",

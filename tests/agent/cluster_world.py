@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from k8s.render import render_workloads
+from kube.render import render_workloads
 from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.kube import KubeApi
 from node_agent.runtime.layout import NodeCacheLayout
@@ -26,7 +26,7 @@ from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
 from tests.standins.container_env import KUBERNETES_SERVICE, with_cluster_ips
 from tests.standins.kubelet import PodRun, StandInNode, run_pod, start_pod
 from tests.synth import ROOT
-from warmstart.agent_settings import agent_settings
+from warmstart.agent_config import agent_settings
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.loader import load_config

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC
 
+from contracts.agent_settings import AgentSettings
 from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.kube import KubeApi
 from node_agent.runtime.pod_records import PodRecords
@@ -12,7 +13,7 @@ from node_agent.runtime.s3_store import CacheStore
 from tests.agent.conftest import Clock, fill_compile_cache, node_layout, read_tree
 from tests.agent.fake_kube import FakeCluster, pod_uid, vllm_pod
 from tests.synth import ROOT
-from warmstart.agent_settings import AgentSettings, agent_settings
+from warmstart.agent_config import agent_settings
 from warmstart.catalog import default_catalog
 from warmstart.loader import load_config
 

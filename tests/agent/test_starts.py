@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from contracts.start_record import STARTS_KEY, STARTS_LABEL, starts_config_map_name
 from node_agent.runtime.kube import KubeApi
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord
-from node_agent.runtime.starts import StartTracker
+from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.vllm_log import container_log_path
 from tests.agent.fake_kube import FakeCluster
-from warmstart.starts import STARTS_KEY, STARTS_LABEL, starts_config_map_name
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "starts"
 NODE = "ip-10-30-64-11.ec2.internal"

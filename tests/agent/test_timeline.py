@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from contracts.start_record import TIMELINE_PHASES, StartTimeline
 from node_agent.runtime.timeline import assemble, go_duration
 from node_agent.runtime.vllm_log import VLLM_LOG_FORMAT, cri_lines, cri_time, parse_start, read_container_log
-from warmstart.starts import TIMELINE_PHASES, StartTimeline
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "starts"
 

@@ -21,13 +21,13 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contracts.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
+from contracts.pod_labels import model_labels
+from contracts.start_record import STARTS_LABEL, starts_config_map_name
 from node_agent.runtime.kube import InClusterTransport, is_ready
 from tests.agent.fake_kube import FakeCluster
 from tests.cluster.api import Api
 from tests.cluster.control_plane import ControlPlane
-from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
-from warmstart.starts import STARTS_LABEL, starts_config_map_name
-from warmstart.workload import model_labels
 
 
 @dataclass

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-from k8s.gpu_nodes import GPU_TAINT, gpu_node_pool_name
+from contracts.pod_labels import GPU_POOL_LABEL
+from kube.gpu_nodes import GPU_TAINT, gpu_node_pool_name
 from tests.cluster.api import Api
 from warmstart.catalog import default_catalog
-from warmstart.workload import GPU_POOL_LABEL
 
 
 def gpu_node(

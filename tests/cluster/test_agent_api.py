@@ -23,6 +23,8 @@ import tests.agent.cluster_world as cluster_world
 import tests.agent.test_kube as kube_tests
 import tests.agent.test_node_agent as node_agent_tests
 import tests.agent.test_starts as starts_tests
+from contracts.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
+from contracts.start_record import starts_config_map_name
 from node_agent.host_path_policy import POLICY_NAME
 from node_agent.runtime.kube import KubeApi, KubeError
 from tests.agent.conftest import clock, log, small_disk, store  # noqa: F401  # fixtures of the imported tests
@@ -33,8 +35,6 @@ from tests.agent.test_starts import *  # noqa: F403
 from tests.agent.test_starts import world  # noqa: F401  # its fixture
 from tests.cluster.api import Api, in_order
 from tests.cluster.mirror import MirroredCluster, RealSide
-from warmstart.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
-from warmstart.starts import starts_config_map_name
 
 pytestmark = pytest.mark.control_plane
 

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from contracts.pod_labels import vllm_pod_selector
 from tests.cluster.api import Api
 from tests.cluster.crds import crds_for
 from tests.cluster.custom_metrics import CustomMetrics
@@ -26,7 +27,6 @@ from tests.synth import synthesize_shipped
 from warmstart import autoscaling
 from warmstart.autoscaling import MONITORING_NAMESPACE, scaling_policy
 from warmstart.catalog import default_catalog
-from warmstart.workload import vllm_pod_selector
 
 pytestmark = pytest.mark.control_plane
 

@@ -1,7 +1,7 @@
 """Pod Security levels and the host-path policy in a real API server (its PodSecurity admission plugin and its
 ValidatingAdmissionPolicy evaluator), for both shipped environments:
 
-- every namespace warmstart creates declares `enforce`, `audit` and `warn` at one level (k8s/pod_security.py);
+- every namespace warmstart creates declares `enforce`, `audit` and `warn` at one level (kube/pod_security.py);
 - every pod warmstart renders is admitted in its namespace at that level, with no warning, and the next stricter
   level refuses it (so the declared level is the strictest its pods meet);
 - where pods need hostPaths, the host-path policy admits exactly the rendered ones and refuses the other shapes.
@@ -13,11 +13,11 @@ import copy
 
 import pytest
 
-from k8s.pod_security import LEVELS, PREFIX
+from contracts.agent_settings import AGENT_NAMESPACE
+from kube.pod_security import LEVELS, PREFIX
 from tests.cluster.api import Api
 from tests.cluster.crds import crds_for
 from tests.cluster.environment import WORKLOAD_KINDS, apply_all, create_pod, pod_of, rendered_objects, wait_until
-from warmstart.agent_settings import AGENT_NAMESPACE
 from warmstart.workload import pod_records_root
 
 pytestmark = pytest.mark.control_plane

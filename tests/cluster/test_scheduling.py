@@ -9,13 +9,13 @@ import time
 
 import pytest
 
+from contracts.agent_settings import WEIGHTS_LABEL_DOMAIN
+from contracts.pod_labels import GPU_POOL_LABEL, vllm_pod_selector
 from tests.cluster.api import Api
 from tests.cluster.crds import crds_for
 from tests.cluster.environment import apply_all, create_pod, pod_of, rendered_objects, wait_until
 from tests.cluster.nodes import gpu_node, plain_node, pods, register, wait_bound
 from tests.synth import synthesize_shipped
-from warmstart.agent_settings import WEIGHTS_LABEL_DOMAIN
-from warmstart.workload import GPU_POOL_LABEL, vllm_pod_selector
 
 pytestmark = pytest.mark.control_plane
 

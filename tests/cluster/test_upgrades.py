@@ -3,7 +3,7 @@ applied over it (server-side dry run against what is stored, so CRD transition r
 `nodeClassRef.group`/`kind` run, then the apply itself).
 
 The first real-server run found the compute-mode switch refused: one NodePool name for both modes, whose node
-classes differ in group and kind. Each mode now has its own NodePool (k8s/gpu_nodes.gpu_node_pool_name), and the
+classes differ in group and kind. Each mode now has its own NodePool (kube/gpu_nodes.gpu_node_pool_name), and the
 last test shows the refusal the old name would still meet. Both pools then coexist (CDK's kubectl prune leaves
 custom resources alone), which is what a side-by-side migration needs and why `make deploy` refuses an in-place
 mode switch (warmstart.preflight.compute_mode_problem, tests/infra/test_deploy_preflight.py).
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from k8s.gpu_nodes import gpu_node_pool_name
+from kube.gpu_nodes import gpu_node_pool_name
 from tests.cluster.api import Api, in_order
 from tests.cluster.crds import auto_mode_node_class_crd, karpenter_crds
 from tests.cluster.environment import apply_all, object_name, rendered_objects

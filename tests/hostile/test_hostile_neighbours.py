@@ -9,6 +9,7 @@ import os
 import threading
 import time
 
+from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.__main__ import repeat
 from node_agent.runtime.archive import FACTORS_FILE, FACTORS_MAX_BYTES, pack
 from node_agent.runtime.compile_cache import VLLM_FOLDER, published, why_hash_differs
@@ -18,7 +19,6 @@ from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import CacheStore
 from tests.agent.cluster_world import MODEL
 from tests.hostile.conftest import tree_state
-from warmstart.workload import COMPILE_CACHE_CONTENT
 
 
 def test_a_pod_with_a_models_labels_in_another_namespace_is_nobodys(hostile):

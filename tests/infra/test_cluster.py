@@ -249,7 +249,9 @@ def test_auto_mode_cluster_role_may_put_the_node_class_tags_on_what_it_launches(
     environment's tags, so the cluster role needs the custom-tags statements of the EKS user guide."""
     (node_class,) = of_kind(dev.manifests(), "NodeClass")
     assert node_class["spec"]["tags"] == dev.config.tags != {}
-    policies = {k: r for k, r in _resources(dev, "AWS::IAM::Policy").items() if k.startswith("AutoModeCustomTags")}
+    policies = {
+        k: r for k, r in _resources(dev, "AWS::IAM::Policy").items() if k.startswith("GpuComputeAutoModeCustomTags")
+    }
     ((policy_id, policy),) = policies.items()
     (cluster_role,) = [
         k
@@ -287,7 +289,7 @@ def test_auto_mode_without_tags_adds_no_tagging_permission(dev):
 
     stacks = compose_environment(App(context=cdk_context()), dev.config.model_copy(update={"tags": {}}))
     resources = Template.from_stack(stacks.cluster).to_json()["Resources"]
-    assert not [k for k in resources if k.startswith("AutoModeCustomTags")]
+    assert not [k for k in resources if k.startswith("GpuComputeAutoModeCustomTags")]
     (node_class,) = of_kind(deployed_manifests({"Resources": resources}), "NodeClass")
     assert node_class["spec"]["tags"] == {}
 

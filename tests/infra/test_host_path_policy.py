@@ -12,10 +12,11 @@ import cel
 import pytest
 import yaml
 
-from k8s.render import render_workloads
+from contracts.pod_labels import model_labels
+from kube.render import render_workloads
 from node_agent.host_path_policy import POLICY_NAME
 from tests.manifests import of_kind
-from warmstart.workload import compile_cache_root, model_labels, pod_records_root, weights_root
+from warmstart.workload import compile_cache_root, pod_records_root, weights_root
 
 MODEL = "llama-3-3-70b"
 OTHER = "team-a"  # a namespace warmstart did not create

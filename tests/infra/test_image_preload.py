@@ -4,10 +4,10 @@ snapshot build (workflow, its IAM, the custom resource and what the node class t
 import json
 
 from image_preload.prepull_chart import GATE_SERVICE_ACCOUNT, GATE_START_SECONDS
-from k8s.gpu_nodes import FAST_IMAGE_PULL_NODE_CONFIG
 from tests.manifests import deployed_manifests, of_kind
 from tests.synth import ROOT
 from warmstart.image_preload import builder_commands, image_set_key, snapshot_images, snapshot_parameter_name
+from warmstart.node_os.al2023 import FAST_IMAGE_PULL_NODE_CONFIG
 from warmstart.workload import image_cache_name
 
 PULL_SCRIPT = (ROOT / "image_preload" / "runtime" / "snapshot" / "pull-images.sh").read_text()
@@ -260,9 +260,8 @@ def choose(state: dict, document: dict) -> str:
 
 def test_the_workflow_may_only_touch_what_carries_its_tag(snapshot_env):
     template = snapshot_env.template_json("cluster")
-    (policy,) = [
-        r for k, r in _resources(template, "AWS::IAM::Policy").items() if k.startswith("ImageSnapshotWorkflow")
-    ]
+    policies = _resources(template, "AWS::IAM::Policy")
+    (policy,) = [r for k, r in policies.items() if k.startswith("ImageSnapshotWorkflow")]
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     tag = {"aws:ResourceTag/warmstart.io/image-builder": "prod"}
     assert statements["StopAndTerminateOwnBuilder"]["Condition"] == {"StringEquals": tag}
@@ -290,9 +289,8 @@ def test_the_workflow_may_only_touch_what_carries_its_tag(snapshot_env):
 
 def test_the_resource_deletes_only_its_environments_snapshots(snapshot_env):
     template = snapshot_env.template_json("cluster")
-    (policy,) = [
-        r for k, r in _resources(template, "AWS::IAM::Policy").items() if k.startswith("ImageSnapshotResourceAccess")
-    ]
+    policies = _resources(template, "AWS::IAM::Policy")
+    (policy,) = [r for k, r in policies.items() if k.startswith("ImageSnapshotResourceAccess")]
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert statements["DeleteOwnSnapshots"]["Condition"] == {
         "StringEquals": {"aws:ResourceTag/warmstart.io/environment": "prod"}

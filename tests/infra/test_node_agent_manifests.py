@@ -2,8 +2,9 @@
 
 import json
 
+from contracts.agent_settings import AgentSettings
 from tests.manifests import of_kind
-from warmstart.agent_settings import AgentSettings
+from tests.synth import ROOT
 
 
 def _agent_objects(synthesized) -> list[dict]:
@@ -156,12 +157,13 @@ def test_agent_aws_access_is_the_compile_cache_prefix_only(shipped):
     )
 
 
-def test_agent_image_is_an_asset_built_at_deploy_from_the_runtimes_it_runs_and_the_domain_only(shipped):
+def test_agent_image_is_an_asset_built_at_deploy_from_the_runtimes_it_runs_and_the_contracts_only(shipped):
     assets = json.loads((shipped.outdir / f"{shipped.stacks.cluster.stack_name}.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
     assert image["source"]["dockerFile"] == "node_agent/Dockerfile"
     context = shipped.outdir / image["source"]["directory"]
-    assert sorted(p.name for p in context.iterdir()) == ["image_preload", "model_workload", "node_agent", "warmstart"]
+    # No domain package: a new refusal message or default does not rebuild the image.
+    assert sorted(p.name for p in context.iterdir()) == ["contracts", "image_preload", "node_agent"]
     assert sorted(p.name for p in (context / "node_agent").iterdir()) == [
         "Dockerfile",  # the build needs it in the context it is sent
         "__init__.py",
@@ -169,9 +171,9 @@ def test_agent_image_is_an_asset_built_at_deploy_from_the_runtimes_it_runs_and_t
         "runtime",
     ]
     assert sorted(p.name for p in (context / "image_preload" / "runtime").iterdir()) == ["__init__.py", "gate.py"]
-    assert (context / "warmstart" / "estimate.py").exists() and not (
-        context / "warmstart" / "estimate_plot.py"
-    ).exists()
+    assert sorted(p.name for p in (context / "contracts").iterdir()) == sorted(
+        p.name for p in (ROOT / "contracts").glob("*.py")
+    )
     assert not list(context.rglob("__pycache__"))
 
 

@@ -150,9 +150,9 @@ def test_function_code_is_the_repository_source_not_a_bundle(shipped):
     assets = json.loads((shipped.outdir / f"{shipped.stacks.pruner.stack_name}.assets.json").read_text())
     (files,) = [f for f in assets["files"].values() if f["source"].get("packaging") == "zip"]
     folder = shipped.outdir / files["source"]["path"]
-    # Only the function's own runtime, the shared Lambda log line and the domain package: a change elsewhere
-    # (the agent, the image snapshot's function, the constructs) does not redeploy it.
-    assert sorted(p.name for p in folder.iterdir()) == ["lambdas", "pruner", "warmstart"]
+    # Only the function's own runtime, the shared Lambda log line and the contracts: a change elsewhere (the
+    # domain package, the agent, the image snapshot's function, the constructs) does not redeploy it.
+    assert sorted(p.name for p in folder.iterdir()) == ["contracts", "lambdas", "pruner"]
     assert sorted(p.name for p in (folder / "lambdas").iterdir()) == ["__init__.py", "log.py"]
     assert sorted(p.name for p in (folder / "pruner").iterdir()) == ["__init__.py", "runtime"]
     assert (folder / "pruner" / "runtime" / "handler.py").exists()

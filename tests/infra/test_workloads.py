@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from k8s.render import render_workloads
+from kube.render import render_workloads
 from tests.manifest_validation import validate_manifest
 from tests.manifests import of_kind
 from tests.synth import SHIPPED_ENVIRONMENTS

@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from contracts.cache_key import PRUNER_LOCK_KEY
 from pruner.runtime.aws import PrunerAws
 from pruner.runtime.pruner import ActiveSetUnavailable, Settings, run
 from tests.lambdas.helpers import PARAMETER, StandInSsm, all_keys, assert_no_manifest_without_archive, fast_client
 from tests.s3_server import SeaweedS3
-from warmstart.cache_key import PRUNER_LOCK_KEY
 
 
 def key(group: str, index: int) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.compile_cache import VLLM_FOLDER
 from tests.agent.cluster_world import World
 from tests.real_vllm import cases as case_set
@@ -34,7 +35,7 @@ from tests.standins import vllm as standin
 from tests.standins.kubelet import PodRun
 from warmstart.catalog import default_catalog
 from warmstart.sizing import candidate_instances
-from warmstart.workload import COMPILE_CACHE_CONTENT, COMPILE_CACHE_MOUNT, VLLM_ASSETS_MOUNT, plan_model
+from warmstart.workload import COMPILE_CACHE_MOUNT, VLLM_ASSETS_MOUNT, plan_model
 
 pytestmark = pytest.mark.real_vllm
 # What the entry step sets for the node-copy load (model_workload/runtime/vllm_entry.py), and what the test

@@ -4,7 +4,7 @@ import ast
 import sys
 from pathlib import Path
 
-from node_agent.image import DOCKERFILE, IMAGE_LEAVES_OUT, IMAGE_SOURCE
+from node_agent.image import DOCKERFILE, IMAGE_SOURCE
 from tests.synth import ROOT
 
 # Our own packages that the image carries (node_agent/image.py), not installed from requirements.
@@ -35,8 +35,6 @@ def _third_party_imports(folder: Path, files: list[Path] | None = None) -> set[s
     found = set()
     siblings = {p.stem for p in folder.glob("*.py")}
     for path in files or folder.glob("*.py"):
-        if path.relative_to(ROOT).as_posix() in IMAGE_LEAVES_OUT:
-            continue  # not in the image (tests/infra/test_node_agent_manifests.py checks the context)
         for node in ast.walk(ast.parse(path.read_text())):
             names = (
                 [a.name for a in node.names]

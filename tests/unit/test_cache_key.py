@@ -7,12 +7,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warmstart.cache_key import (
-    KEY_ROOT,
-    ModelFactors,
-    compile_cache_key,
-    parse_key_prefix,
-)
+from contracts.cache_key import KEY_ROOT, ModelFactors, compile_cache_key, parse_key_prefix
 
 names = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)
 factors_strategy = st.builds(

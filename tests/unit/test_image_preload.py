@@ -7,7 +7,6 @@ import pytest
 from tests.unit.test_config import only_problem, raw
 from warmstart.catalog import Catalog, InstanceSpec
 from warmstart.image_preload import (
-    builder_ami_parameter,
     builder_commands,
     data_volume_need_gb,
     fully_qualified,
@@ -17,6 +16,7 @@ from warmstart.image_preload import (
     volume_initialization_seconds,
 )
 from warmstart.loader import ConfigError, parse_config
+from warmstart.node_os.bottlerocket import builder_ami_parameter
 from warmstart.workload import nvme_need_gb
 
 
@@ -58,7 +58,7 @@ def test_builder_commands_pass_the_images_as_arguments_then_the_script():
 def test_the_builder_runs_the_nodes_bottlerocket_release_standard_variant():
     config = parse_config(bottlerocket_snapshot())
     assert (
-        builder_ami_parameter(config.compute, config.cluster.kubernetes_version)
+        builder_ami_parameter(config.compute.ami_alias, config.cluster.kubernetes_version)
         == "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.50.0/image_id"
     )
 

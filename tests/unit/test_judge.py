@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.compile_cache import VLLM_FOLDER, judge
-from warmstart.workload import COMPILE_CACHE_CONTENT
 
 A, B = "torch_compile_cache/aaaaaaaaaa", "torch_compile_cache/bbbbbbbbbb"
 RESTORED = {"origin": "restored", "hash_dirs": [A]}

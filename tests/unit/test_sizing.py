@@ -52,7 +52,7 @@ def test_weights_fit_is_inclusive_at_the_limit(catalog):
 
 def test_nvme_mount_per_node_os():
     """Auto Mode and Bottlerocket: apiclient ephemeral-storage mounts /mnt/.ephemeral; AL2023: nodeadm's
-    setup-local-disks mounts /mnt/k8s-disks/0 (sources in warmstart/sizing.py)."""
+    setup-local-disks mounts /mnt/k8s-disks/0 (sources in warmstart/node_os/)."""
     pool = GpuPool(instance_types=["p5.48xlarge"])
     assert nvme_mount(_auto(80)) == "/mnt/.ephemeral"
     assert (

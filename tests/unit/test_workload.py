@@ -324,7 +324,7 @@ def test_without_surge_rollouts_replace_one_pod_at_a_time_and_say_what_it_costs(
 def test_the_deployment_strategy_follows_the_plan(tmp_path):
     import yaml
 
-    from k8s.render import render_workloads
+    from kube.render import render_workloads
 
     strategies = {}
     for surge in (False, True):
@@ -337,8 +337,8 @@ def test_the_deployment_strategy_follows_the_plan(tmp_path):
 
 
 def test_the_agent_selects_exactly_the_pods_the_chart_labels():
+    from contracts.pod_labels import model_labels
     from node_agent.runtime.agent import VLLM_POD_SELECTOR
-    from warmstart.workload import model_labels
 
     wanted = dict(pair.split("=") for pair in VLLM_POD_SELECTOR.split(","))
     for name in ("qwen3-4b", "llama-3-3-70b"):

@@ -9,13 +9,14 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from k8s.gpu_nodes import AutoModeGpuNodes
-from stacks.components.compute.contract import ClusterCapacity, attached
+from kube.gpu_nodes import AutoModeGpuNodes
+from stacks.components.compute.contract import ComputeInfo
 from stacks.components.compute.gpu_pool import GpuNodePool
 from stacks.components.compute.network_policy import AutoModeNetworkPolicy
+from stacks.components.control_plane import ControlPlane
 from stacks.components.nag import acknowledge, managed, wildcard
 from stacks.components.network import WarmstartVpc
-from warmstart.config import AutoModeCompute
+from warmstart.config import AutoModeCompute, ClusterConfig
 
 # Built-in pools kept next to ours: "system" runs cluster add-ons, "general-purpose" small workloads.
 BUILT_IN_NODE_POOLS = ["system", "general-purpose"]
@@ -48,6 +49,53 @@ class AutoModeNodeRole(Construct):
         return eks.ComputeConfig(node_pools=BUILT_IN_NODE_POOLS, node_role=self.role)
 
 
+def custom_tag_statements() -> list[iam.PolicyStatement]:
+    """The same creations as the Auto Mode managed policies, for this cluster only, with any further tags."""
+    this_cluster = {"aws:RequestTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"}
+    return [
+        iam.PolicyStatement(
+            sid="Compute",
+            actions=["ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate"],
+            resources=["*"],
+            conditions={
+                "StringEquals": this_cluster,
+                "StringLike": {
+                    "aws:RequestTag/eks:kubernetes-node-class-name": "*",
+                    "aws:RequestTag/eks:kubernetes-node-pool-name": "*",
+                },
+            },
+        ),
+        iam.PolicyStatement(
+            sid="Storage",
+            actions=["ec2:CreateVolume", "ec2:CreateSnapshot"],
+            resources=["arn:aws:ec2:*:*:volume/*", "arn:aws:ec2:*:*:snapshot/*"],
+            conditions={"StringEquals": this_cluster},
+        ),
+        iam.PolicyStatement(
+            sid="Networking",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=["*"],
+            conditions={
+                "StringEquals": this_cluster,
+                "StringLike": {"aws:RequestTag/eks:kubernetes-cni-node-name": "*"},
+            },
+        ),
+        # A changed `tags` setting updates the tags of what already runs; without this those updates
+        # fail with an authorization error (same guide). Only on this cluster's own resources.
+        iam.PolicyStatement(
+            sid="RetagThisClustersResources",
+            actions=["ec2:CreateTags", "ec2:DeleteTags"],
+            resources=[
+                f"arn:aws:ec2:*:*:{kind}/*"
+                for kind in ("instance", "volume", "snapshot", "network-interface", "launch-template")
+            ],
+            conditions={
+                "StringEquals": {"aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"}
+            },
+        ),
+    ]
+
+
 class AutoModeCustomTags(Construct):
     """Lets Auto Mode put the NodeClass's own `tags` on what it creates for it.
 
@@ -62,55 +110,11 @@ class AutoModeCustomTags(Construct):
 
     def __init__(self, scope: Construct, id: str, *, cluster_role: iam.IRole) -> None:
         super().__init__(scope, id)
-        this_cluster = {"aws:RequestTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"}
         self.policy = iam.Policy(
             self,
             "Policy",
             roles=[cluster_role],
-            statements=[
-                iam.PolicyStatement(
-                    sid="Compute",
-                    actions=["ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate"],
-                    resources=["*"],
-                    conditions={
-                        "StringEquals": this_cluster,
-                        "StringLike": {
-                            "aws:RequestTag/eks:kubernetes-node-class-name": "*",
-                            "aws:RequestTag/eks:kubernetes-node-pool-name": "*",
-                        },
-                    },
-                ),
-                iam.PolicyStatement(
-                    sid="Storage",
-                    actions=["ec2:CreateVolume", "ec2:CreateSnapshot"],
-                    resources=["arn:aws:ec2:*:*:volume/*", "arn:aws:ec2:*:*:snapshot/*"],
-                    conditions={"StringEquals": this_cluster},
-                ),
-                iam.PolicyStatement(
-                    sid="Networking",
-                    actions=["ec2:CreateNetworkInterface"],
-                    resources=["*"],
-                    conditions={
-                        "StringEquals": this_cluster,
-                        "StringLike": {"aws:RequestTag/eks:kubernetes-cni-node-name": "*"},
-                    },
-                ),
-                # A changed `tags` setting updates the tags of what already runs; without this those updates
-                # fail with an authorization error (same guide). Only on this cluster's own resources.
-                iam.PolicyStatement(
-                    sid="RetagThisClustersResources",
-                    actions=["ec2:CreateTags", "ec2:DeleteTags"],
-                    resources=[
-                        f"arn:aws:ec2:*:*:{kind}/*"
-                        for kind in ("instance", "volume", "snapshot", "network-interface", "launch-template")
-                    ],
-                    conditions={
-                        "StringEquals": {
-                            "aws:ResourceTag/eks:eks-cluster-name": "${aws:PrincipalTag/eks:eks-cluster-name}"
-                        }
-                    },
-                ),
-            ],
+            statements=custom_tag_statements(),
         )
         acknowledge(
             self.policy,
@@ -128,46 +132,50 @@ class AutoModeCustomTags(Construct):
 
 class AutoModeGpuCompute(Construct):
     """EKS Auto Mode: AWS runs the nodes (Bottlerocket, AWS's AMI) and the Pod Identity agent; warmstart adds the
-    GPU NodePool and NodeClass, and NetworkPolicy enforcement."""
+    GPU NodePool and NodeClass, and NetworkPolicy enforcement. Creates the cluster (beside itself, in `scope`:
+    the control plane's place does not depend on the mode) with the node role every Auto Mode node uses."""
 
     def __init__(
-        self, scope: Construct, id: str, *, compute: AutoModeCompute, tags: dict[str, str], network: WarmstartVpc
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        compute: AutoModeCompute,
+        cluster: ClusterConfig,
+        tags: dict[str, str],
+        network: WarmstartVpc,
+        charts: cdk8s.App,
     ) -> None:
         super().__init__(scope, id)
-        self._compute, self._tags, self._network = compute, tags, network
-        # Before the cluster: EKS creates the cluster with this role for every Auto Mode node.
-        self.node_role_construct = AutoModeNodeRole(self, "AutoModeNodeRole")
-        self.custom_tags: AutoModeCustomTags | None = None
-        self._attached: tuple[AutoModeNetworkPolicy, GpuNodePool] | None = None
-
-    @property
-    def node_role(self) -> iam.IRole:
-        return self.node_role_construct.role
-
-    def cluster_capacity(self) -> ClusterCapacity:
-        return ClusterCapacity(eks.DefaultCapacityType.AUTOMODE, self.node_role_construct.compute_config())
-
-    def attach(self, *, cluster: eks.Cluster, charts: cdk8s.App) -> None:
-        network_policy = AutoModeNetworkPolicy(self, "NetworkPolicySupport", cluster=cluster)
+        self.node_role = AutoModeNodeRole(self, "AutoModeNodeRole")
+        control_plane = ControlPlane(
+            scope,
+            "ControlPlane",
+            cluster=cluster,
+            network=network,
+            capacity=eks.DefaultCapacityType.AUTOMODE,
+            compute=self.node_role.compute_config(),
+        )
+        self.network_policy = AutoModeNetworkPolicy(self, "NetworkPolicySupport", cluster=control_plane.cluster)
         after: list[Construct] = []
-        if self._tags:  # the NodeClass carries them: Auto Mode needs leave to apply them before any launch
-            self.custom_tags = AutoModeCustomTags(self, "AutoModeCustomTags", cluster_role=cluster.role)
+        self.custom_tags: AutoModeCustomTags | None = None
+        if tags:  # the NodeClass carries them: Auto Mode needs leave to apply them before any launch
+            self.custom_tags = AutoModeCustomTags(self, "AutoModeCustomTags", cluster_role=control_plane.cluster.role)
             after.append(self.custom_tags.policy)
         chart = AutoModeGpuNodes(
             charts,
             "GpuNodes",
-            compute=self._compute,
-            node_role_name=self.node_role.role_name,
-            subnet_ids=[subnet.subnet_id for subnet in self._network.private_subnet_list()],
-            security_group_ids=[cluster.cluster_security_group_id],
-            tags=self._tags,
+            compute=compute,
+            node_role_name=self.node_role.role.role_name,
+            subnet_ids=[subnet.subnet_id for subnet in network.private_subnet_list()],
+            security_group_ids=[control_plane.cluster.cluster_security_group_id],
+            tags=tags,
         )
-        self._attached = (network_policy, GpuNodePool(self, "GpuPool", cluster=cluster, chart=chart, after=after))
-
-    @property
-    def gpu_pool(self) -> GpuNodePool:
-        return attached(self._attached, self)[1]
-
-    @property
-    def workloads_wait_for(self) -> list[Construct]:
-        return [self.gpu_pool.manifest]
+        gpu_pool = GpuNodePool(self, "GpuPool", cluster=control_plane.cluster, chart=chart, after=after)
+        self.info = ComputeInfo(
+            control_plane=control_plane,
+            node_role=self.node_role.role,
+            gpu_pool=gpu_pool,
+            cluster_services=self,
+            workloads_wait_for=(gpu_pool.manifest,),
+        )

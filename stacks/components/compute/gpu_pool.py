@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from k8s.gpu_nodes import AutoModeGpuNodes, KarpenterGpuNodes
+from kube.gpu_nodes import AutoModeGpuNodes, KarpenterGpuNodes
 
 
 class GpuNodePool(Construct):

@@ -6,101 +6,99 @@ volumes start from (the config refuses the snapshot in Auto Mode)."""
 from __future__ import annotations
 
 import cdk8s
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from image_preload.snapshot import ImageSnapshotBuild, SnapshotRequest
-from k8s.gpu_nodes import KarpenterGpuNodes
-from stacks.components.compute.contract import ClusterCapacity, attached
+from kube.gpu_nodes import KarpenterGpuNodes
+from stacks.components.compute.contract import ComputeInfo
 from stacks.components.compute.gpu_pool import GpuNodePool
 from stacks.components.compute.karpenter_parts import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.compute.network_policy import VpcCniNetworkPolicy
+from stacks.components.control_plane import ControlPlane
 from stacks.components.network import WarmstartVpc
 from stacks.components.pod_identity import PodIdentityAgent
-from warmstart.config import ImagePreload, KarpenterCompute
+from warmstart.config import ClusterConfig, ImagePreload, KarpenterCompute
 
 
 class KarpenterGpuCompute(Construct):
+    """Creates the cluster (beside itself, in `scope`) with node groups for capacity, then Karpenter and what it
+    needs to launch the GPU nodes."""
+
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
         compute: KarpenterCompute,
-        cluster_name: str,
+        cluster: ClusterConfig,
         tags: dict[str, str],
         image_preload: ImagePreload,
         snapshot: SnapshotRequest | None,
         network: WarmstartVpc,
+        charts: cdk8s.App,
     ) -> None:
         super().__init__(scope, id)
-        self._compute, self._cluster_name, self._tags = compute, cluster_name, tags
-        self._image_preload, self._snapshot, self._network = image_preload, snapshot, network
-        self.image_snapshot: ImageSnapshotBuild | None = None
-        self._karpenter: KarpenterController | None = None
-        self._gpu_pool: GpuNodePool | None = None
-
-    def cluster_capacity(self) -> ClusterCapacity:
         # Node groups, not Auto Mode: the system node group below, and Karpenter's nodes.
-        return ClusterCapacity(eks.DefaultCapacityType.NODEGROUP)
-
-    def attach(self, *, cluster: eks.Cluster, charts: cdk8s.App) -> None:
-        self.network_policy = VpcCniNetworkPolicy(self, "NetworkPolicySupport", cluster=cluster)
-        self.pod_identity_agent = PodIdentityAgent(self, "PodIdentityAgent", cluster=cluster)
-        self.system_nodes = SystemNodes(
-            self,
-            "SystemNodes",
+        control_plane = ControlPlane(
+            scope,
+            "ControlPlane",
             cluster=cluster,
-            group=self._compute.system_node_group,
-            subnets=self._network.private_subnets,
+            network=network,
+            capacity=eks.DefaultCapacityType.NODEGROUP,
+            compute=None,
         )
-        self._karpenter = KarpenterController(
-            self, "Karpenter", cluster=cluster, cluster_name=self._cluster_name, version=self._compute.karpenter_version
+        eks_cluster = control_plane.cluster
+        self.network_policy = VpcCniNetworkPolicy(self, "NetworkPolicySupport", cluster=eks_cluster)
+        self.pod_identity_agent = PodIdentityAgent(self, "PodIdentityAgent", cluster=eks_cluster)
+        self.system_nodes = SystemNodes(
+            self, "SystemNodes", cluster=eks_cluster, group=compute.system_node_group, subnets=network.private_subnets
         )
-        self._karpenter.chart.node.add_dependency(self.pod_identity_agent, self.system_nodes)
+        self.karpenter = KarpenterController(
+            self, "Karpenter", cluster=eks_cluster, cluster_name=cluster.name, version=compute.karpenter_version
+        )
+        self.karpenter.chart.node.add_dependency(self.pod_identity_agent, self.system_nodes)
         self.device_plugin = NvidiaDevicePlugin(
-            self, "NvidiaDevicePlugin", cluster=cluster, version=self._compute.nvidia_device_plugin_version
+            self, "NvidiaDevicePlugin", cluster=eks_cluster, version=compute.nvidia_device_plugin_version
         )
-        subnets = self._network.private_subnet_list()
-        if self._snapshot is not None:
-            self.image_snapshot = ImageSnapshotBuild(
-                self,
-                "ImageSnapshot",
-                environment=self._snapshot.environment,
-                settings=self._snapshot.settings,
-                images=self._snapshot.images,
-                image_set_key=self._snapshot.image_set_key,
-                ami_parameter=self._snapshot.ami_parameter,
-                vpc=self._network.vpc,
-                subnet=subnets[0],
-            )
+        subnets = network.private_subnet_list()
+        self.image_snapshot = (
+            # In the stack, as before the modes had a construct: its custom resource owns the snapshot the nodes
+            # boot from, and a new logical ID would create a new resource for the same image set, then delete
+            # the old one with the snapshot both name.
+            ImageSnapshotBuild(scope, "ImageSnapshot", request=snapshot, vpc=network.vpc, subnet=subnets[0])
+            if snapshot is not None
+            else None
+        )
+        gpu_pool = self._gpu_pool(compute, tags, image_preload, eks_cluster, subnets, charts)
+        self.info = ComputeInfo(
+            control_plane=control_plane,
+            node_role=self.karpenter.node_role,
+            gpu_pool=gpu_pool,
+            cluster_services=self,
+            workloads_wait_for=(gpu_pool.manifest,),
+        )
+
+    def _gpu_pool(
+        self,
+        compute: KarpenterCompute,
+        tags: dict[str, str],
+        image_preload: ImagePreload,
+        eks_cluster: eks.Cluster,
+        subnets: list[ec2.ISubnet],
+        charts: cdk8s.App,
+    ) -> GpuNodePool:
         chart = KarpenterGpuNodes(
             charts,
             "GpuNodes",
-            compute=self._compute,
-            node_role_name=self.node_role.role_name,
+            compute=compute,
+            node_role_name=self.karpenter.node_role.role_name,
             subnet_ids=[subnet.subnet_id for subnet in subnets],
-            security_group_ids=[cluster.cluster_security_group_id],
-            tags=self._tags,
-            image_preload=self._image_preload,
+            security_group_ids=[eks_cluster.cluster_security_group_id],
+            tags=tags,
+            image_preload=image_preload,
             data_volume_snapshot_id=self.image_snapshot.snapshot_id if self.image_snapshot else None,
         )
         # After the Karpenter chart, which installs the NodePool and EC2NodeClass CRDs.
-        self._gpu_pool = GpuNodePool(self, "GpuPool", cluster=cluster, chart=chart, after=[self._karpenter.chart])
-
-    @property
-    def karpenter(self) -> KarpenterController:
-        return attached(self._karpenter, self)
-
-    @property
-    def node_role(self) -> iam.IRole:
-        return self.karpenter.node_role
-
-    @property
-    def gpu_pool(self) -> GpuNodePool:
-        return attached(self._gpu_pool, self)
-
-    @property
-    def workloads_wait_for(self) -> list[Construct]:
-        return [self.gpu_pool.manifest]
+        return GpuNodePool(self, "GpuPool", cluster=eks_cluster, chart=chart, after=[self.karpenter.chart])

@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from stacks.components.compute.karpenter_policy import ControllerScope, controller_statements
 from stacks.components.nag import acknowledge, managed, wildcard
 from stacks.components.pod_identity import PodIdentity
 from stacks.components.source import cluster_ref
@@ -68,6 +69,14 @@ class SystemNodes(Construct):
 class KarpenterController(Construct):
     def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, cluster_name: str, version: str) -> None:
         super().__init__(scope, id)
+        self._nodes(cluster, cluster_name)
+        self._interruption()
+        self._identity(cluster, cluster_name)
+        self._charts(cluster, cluster_name, version)
+        self._acknowledge_findings()
+
+    def _nodes(self, cluster: eks.Cluster, cluster_name: str) -> None:
+        """The role of the nodes Karpenter launches, and their access to the cluster."""
         self.node_role = iam.Role(
             self,
             "NodeRole",
@@ -91,6 +100,9 @@ class KarpenterController(Construct):
             access_entry_type=eks.AccessEntryType.EC2_LINUX,
             access_policies=[],
         )
+
+    def _interruption(self) -> None:
+        """Spot interruptions, rebalance recommendations and scheduled changes, queued for the controller."""
         self.interruption_queue = sqs.Queue(
             self,
             "InterruptionQueue",
@@ -107,6 +119,9 @@ class KarpenterController(Construct):
             )
             for name, (source, detail_type) in INTERRUPTION_EVENTS.items()
         ]
+
+    def _identity(self, cluster: eks.Cluster, cluster_name: str) -> None:
+        """The controller's Pod Identity role and its managed policies."""
         self.identity = PodIdentity(
             self,
             "Identity",
@@ -119,14 +134,18 @@ class KarpenterController(Construct):
         self.policies = [
             iam.ManagedPolicy(self, name, statements=statements, roles=[self.identity.role])
             for name, statements in controller_statements(
-                cluster_name=cluster_name,
-                partition=stack.partition,
-                region=stack.region,
-                account=stack.account,
-                node_role_arn=self.node_role.role_arn,
-                queue_arn=self.interruption_queue.queue_arn,
+                ControllerScope(
+                    cluster_name=cluster_name,
+                    partition=stack.partition,
+                    region=stack.region,
+                    account=stack.account,
+                    node_role_arn=self.node_role.role_arn,
+                    queue_arn=self.interruption_queue.queue_arn,
+                )
             ).items()
         ]
+
+    def _charts(self, cluster: eks.Cluster, cluster_name: str, version: str) -> None:
         # The CRDs from their own chart: Helm installs a chart's crds/ once and never upgrades them, so a version
         # bump of the controller chart alone would run the new controller on old CRDs (Karpenter v1.14 upgrade
         # guide: "we recommend using the independent karpenter-crd chart to manage CRDs").
@@ -171,7 +190,6 @@ class KarpenterController(Construct):
         self.chart.node.add_dependency(self.crds, self.identity.association)
         for policy in self.policies:
             self.chart.node.add_dependency(policy)
-        self._acknowledge_findings()
 
     def _acknowledge_findings(self) -> None:
         stack = Stack.of(self)
@@ -224,178 +242,6 @@ class KarpenterController(Construct):
             wildcard(f"arn:aws:iam::{account}:instance-profile/*"),
             wildcard(f"arn:aws:ssm:{region}::parameter/aws/service/*"),
         )
-
-
-def controller_statements(
-    *, cluster_name: str, partition: str, region: str, account: str, node_role_arn: str, queue_arn: str
-) -> dict[str, list[iam.PolicyStatement]]:
-    ec2_arn = f"arn:{partition}:ec2:{region}"
-    owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
-    request_owned = {
-        f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned",
-        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
-    }
-    launched = [
-        f"{ec2_arn}:*:{kind}/*"
-        for kind in ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")
-    ]
-    profile_arn = f"arn:{partition}:iam::{account}:instance-profile/*"
-    in_region = {"aws:ResourceTag/topology.kubernetes.io/region": region}
-    return {
-        "NodeLifecycle": [
-            iam.PolicyStatement(
-                sid="AllowScopedEC2InstanceAccessActions",
-                actions=["ec2:RunInstances", "ec2:CreateFleet"],
-                resources=[
-                    f"{ec2_arn}::image/*",
-                    f"{ec2_arn}::snapshot/*",
-                    *(
-                        f"{ec2_arn}:*:{kind}/*"
-                        for kind in ("security-group", "subnet", "capacity-reservation", "placement-group")
-                    ),
-                ],
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedEC2LaunchTemplateAccessActions",
-                actions=["ec2:RunInstances", "ec2:CreateFleet"],
-                resources=[f"{ec2_arn}:*:launch-template/*"],
-                conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedEC2InstanceActionsWithTags",
-                actions=["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
-                resources=launched,
-                conditions={
-                    "StringEquals": request_owned,
-                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedResourceCreationTagging",
-                actions=["ec2:CreateTags"],
-                resources=launched,
-                conditions={
-                    "StringEquals": {
-                        **request_owned,
-                        "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"],
-                    },
-                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedResourceTagging",
-                actions=["ec2:CreateTags"],
-                resources=[f"{ec2_arn}:*:instance/*"],
-                conditions={
-                    "StringEquals": owned,
-                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
-                    "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
-                    "ForAllValues:StringEquals": {
-                        "aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]
-                    },
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedDeletion",
-                actions=["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
-                resources=[f"{ec2_arn}:*:instance/*", f"{ec2_arn}:*:launch-template/*"],
-                conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
-            ),
-        ],
-        "IamIntegration": [
-            iam.PolicyStatement(
-                sid="AllowPassingInstanceRole",
-                actions=["iam:PassRole"],
-                resources=[node_role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}},
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedInstanceProfileCreationActions",
-                actions=["iam:CreateInstanceProfile"],
-                resources=[profile_arn],
-                conditions={
-                    "StringEquals": {**request_owned, "aws:RequestTag/topology.kubernetes.io/region": region},
-                    "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedInstanceProfileTagActions",
-                actions=["iam:TagInstanceProfile"],
-                resources=[profile_arn],
-                conditions={
-                    "StringEquals": {
-                        **owned,
-                        **in_region,
-                        **request_owned,
-                        "aws:RequestTag/topology.kubernetes.io/region": region,
-                    },
-                    "StringLike": {
-                        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
-                        "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
-                    },
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedInstanceProfileActions",
-                actions=[
-                    "iam:AddRoleToInstanceProfile",
-                    "iam:RemoveRoleFromInstanceProfile",
-                    "iam:DeleteInstanceProfile",
-                ],
-                resources=[profile_arn],
-                conditions={
-                    "StringEquals": {**owned, **in_region},
-                    "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
-                },
-            ),
-        ],
-        "EksIntegration": [
-            iam.PolicyStatement(
-                sid="AllowAPIServerEndpointDiscovery",
-                actions=["eks:DescribeCluster"],
-                resources=[f"arn:{partition}:eks:{region}:{account}:cluster/{cluster_name}"],
-            ),
-        ],
-        "Interruption": [
-            iam.PolicyStatement(
-                sid="AllowInterruptionQueueActions",
-                actions=["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
-                resources=[queue_arn],
-            ),
-        ],
-        "ResourceDiscovery": [
-            iam.PolicyStatement(
-                sid="AllowRegionalReadActions",
-                actions=[
-                    "ec2:DescribeCapacityReservations",
-                    "ec2:DescribeImages",
-                    "ec2:DescribeInstances",
-                    "ec2:DescribeInstanceStatus",
-                    "ec2:DescribeInstanceTypeOfferings",
-                    "ec2:DescribeInstanceTypes",
-                    "ec2:DescribeLaunchTemplates",
-                    "ec2:DescribePlacementGroups",
-                    "ec2:DescribeSecurityGroups",
-                    "ec2:DescribeSpotPriceHistory",
-                    "ec2:DescribeSubnets",
-                ],
-                resources=["*"],
-                conditions={"StringEquals": {"aws:RequestedRegion": region}},
-            ),
-            iam.PolicyStatement(
-                sid="AllowSSMReadActions",
-                actions=["ssm:GetParameter"],
-                resources=[f"arn:{partition}:ssm:{region}::parameter/aws/service/*"],
-            ),
-            iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]),
-            iam.PolicyStatement(
-                sid="AllowUnscopedInstanceProfileListAction", actions=["iam:ListInstanceProfiles"], resources=["*"]
-            ),
-            iam.PolicyStatement(
-                sid="AllowInstanceProfileReadActions", actions=["iam:GetInstanceProfile"], resources=[profile_arn]
-            ),
-        ],
-    }
 
 
 class NvidiaDevicePlugin(Construct):

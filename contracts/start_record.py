@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from warmstart.agent_settings import AGENT_NAMESPACE
+from contracts.agent_settings import AGENT_NAMESPACE
 
 # The measured phases, in the order a start goes through them; `other` is what the rest leaves of the total
 # (container start, Python imports, the API server's start, probe periods, and any phase with no source).

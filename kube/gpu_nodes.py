@@ -13,9 +13,8 @@ from typing import Any
 import cdk8s
 from constructs import Construct
 
+from contracts.pod_labels import gpu_pool_selector
 from warmstart.config import AutoModeCompute, GpuPool, ImagePreload, KarpenterCompute
-from warmstart.sizing import ami_family
-from warmstart.workload import gpu_pool_selector
 
 GPU_NODE_CLASS = "gpu"  # Auto Mode forbids a custom node class named "default"
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
@@ -26,7 +25,7 @@ def gpu_node_pool_name(mode: str) -> str:
     immutable (v1.14.1, CEL `self.group == oldSelf.group`), and the two modes' node classes differ in both: under one
     name, switching an environment's mode is an update the API server refuses. Under two names the switch creates
     the new pool and deletes the old one (its nodes drain as Karpenter deletes them), and pods, which select the
-    pool's template label (warmstart.workload.GPU_POOL_LABEL), land on either pool's nodes meanwhile."""
+    pool's template label (contracts.pod_labels.GPU_POOL_LABEL), land on either pool's nodes meanwhile."""
     return f"gpu-{mode}"
 
 
@@ -119,7 +118,8 @@ class KarpenterGpuNodes(cdk8s.Chart):
             {
                 **_placement(node_role_name, subnet_ids, security_group_ids),
                 "amiSelectorTerms": [{"alias": compute.ami_alias}],
-                **karpenter_storage(compute, image_preload, data_volume_snapshot_id),
+                # Instance-store policy, block devices and user data: the node OS's (warmstart/node_os/).
+                **compute.node_os.karpenter_storage(compute, image_preload, data_volume_snapshot_id),
                 # IMDSv2 only, one hop: pods get AWS credentials from Pod Identity, never the node role.
                 "metadataOptions": {
                     "httpEndpoint": "enabled",
@@ -132,90 +132,6 @@ class KarpenterGpuNodes(cdk8s.Chart):
             },
         )
         self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class, mode=compute.mode)
-
-
-# Bottlerocket's OS volume, as Karpenter's Bottlerocket defaults size it (v1.14.1 amifamily/bottlerocket.go);
-# listing any mapping replaces all of Karpenter's defaults, so both volumes are listed.
-BOTTLEROCKET_OS_VOLUME = {
-    "deviceName": "/dev/xvda",
-    "ebs": {"volumeSize": "4Gi", "volumeType": "gp3", "encrypted": True, "deleteOnTermination": True},
-}
-# Snapshot mode: the NVMe array set up as Karpenter's RAID0 does it, but binding only the kubelet's folder and
-# the pod logs onto it, so /var/lib/containerd stays on the data volume made from the image snapshot
-# (`apiclient ephemeral-storage bind` mounts over a folder without copying it).
-SNAPSHOT_MODE_BOOTSTRAP = """[settings.bootstrap-commands.000-warmstart-instance-storage]
-commands = [
-  ["apiclient", "ephemeral-storage", "init"],
-  ["apiclient", "ephemeral-storage", "bind", "--dirs", "/var/lib/kubelet", "/var/log/pods"],
-]
-essential = true
-mode = "always"
-"""
-# AL2023: SOCI parallel pull and unpack (nodeadm NodeConfig feature gate; Karpenter merges this NodeConfig with
-# its own, amazon-eks-ami v20250821+).
-FAST_IMAGE_PULL_NODE_CONFIG = """MIME-Version: 1.0
-Content-Type: multipart/mixed; boundary="//"
-
---//
-Content-Type: application/node.eks.aws
-
-apiVersion: node.eks.aws/v1alpha1
-kind: NodeConfig
-spec:
-  featureGates:
-    FastImagePull: true
-
---//--
-"""
-
-
-def karpenter_storage(compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None) -> dict[str, Any]:
-    """Volumes, instance-store policy and user data of the GPU EC2NodeClass, per node OS and image_preload."""
-    gp3 = {"volumeType": "gp3", "encrypted": True, "deleteOnTermination": True}
-    if ami_family(compute) == "al2023":
-        return {
-            # Without it Karpenter ignores the instance store and /mnt/k8s-disks/0 would not exist.
-            "instanceStorePolicy": "RAID0",
-            "blockDeviceMappings": [
-                {
-                    "deviceName": "/dev/xvda",
-                    "rootVolume": True,
-                    "ebs": {"volumeSize": f"{compute.root_volume_gib}Gi", **gp3},
-                }
-            ],
-            **({"userData": FAST_IMAGE_PULL_NODE_CONFIG} if preload.parallel_pull else {}),
-        }
-    if preload.mode != "snapshot":
-        return {
-            "instanceStorePolicy": "RAID0",
-            "blockDeviceMappings": [
-                BOTTLEROCKET_OS_VOLUME,
-                {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": f"{compute.root_volume_gib}Gi", **gp3}},
-            ],
-        }
-    if snapshot_id is None:
-        raise ValueError("image_preload.mode snapshot needs the data volume's snapshot ID")
-    volume = preload.snapshot
-    data = {
-        "snapshotID": snapshot_id,
-        # Set explicitly: Karpenter sizes the node's ephemeral storage from it (else Bottlerocket's 20Gi default).
-        "volumeSize": f"{volume.data_volume_gib}Gi",
-        "volumeType": "gp3",
-        "iops": volume.data_volume_iops,
-        "throughput": volume.data_volume_throughput_mibps,
-        # Encryption comes from the snapshot: a volume made from an encrypted snapshot is encrypted (EC2 user
-        # guide, "Amazon EBS encryption"), and the builder encrypts its data volume.
-        "deleteOnTermination": True,
-        **(
-            {"volumeInitializationRate": volume.volume_initialization_rate_mibps}
-            if volume.volume_initialization_rate_mibps
-            else {}
-        ),
-    }
-    return {
-        "blockDeviceMappings": [BOTTLEROCKET_OS_VOLUME, {"deviceName": "/dev/xvdb", "ebs": data}],
-        "userData": SNAPSHOT_MODE_BOOTSTRAP,
-    }
 
 
 def _reservations(pool: GpuPool) -> dict[str, Any]:

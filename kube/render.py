@@ -1,4 +1,4 @@
-"""Plain manifests for GitOps users: `python -m k8s.render --config config/dev.yaml --out dist/dev`.
+"""Plain manifests for GitOps users: `python -m kube.render --config config/dev.yaml --out dist/dev`.
 
 The same VllmModel charts the ClusterStack deploys, rendered to one YAML file per model.
 """

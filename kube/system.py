@@ -6,8 +6,8 @@ import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from k8s.pod_security import SYSTEM_LEVEL, pod_security_labels
-from warmstart.agent_settings import AGENT_NAMESPACE
+from contracts.agent_settings import AGENT_NAMESPACE
+from kube.pod_security import SYSTEM_LEVEL, pod_security_labels
 
 SYSTEM_LABELS = {"app.kubernetes.io/part-of": "warmstart"}
 

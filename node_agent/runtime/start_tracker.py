@@ -10,6 +10,9 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from contracts.agent_settings import AGENT_NAMESPACE
+from contracts.pod_labels import VLLM_CONTAINER
+from contracts.start_record import STARTS_KEPT, STARTS_KEY, STARTS_LABEL, StartTimeline, starts_config_map_name
 from node_agent.runtime.kube import KubeApi, KubeError, is_ready
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
@@ -17,9 +20,6 @@ from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord
 from node_agent.runtime.timeline import assemble, condition_time, vllm_restarts
 from node_agent.runtime.vllm_log import container_log_path, parse_start, read_container_log
-from warmstart.agent_settings import AGENT_NAMESPACE
-from warmstart.starts import STARTS_KEPT, STARTS_KEY, STARTS_LABEL, StartTimeline, starts_config_map_name
-from warmstart.workload import VLLM_CONTAINER
 
 
 def start_id(pod: dict) -> str:

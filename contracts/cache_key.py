@@ -21,42 +21,7 @@ MANIFEST_STEM = "manifest-"
 ARCHIVE_STEM = "archive-"
 # The pruner's one-run-at-a-time lock: outside KEY_ROOT, so never listed as a key nor create-only.
 PRUNER_LOCK_KEY = "pruner-lock.json"
-# The active set (the keys the pruner keeps) may need several SSM parameters: the first names how many parts
-# there are, the others are <name>-2, <name>-3, ... (warmstart.active_set writes them, the pruner reads them).
-MAX_ACTIVE_SET_PARTS = 20
-
-
-def active_set_part_name(name: str, part: int) -> str:
-    return name if part == 1 else f"{name}-{part}"
-
-
 DIGEST_LENGTH = 20  # hex characters of sha256: 80 bits, collisions are not a practical concern
-
-# VLLM_* variables the config refuses in `vllm_env`, with why (vLLM 0.21.0, vllm/envs.py compile_factors and
-# its ignore list; docs/upstream-facts.md).
-_PER_POD = "it differs per pod or is set by warmstart; in vLLM's compile hash it would make every pod miss"
-RESERVED_VLLM_ENV: dict[str, str] = {
-    **{
-        name: _PER_POD
-        for name in (
-            "VLLM_HOST_IP",
-            "VLLM_PORT",
-            "VLLM_INSTANCE_ID",
-            "VLLM_RPC_BASE_PATH",
-            "VLLM_DP_RANK",
-            "VLLM_DP_RANK_LOCAL",
-            "VLLM_DP_MASTER_IP",
-            "VLLM_DP_MASTER_PORT",
-            "VLLM_CACHE_ROOT",
-            "VLLM_CONFIG_ROOT",
-            "VLLM_LOGGING_PREFIX",
-        )
-    },
-    "VLLM_ASSETS_CACHE": "warmstart sets it: it is part of the model path vLLM hashes for an s3:// model",
-    "VLLM_MODEL_REDIRECT_PATH": "it rewrites the model path vLLM hashes (maybe_model_redirect)",
-    "VLLM_API_KEY": "vLLM hashes it and writes it in clear text into the compile cache's cache_key_factors.json; "
-    "a secret belongs in a Kubernetes Secret, not in plain config",
-}
 
 
 @dataclass(frozen=True)

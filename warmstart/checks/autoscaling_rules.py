@@ -1,0 +1,53 @@
+"""Autoscaling on vLLM's load."""
+
+from __future__ import annotations
+
+from warmstart.checks.problem import Problem
+from warmstart.checks.rule import POOL_FACTS, rule
+from warmstart.config import EnvironmentConfig
+
+
+@rule(needs=POOL_FACTS)
+def _autoscaling(config: EnvironmentConfig) -> list[Problem]:
+    problems = []
+    for i, model in enumerate(config.models):
+        scaling = model.autoscaling
+        if scaling is None:
+            continue
+        field = f"models[{i}].autoscaling"
+        if scaling.min_replicas > scaling.max_replicas:
+            problems.append(
+                Problem(
+                    f"{field}.min_replicas",
+                    f"{scaling.min_replicas} is above max_replicas ({scaling.max_replicas})",
+                    "make min_replicas at most max_replicas",
+                )
+            )
+        if scaling.min_replicas == 1 and not model.allow_single_replica_downtime:
+            problems.append(
+                Problem(
+                    f"{field}.min_replicas",
+                    "scaled in to one replica, the model goes offline whenever that node is replaced (expiry, "
+                    "AMI drift, a rollout without room to surge)",
+                    "use min_replicas: 2 or more, or accept the downtime with allow_single_replica_downtime: true",
+                )
+            )
+        if "replicas" in model.model_fields_set:
+            problems.append(
+                Problem(
+                    f"models[{i}].replicas",
+                    f"the autoscaler sets the replica count (from {scaling.min_replicas} to {scaling.max_replicas}); "
+                    "a fixed count would be applied again on every deploy and fight it",
+                    "remove replicas (min_replicas is the floor)",
+                )
+            )
+        if scaling.metric == "kv_cache_usage" and scaling.target_value is not None and scaling.target_value >= 1:
+            problems.append(
+                Problem(
+                    f"{field}.target_value",
+                    f"{scaling.target_value:g} is not a share of the KV cache (vLLM reports 0 to 1): pods would "
+                    "never be added",
+                    "use a share below 1, e.g. 0.8",
+                )
+            )
+    return problems

@@ -1,0 +1,228 @@
+"""The GPU pool and its capacity: instance types, lifetimes, reservations, disks and the GPU budget."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from warmstart.catalog import Catalog
+from warmstart.checks.problem import Problem
+from warmstart.checks.rule import POOL_FACTS, rule
+from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+from warmstart.sizing import (
+    ephemeral_storage_below_nvme,
+)
+from warmstart.workload import (
+    NVME_USABLE,
+    node_gpus,
+    nvme_need_gb,
+    steady_pool_gpus,
+    weights_cached,
+)
+
+# Auto Mode refuses a NodePool whose expireAfter plus terminationGracePeriod exceeds 21 days (the
+# message Auto Mode returns: "the sum of expireAfter and terminationGracePeriod ... may not exceed 21 days").
+AUTO_MODE_MAX_LIFETIME_HOURS = 21 * 24
+
+
+def duration_hours(text: str) -> float:
+    """'336h', '1h30m', '90s' -> hours."""
+    units = {"h": 1.0, "m": 1 / 60, "s": 1 / 3600}
+    return sum(float(number) * units[unit] for number, unit in re.findall(r"([0-9]+)([hms])", text))
+
+
+@rule()
+def _pool_instance_types(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    known = ", ".join(sorted(catalog.instances))
+    return [
+        Problem(
+            f"compute.gpu_pool.instance_types[{i}]",
+            f"{name!r} is not in the GPU catalog, so its GPUs and NVMe size are unknown",
+            f"use one of: {known} (or add it to warmstart/catalog.yaml with its source)",
+        )
+        for i, name in enumerate(config.compute.gpu_pool.instance_types)
+        if not catalog.knows(name)
+    ]
+
+
+@rule()
+def _system_node_group(config: EnvironmentConfig) -> list[Problem]:
+    if isinstance(config.compute, KarpenterCompute):
+        group = config.compute.system_node_group
+        if group.min_size > group.max_size:
+            return [
+                Problem(
+                    "compute.system_node_group.min_size",
+                    f"min_size {group.min_size} is above max_size {group.max_size}",
+                    "make min_size <= max_size",
+                )
+            ]
+    return []
+
+
+@rule()
+def _capacity_reservations(config: EnvironmentConfig) -> list[Problem]:
+    pool = config.compute.gpu_pool
+    reserved = "reserved" in pool.capacity_types
+    if isinstance(config.compute, AutoModeCompute):
+        if reserved or pool.capacity_reservations:
+            return [
+                Problem(
+                    "compute.gpu_pool.capacity_types",
+                    "capacity reservations are wired for the Karpenter mode only (its EC2NodeClass selects them)",
+                    "remove 'reserved' and capacity_reservations, or use compute.mode: karpenter",
+                )
+            ]
+        return []
+    if reserved and not pool.capacity_reservations:
+        return [
+            Problem(
+                "compute.gpu_pool.capacity_types",
+                "'reserved' is listed but no reservation is selected: "
+                "Karpenter only launches reserved capacity from reservations its EC2NodeClass selects, "
+                "so it would never use any",
+                "add compute.gpu_pool.capacity_reservations (an id: cr-... or tags: {...}), or remove 'reserved'",
+            )
+        ]
+    if pool.capacity_reservations and not reserved:
+        return [
+            Problem(
+                "compute.gpu_pool.capacity_reservations",
+                "reservations are selected but 'reserved' is not "
+                "an allowed capacity type, so the pool never launches into them",
+                "add 'reserved' to compute.gpu_pool.capacity_types, or remove capacity_reservations",
+            )
+        ]
+    return []
+
+
+@rule()
+def _node_lifetime(config: EnvironmentConfig) -> list[Problem]:
+    pool = config.compute.gpu_pool
+    if not isinstance(config.compute, AutoModeCompute):
+        return []
+    if pool.expire_after == "Never":
+        return [
+            Problem(
+                "compute.gpu_pool.expire_after",
+                "Auto Mode nodes live at most 21 days; 'Never' is refused",
+                "use at most 480h (with the default 24h termination_grace_period), e.g. 336h",
+            )
+        ]
+    total = duration_hours(pool.expire_after) + duration_hours(pool.termination_grace_period)
+    if total > AUTO_MODE_MAX_LIFETIME_HOURS:
+        most = AUTO_MODE_MAX_LIFETIME_HOURS - duration_hours(pool.termination_grace_period)
+        return [
+            Problem(
+                "compute.gpu_pool.expire_after",
+                f"{pool.expire_after} plus termination_grace_period {pool.termination_grace_period} is "
+                f"{total:g}h; Auto Mode refuses node lifetimes above 21 days ({AUTO_MODE_MAX_LIFETIME_HOURS}h)",
+                f"use at most {most:g}h, e.g. 336h (Auto Mode's default)",
+            )
+        ]
+    return []
+
+
+@rule(needs=POOL_FACTS)
+def _ephemeral_storage(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    compute = config.compute
+    if not isinstance(compute, AutoModeCompute):
+        return []
+    too_big = [
+        catalog.instance(name)
+        for name in compute.gpu_pool.instance_types
+        if not ephemeral_storage_below_nvme(compute, catalog.instance(name))
+    ]
+    if not too_big:
+        return []
+    smallest = min(too_big, key=lambda i: i.nvme_gb)
+    largest_allowed = math.ceil(smallest.nvme_bytes / GIB) - 1
+    names = ", ".join(f"{i.instance_type} ({i.nvme_gb} GB)" for i in too_big)
+    return [
+        Problem(
+            "compute.ephemeral_storage_gib",
+            f"{compute.ephemeral_storage_gib} GiB is not below the NVMe capacity of {names}; Auto Mode would "
+            "then put /mnt/.ephemeral on the root EBS volume (no RAID0 instance store, ~30x slower)",
+            f"set ephemeral_storage_gib to at most {largest_allowed}, or remove those instance types",
+        )
+    ]
+
+
+@rule(needs=POOL_FACTS)
+def _nvme_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    """All cached models that may share an instance must fit its NVMe together."""
+    problems = []
+    for name in config.compute.gpu_pool.instance_types:
+        instance = catalog.instance(name)
+        sharing = [
+            m
+            for m in config.models
+            if weights_cached(m, config) and name in (m.instance_types or config.compute.gpu_pool.instance_types)
+        ]
+        need = nvme_need_gb(config, sharing)
+        if len(sharing) > 1 and need > instance.nvme_gb * NVME_USABLE:
+            problems.append(
+                Problem(
+                    "caches.weights",
+                    f"{', '.join(m.name for m in sharing)} together need {need:g} GB of NVMe on {name}, which has "
+                    f"{instance.nvme_gb * NVME_USABLE:g} GB usable",
+                    "turn the weights cache off for some models (weights_cache: false), or give them separate "
+                    "instance types (instance_types)",
+                )
+            )
+    return problems
+
+
+@rule(needs=POOL_FACTS)
+def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    """Karpenter launches a node only while the pool's GPUs (whole nodes) stay within gpu_limit: a limit below
+    every instance type's GPUs launches nothing, and one below what the replicas hold leaves pods pending."""
+    pool = config.compute.gpu_pool
+    field = "compute.gpu_pool.gpu_limit"
+    smallest = min(catalog.instance(t).gpu_count for t in pool.instance_types)
+    if pool.gpu_limit < smallest:
+        return [
+            Problem(
+                field,
+                f"{pool.gpu_limit} is below the {smallest} GPUs of the smallest pool instance type: "
+                "Karpenter could never launch a node, and every pod would wait forever",
+                f"set gpu_limit to at least {smallest}",
+            )
+        ]
+    problems = []
+    for index, model in enumerate(config.models):
+        types = model.instance_types or pool.instance_types
+        if all(catalog.instance(t).gpu_count > pool.gpu_limit for t in types):
+            problems.append(
+                Problem(
+                    f"models[{index}].instance_types",
+                    f"every instance type of {model.name} has more "
+                    f"than the pool's {pool.gpu_limit} GPUs: its pods could never be placed",
+                    f"raise {field}, or list smaller instance types",
+                )
+            )
+    if any(t not in pool.instance_types for m in config.models for t in (m.instance_types or [])):
+        return problems  # a model outside the pool is refused on its own; its GPUs are not the pool's
+    steady = steady_pool_gpus(config, catalog)
+    surge = max(node_gpus(m, config, catalog) for m in config.models) if pool.surge else 0
+    if steady + surge > pool.gpu_limit:
+        scaled = [m.name for m in config.models if m.autoscaling]
+        need = (
+            f"{steady} GPUs of nodes for every replica on its own node"
+            + (f" (autoscaled at max_replicas: {', '.join(scaled)})" if scaled else "")
+            + (f", plus {surge} for the node a rollout starts first" if surge else "")
+        )
+        problems.append(
+            Problem(
+                field,
+                f"{pool.gpu_limit} is below what the models need: {need}",
+                f"set gpu_limit to at least {steady + surge}"
+                + (
+                    ", or set surge: false (rollouts then replace one pod at a time)"
+                    if surge
+                    else ", or lower replicas"
+                )
+                + (", or lower max_replicas" if scaled else ""),
+            )
+        )
+    return problems

@@ -1,0 +1,112 @@
+"""Image preload: the mode against the node OS and its release, the pause image, fast image pull."""
+
+from __future__ import annotations
+
+import math
+
+from warmstart.catalog import Catalog
+from warmstart.checks.problem import Problem
+from warmstart.checks.rule import POOL_FACTS, rule
+from warmstart.checks.workload_rules import image_pinned
+from warmstart.config import GIB, EnvironmentConfig
+from warmstart.image_preload import (
+    DATA_VOLUME_RESERVE_GB,
+    KUBELET_IMAGE_GC_LOW_PERCENT,
+    data_volume_gb,
+    data_volume_need_gb,
+    is_private_ecr,
+)
+from warmstart.node_os import Refusal, snapshot_alias_hints
+from warmstart.workload import serving_images
+
+
+def _problem(refusal: Refusal) -> Problem:
+    return Problem(refusal.field, refusal.message, refusal.fix)
+
+
+@rule()
+def _image_preload(config: EnvironmentConfig) -> list[Problem]:
+    preload, compute = config.image_preload, config.compute
+    problems = []
+    node_os = compute.node_os
+    if preload.parallel_pull:
+        refusal = node_os.parallel_pull_refusal(preload)
+        if refusal:
+            problems.append(_problem(refusal))
+    if not preload.strategy.boots_with_images:
+        return problems
+    obstacle = node_os.snapshot_obstacle()
+    if obstacle is not None:
+        pinned = " or ".join(f"compute.mode: karpenter with {hint}" for hint in snapshot_alias_hints())
+        return problems + [
+            Problem(
+                "image_preload.mode",
+                f"nodes cannot start from an image snapshot {obstacle.where}: {obstacle.why}",
+                f"use image_preload.mode: prepull, or {pinned}",
+            )
+        ]
+    refusal = node_os.snapshot_release_refusal()
+    if refusal:
+        problems.append(_problem(refusal))
+    if preload.parallel_pull:
+        problems.append(
+            Problem(
+                "image_preload.parallel_pull",
+                "the snapshot already holds the images; pulls are only the fallback",
+                "remove parallel_pull, or use image_preload.mode: prepull",
+            )
+        )
+    for index, model in enumerate(config.models):
+        if is_private_ecr(model.image):
+            problems.append(
+                Problem(
+                    f"models[{index}].image",
+                    f"{model.image!r} is in a private ECR registry: the "
+                    "snapshot builder would need a registry token in its SSM command (kept in "
+                    "the command history)",
+                    "serve the image from a registry that allows anonymous pulls (e.g. "
+                    "public.ecr.aws), or use image_preload.mode: prepull",
+                )
+            )
+    need, have = data_volume_need_gb(config), data_volume_gb(config)
+    if have < need:
+        problems.append(
+            Problem(
+                "image_preload.snapshot.data_volume_gib",
+                f"{len(serving_images(config))} serving image(s) of {config.caches.image_size_gb:g} GB "
+                f"(caches.image_size_gb) and {DATA_VOLUME_RESERVE_GB} GB for the rest of the volume "
+                f"need {need:g} GB of data volume so that they stay below the kubelet's image GC threshold "
+                f"({KUBELET_IMAGE_GC_LOW_PERCENT}%), which would otherwise delete them before any pod runs them; "
+                f"{have:g} GB given",
+                f"set data_volume_gib to at least {math.ceil(need * 10**9 / GIB)}",
+            )
+        )
+    return problems
+
+
+@rule()
+def _pause_image(config: EnvironmentConfig) -> list[Problem]:
+    return image_pinned(config.caches.pause_image, "caches.pause_image")
+
+
+@rule(needs=POOL_FACTS)
+def _fast_image_pull_nodes(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    minimum = config.compute.node_os.parallel_pull_min_node
+    if not config.image_preload.parallel_pull or minimum is None:
+        return []
+    vcpus, memory_gib = minimum
+    small = [
+        name
+        for name in config.compute.gpu_pool.instance_types
+        if catalog.instance(name).vcpus < vcpus or catalog.instance(name).memory_gib < memory_gib
+    ]
+    if not small:
+        return []
+    return [
+        Problem(
+            "image_preload.parallel_pull",
+            f"{', '.join(small)}: nodeadm silently skips FastImagePull below {vcpus} vCPUs or {memory_gib} GiB of "
+            "memory",
+            "remove those instance types from the pool, or remove parallel_pull",
+        )
+    ]

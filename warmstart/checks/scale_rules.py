@@ -1,0 +1,25 @@
+"""Limits that grow with the number of models: IAM policy sizes."""
+
+from __future__ import annotations
+
+from warmstart.checks.problem import Problem
+from warmstart.checks.rule import POOL_FACTS, rule
+from warmstart.config import EnvironmentConfig
+from warmstart.scale import MANAGED_POLICIES_PER_ROLE, prefix_groups
+from warmstart.workload import weights_cached
+
+
+@rule(needs=POOL_FACTS)
+def _agent_policies(config: EnvironmentConfig) -> list[Problem]:
+    prefixes = [m.prefix for m in config.models if weights_cached(m, config)]
+    groups = len(prefix_groups(config.buckets.models.name, prefixes))
+    if groups <= MANAGED_POLICIES_PER_ROLE:
+        return []
+    return [
+        Problem(
+            "caches.weights",
+            f"{len(prefixes)} weights-cached models need {groups} IAM managed policies on "
+            f"the node agent's role, over the {MANAGED_POLICIES_PER_ROLE} a role takes",
+            "turn the weights cache off for some models (weights_cache: false), or split the environment",
+        )
+    ]

@@ -1,0 +1,354 @@
+"""Each model's workload: names, replicas, placement, tensor parallelism, memory and requests, vLLM settings."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from warmstart.catalog import Catalog
+from warmstart.checks.problem import Problem
+from warmstart.checks.rule import POOL_FACTS, rule
+from warmstart.config import GIB, EnvironmentConfig
+from warmstart.naming import moving_reference, reference_problem
+from warmstart.reserved_vllm_env import RESERVED_VLLM_ENV
+from warmstart.sizing import (
+    SizingError,
+    candidate_instances,
+    smallest_tensor_parallel,
+    tensor_parallel_size,
+    valid_tensor_parallel_sizes,
+    weights_fit,
+)
+from warmstart.workload import (
+    NVME_USABLE,
+    nvme_need_gb,
+    plan_model,
+    streaming_processes,
+    weights_cached,
+)
+
+# Share of an instance's CPU and memory that kubelet leaves allocatable to pods (approximate upper bound).
+NODE_ALLOCATABLE = 0.9
+
+
+# Each model gets a namespace of its name: never one that Kubernetes, EKS or warmstart itself owns.
+RESERVED_NAMESPACES = {
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "amazon-cloudwatch",
+    "warmstart-system",
+}
+
+
+MAX_WEIGHTS_FRACTION = 0.95  # the config's upper bound on weights_memory_fraction
+
+
+@rule()
+def _model_names(config: EnvironmentConfig) -> list[Problem]:
+    seen: set[str] = set()
+    problems = []
+    for i, model in enumerate(config.models):
+        if model.name in seen:
+            problems.append(
+                Problem(f"models[{i}].name", f"{model.name!r} is used twice", "give every model a unique name")
+            )
+        if model.name in RESERVED_NAMESPACES or model.name.startswith("kube-"):
+            problems.append(
+                Problem(
+                    f"models[{i}].name",
+                    f"{model.name!r} would make the model's namespace a system "
+                    "namespace, which the stack would then own and delete with the model",
+                    "choose another name",
+                )
+            )
+        seen.add(model.name)
+    return problems
+
+
+@rule()
+def _single_replicas(config: EnvironmentConfig) -> list[Problem]:
+    return [
+        Problem(
+            f"models[{i}].replicas",
+            "one replica goes offline whenever its node is replaced: nodes expire "
+            f"({config.compute.gpu_pool.expire_after}, forcefully, without starting a replacement first), "
+            "drift to a new AMI, or leave room for no surge during a rollout",
+            "use replicas: 2 or more (they run on separate nodes), or accept the downtime with "
+            "allow_single_replica_downtime: true",
+        )
+        for i, model in enumerate(config.models)
+        if model.replicas == 1 and not model.autoscaling and not model.allow_single_replica_downtime
+    ]
+
+
+@rule(needs=POOL_FACTS)
+def _models(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    problems = []
+    for index, _ in enumerate(config.models):
+        problems += _model(config, catalog, index)
+    return problems
+
+
+def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Problem]:
+    model = config.models[index]
+    at = f"models[{index}]"
+    problems = []
+    if model.bucket != config.buckets.models.name:
+        problems.append(
+            Problem(
+                f"{at}.s3_uri",
+                f"bucket {model.bucket!r} is not the model bucket {config.buckets.models.name!r}; "
+                "the pods' read-only role covers the model bucket only",
+                f"use s3://{config.buckets.models.name}/<path>/",
+            )
+        )
+    problems += image_pinned(model.image, f"{at}.image")
+    problems += _vllm_env(model.vllm_env, f"{at}.vllm_env")
+    pool = config.compute.gpu_pool.instance_types
+    if model.instance_types is not None:
+        outside = [t for t in model.instance_types if t not in pool]
+        if outside:
+            return problems + [
+                Problem(
+                    f"{at}.instance_types",
+                    f"{outside} are not in the GPU pool {pool}",
+                    "list only instance types of compute.gpu_pool.instance_types",
+                )
+            ]
+    instances = candidate_instances(model, config, catalog)
+    if weights_cached(model, config):
+        for instance in instances:
+            need = nvme_need_gb(config, [model])
+            if need > instance.nvme_gb * NVME_USABLE:
+                problems.append(
+                    Problem(
+                        f"{at}.size_gb",
+                        f"{model.size_gb:g} GB does not fit the {instance.nvme_gb} GB NVMe of {instance.instance_type} "
+                        f"with the weights cache on: it needs {need:g} GB (two copies while an update replaces the "
+                        f"old one, the image, the compile cache) of {instance.nvme_gb * NVME_USABLE:g} GB usable",
+                        "turn the weights cache off for this model (weights_cache: false), or restrict the model "
+                        "(instance_types) to instances with more NVMe",
+                    )
+                )
+    tensor_parallel_problems = _tensor_parallel(model, instances, at, catalog)
+    if tensor_parallel_problems:
+        return problems + tensor_parallel_problems
+    return (
+        problems
+        + _enforce_eager(config, model, tensor_parallel_size(model, config, catalog), at)
+        + _pod_memory(config, catalog, model, at)
+        + _requests_fit(model, instances, at)
+    )
+
+
+def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel: int, at: str) -> list[Problem]:
+    if not model.enforce_eager:
+        return []
+    problems = []
+    if tensor_parallel > 1:
+        problems.append(
+            Problem(
+                f"{at}.enforce_eager",
+                "enforce_eager forces vLLM's V0 path, which cannot stream weights distributed across "
+                "tensor-parallel ranks (an error, or a silent fallback to rank 0 loading everything)",
+                "remove enforce_eager, or set tensor_parallel_size: 1 if the model fits one GPU",
+            )
+        )
+    if config.caches.compile:
+        problems.append(
+            Problem(
+                f"{at}.enforce_eager",
+                "with enforce_eager vLLM never writes the torch.compile cache, so the compile cache would "
+                "have no effect",
+                "remove enforce_eager, or set caches.compile: false",
+            )
+        )
+    return problems
+
+
+def _pod_memory(config: EnvironmentConfig, catalog: Catalog, model, at: str) -> list[Problem]:
+    plan = plan_model(model, config, catalog)
+    needed = plan.streamer_buffer_bytes + config.streamer.process_headroom_gib * GIB
+    if needed <= plan.memory_gib * GIB:
+        return []
+    buffers = (
+        f"{streaming_processes(plan.tensor_parallel)} x min({plan.concurrency} x {plan.chunk_bytes / GIB:g} GiB, "
+        f"{plan.memory_limit_bytes / GIB:.1f} GiB)"
+    )
+    return [
+        Problem(
+            f"{at}.memory_gib",
+            f"the streamer's buffers ({buffers} = {plan.streamer_buffer_bytes / GIB:.1f} GiB) plus "
+            f"{config.streamer.process_headroom_gib} GiB for vLLM need {needed / GIB:.1f} GiB, more than the "
+            f"pod's {plan.memory_gib} GiB request",
+            _memory_fix(config, catalog, model, math.ceil(needed / GIB)),
+        )
+    ]
+
+
+def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: int) -> str:
+    """Raise the request only where every candidate instance can allocate it; else name the pool's types that
+    can (a request above an instance's allocatable memory is refused in turn)."""
+    lower = "lower streamer.max_concurrency, streamer.chunk_bytes or streamer.memory_limit_bytes"
+    instances = candidate_instances(model, config, catalog)
+    if all(needed_gib <= math.floor(i.memory_gib * NODE_ALLOCATABLE) for i in instances):
+        return f"raise memory_gib to at least {needed_gib}, or {lower}"
+    roomy = [
+        t
+        for t in config.compute.gpu_pool.instance_types
+        if needed_gib <= math.floor(catalog.instance(t).memory_gib * NODE_ALLOCATABLE)
+    ]
+    if roomy:
+        return f"raise memory_gib to {needed_gib} with instance_types: {roomy} (they allocate it), or {lower}"
+    return lower
+
+
+def _requests_fit(model, instances, at: str) -> list[Problem]:
+    problems = []
+    for instance in instances:
+        if model.cpu is not None and model.cpu > instance.vcpus * NODE_ALLOCATABLE:
+            problems.append(
+                Problem(
+                    f"{at}.cpu",
+                    f"{model.cpu:g} CPUs cannot be allocated on {instance.instance_type} ({instance.vcpus} vCPUs)",
+                    f"request at most {math.floor(instance.vcpus * NODE_ALLOCATABLE)} or leave cpu unset",
+                )
+            )
+        if model.memory_gib is not None and model.memory_gib > instance.memory_gib * NODE_ALLOCATABLE:
+            problems.append(
+                Problem(
+                    f"{at}.memory_gib",
+                    f"{model.memory_gib} GiB cannot be allocated on {instance.instance_type} "
+                    f"({instance.memory_gib} GiB)",
+                    f"request at most {math.floor(instance.memory_gib * NODE_ALLOCATABLE)} or leave memory_gib unset",
+                )
+            )
+    return problems
+
+
+def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
+    problems = []
+    for name, value in env.items():
+        if not re.fullmatch(r"VLLM_[A-Z0-9_]+", name):
+            problems.append(Problem(f"{field}.{name}", "only VLLM_* variables belong here", "rename or remove it"))
+        elif name in RESERVED_VLLM_ENV:
+            problems.append(Problem(f"{field}.{name}", f"not allowed here: {RESERVED_VLLM_ENV[name]}", "remove it"))
+        elif "$(" in value:
+            problems.append(
+                Problem(
+                    f"{field}.{name}",
+                    "warmstart passes values to vLLM literally (no $(...) expansion), the same on every pod, as "
+                    "the compile-cache key needs; a pod-specific value would make every pod hash differently",
+                    "use a literal value",
+                )
+            )
+    return problems
+
+
+def image_pinned(image: str, field: str) -> list[Problem]:
+    malformed = reference_problem(image)
+    if malformed:
+        return [
+            Problem(
+                field,
+                f"{image!r} {malformed}",
+                "write registry/repository:tag or registry/repository@sha256:<64 hex>, e.g. vllm/vllm-openai:v0.21.0",
+            )
+        ]
+    why = moving_reference(image)
+    if why is None:
+        return []
+    return [
+        Problem(
+            field,
+            f"{image!r} {why}: nodes would pull different images over time, and the image cache "
+            "and the compile-cache key would not match what runs",
+            "pin a release tag (vllm/vllm-openai:v0.21.0) or a digest (...@sha256:<64 hex>)",
+        )
+    ]
+
+
+def _tensor_parallel(model, instances, at: str, catalog: Catalog) -> list[Problem]:
+    field = f"{at}.tensor_parallel_size"
+    if model.tensor_parallel_size == "auto":
+        try:
+            smallest_tensor_parallel(model.size_gb, instances, model.weights_memory_fraction)
+        except SizingError as error:
+            fix = _fit_fix(model, instances, catalog)
+            message = str(error) + (
+                ""
+                if fix
+                else "; no instance type of the catalog holds these weights on one "
+                "node (serving across nodes is out of scope)"
+            )
+            return [Problem(field, message, fix)]
+        return []
+    size = model.tensor_parallel_size
+    problems = []
+    for instance in instances:
+        valid = valid_tensor_parallel_sizes(instance)
+        if size > instance.gpu_count:
+            problems.append(
+                Problem(
+                    field,
+                    f"{size} is larger than the {instance.gpu_count} GPUs of {instance.instance_type}",
+                    f"use one of {valid} or 'auto'",
+                )
+            )
+        elif size not in valid:
+            problems.append(
+                Problem(
+                    field,
+                    f"{size} does not divide the {instance.gpu_count} GPUs of {instance.instance_type}",
+                    f"use one of {valid} or 'auto'",
+                )
+            )
+        elif not weights_fit(model.size_gb, size, instance, model.weights_memory_fraction):
+            problems.append(
+                Problem(
+                    field,
+                    f"{model.size_gb:g} GB of weights on {size} x {instance.gpu_memory_gb} GB "
+                    f"({instance.instance_type}) leaves less than {1 - model.weights_memory_fraction:.0%} "
+                    "of GPU memory for the KV cache",
+                    _fit_fix(model, [instance], catalog, size),
+                )
+            )
+    return problems
+
+
+def _fit_fix(model, instances, catalog: Catalog, size: int | None = None) -> str:
+    """A fix that makes the weights fit, or none: a larger tensor parallel size, a higher weights fraction (only
+    where 0.95 is enough), or instance types that hold the weights (named from the catalog)."""
+    fraction = model.weights_memory_fraction
+    if size is not None:
+        larger = [
+            s
+            for s in valid_tensor_parallel_sizes(instances[0])
+            if s > size and weights_fit(model.size_gb, s, instances[0], fraction)
+        ]
+        if larger:
+            return f"raise tensor_parallel_size to {larger[0]} (or use 'auto')"
+    sizes = (
+        [size]
+        if size is not None
+        else sorted(set.intersection(*(set(valid_tensor_parallel_sizes(i)) for i in instances)))
+    )
+    needed = min((max(model.size_gb / (s * i.gpu_memory_gb) for i in instances) for s in sizes), default=1.0)
+    if needed <= MAX_WEIGHTS_FRACTION:
+        return (
+            f"raise weights_memory_fraction to at least {math.ceil(needed * 100) / 100:g} (it leaves "
+            f"{1 - needed:.0%} of GPU memory for the KV cache), or use instance types with more GPU memory"
+        )
+    every = (catalog.instance(name) for name in catalog.instances)
+    holders = sorted(
+        (i for i in every if i.total_gpu_memory_gb * fraction >= model.size_gb),
+        key=lambda i: (i.total_gpu_memory_gb, i.instance_type),
+    )
+    if not holders:
+        return ""  # no single node in the catalog holds these weights: multi-node serving is out of scope
+    return (
+        f"use instance types whose GPUs hold {model.size_gb:g} GB at weights_memory_fraction {fraction:g}, "
+        f"e.g. {', '.join(i.instance_type for i in holders[:3])}"
+    )

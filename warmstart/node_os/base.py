@@ -1,0 +1,78 @@
+"""What a GPU node's operating system decides: one object per OS answers every OS question warmstart asks (where
+the instance-store array is mounted, the EC2NodeClass's block devices and user data, whether SOCI parallel pull and
+image snapshots work, and from which release). Nothing outside warmstart/node_os/ names an OS."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from warmstart.refusal import Refusal
+
+if TYPE_CHECKING:
+    from warmstart.config import ImagePreload, KarpenterCompute
+
+
+@dataclass(frozen=True)
+class SnapshotObstacle:
+    """Why new nodes of an OS cannot start from an image snapshot: where, why, and what would allow it."""
+
+    where: str
+    why: str
+    alternative: str = ""
+
+
+def release(alias: str) -> tuple[int, ...]:
+    """The pinned release of an AMI alias: 'bottlerocket@v1.46.0' -> (1, 46, 0); 'al2023@v20260930' -> (20260930,)."""
+    return tuple(int(part) for part in alias.split("@", 1)[1].lstrip("v").split("."))
+
+
+def dotted(parts: tuple[int, ...]) -> str:
+    return ".".join(str(p) for p in parts)
+
+
+class NodeOs(ABC):
+    """One OS, at the release a Karpenter AMI alias pins (Auto Mode's OS has no alias: AWS picks its release)."""
+
+    # The OS's name as Karpenter's AMI alias spells its family, and how its alias reads (for messages).
+    name: str
+    alias_example: str = ""
+    # A Karpenter pool pins it by an AMI alias (Auto Mode's OS is AWS's choice).
+    pinned_by_alias: bool = True
+    # Where the OS mounts the instance-store NVMe (RAID0 when several drives).
+    nvme_mount: str
+
+    def __init__(self, alias: str | None = None) -> None:
+        self.alias = alias
+        self.release = release(alias) if alias else ()
+
+    @abstractmethod
+    def parallel_pull_refusal(self, preload: ImagePreload) -> Refusal | None:
+        """Why `image_preload.parallel_pull` cannot work on these nodes, or None."""
+
+    # nodeadm-style minimum (vCPUs, GiB of memory) below which the OS silently skips parallel pull; None: no minimum.
+    parallel_pull_min_node: tuple[int, float] | None = None
+
+    @abstractmethod
+    def snapshot_obstacle(self) -> SnapshotObstacle | None:
+        """Why new nodes of this OS cannot start from an image snapshot; None where they can."""
+
+    @classmethod
+    def snapshot_alias_hint(cls) -> str | None:
+        """How to pin this OS for image snapshots (an ami_alias and its oldest release); None where it cannot."""
+        return None
+
+    def snapshot_release_refusal(self) -> Refusal | None:
+        """Why the pinned release cannot boot from an image snapshot (an OS without snapshots never gets here)."""
+        return None
+
+    def snapshot_builder_ami_parameter(self, kubernetes_version: str) -> str:
+        """The public SSM parameter of the AMI an image-snapshot builder runs (an OS that boots from snapshots)."""
+        raise TypeError(f"{self.name} nodes do not boot from an image snapshot")
+
+    @abstractmethod
+    def karpenter_storage(
+        self, compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None
+    ) -> dict[str, Any]:
+        """The GPU EC2NodeClass's instance-store policy, block devices and user data."""

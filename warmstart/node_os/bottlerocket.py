@@ -1,0 +1,122 @@
+"""Bottlerocket (Karpenter's `bottlerocket@v<x.y.z>` alias, the NVIDIA variant on GPU instances)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, release
+from warmstart.refusal import Refusal
+
+if TYPE_CHECKING:
+    from warmstart.config import ImagePreload, KarpenterCompute
+
+# `apiclient ephemeral-storage init` mounts /dev/md/ephemeral here (bottlerocket-core-kit, ephemeral_storage.rs).
+NVME_MOUNT = "/mnt/.ephemeral"
+# `settings.bootstrap-commands` and `apiclient ephemeral-storage` (bottlerocket-core-kit v2.4.0, first in
+# Bottlerocket v1.22.0).
+BOOTSTRAP_COMMANDS_SINCE = (1, 22, 0)
+# The OS volume, as Karpenter's Bottlerocket defaults size it (v1.14.1 amifamily/bottlerocket.go); listing any
+# mapping replaces all of Karpenter's defaults, so both volumes are listed.
+OS_VOLUME = {
+    "deviceName": "/dev/xvda",
+    "ebs": {"volumeSize": "4Gi", "volumeType": "gp3", "encrypted": True, "deleteOnTermination": True},
+}
+DATA_DEVICE = "/dev/xvdb"
+# Snapshot mode: the NVMe array set up as Karpenter's RAID0 does it, but binding only the kubelet's folder and
+# the pod logs onto it, so /var/lib/containerd stays on the data volume made from the image snapshot
+# (`apiclient ephemeral-storage bind` mounts over a folder without copying it).
+SNAPSHOT_MODE_BOOTSTRAP = """[settings.bootstrap-commands.000-warmstart-instance-storage]
+commands = [
+  ["apiclient", "ephemeral-storage", "init"],
+  ["apiclient", "ephemeral-storage", "bind", "--dirs", "/var/lib/kubelet", "/var/log/pods"],
+]
+essential = true
+mode = "always"
+"""
+
+
+def builder_ami_parameter(alias: str, kubernetes_version: str) -> str:
+    """Public SSM parameter of the Bottlerocket AMI an image-snapshot builder runs: the release of the alias (so the
+    same containerd and snapshotter write the store), the standard variant (no GPU needed to pull)."""
+    return f"/aws/service/bottlerocket/aws-k8s-{kubernetes_version}/x86_64/{dotted(release(alias))}/image_id"
+
+
+class Bottlerocket(NodeOs):
+    name = "bottlerocket"
+    alias_example = "bottlerocket@v<x.y.z>"
+    nvme_mount = NVME_MOUNT
+
+    def parallel_pull_refusal(self, preload: ImagePreload) -> Refusal | None:
+        if preload.strategy.boots_with_images:
+            return None  # the snapshot's own rule says why parallel pull has no use there
+        return Refusal(
+            "image_preload.parallel_pull",
+            "not wired for Bottlerocket: its SOCI store would have to move onto the NVMe array with the rest of "
+            "containerd's data, which this project has not verified",
+            "remove parallel_pull (image_preload.mode: snapshot puts the images on disk before boot instead), "
+            "or use an AL2023 ami_alias",
+        )
+
+    def snapshot_obstacle(self) -> SnapshotObstacle | None:
+        return None
+
+    def snapshot_builder_ami_parameter(self, kubernetes_version: str) -> str:
+        assert self.alias is not None
+        return builder_ami_parameter(self.alias, kubernetes_version)
+
+    @classmethod
+    def snapshot_alias_hint(cls) -> str | None:
+        return f"a Bottlerocket ami_alias (bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)} or later)"
+
+    def snapshot_release_refusal(self) -> Refusal | None:
+        if self.release >= BOOTSTRAP_COMMANDS_SINCE:
+            return None
+        return Refusal(
+            "compute.ami_alias",
+            f"{self.alias} predates Bottlerocket's bootstrap commands (v{dotted(BOOTSTRAP_COMMANDS_SINCE)}), "
+            "which set up the NVMe array without moving the image store",
+            f"pin bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)} or later",
+        )
+
+    def karpenter_storage(
+        self, compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None
+    ) -> dict[str, Any]:
+        if not preload.strategy.boots_with_images:
+            gp3 = {"volumeType": "gp3", "encrypted": True, "deleteOnTermination": True}
+            return {
+                "instanceStorePolicy": "RAID0",
+                "blockDeviceMappings": [
+                    OS_VOLUME,
+                    {"deviceName": DATA_DEVICE, "ebs": {"volumeSize": f"{compute.root_volume_gib}Gi", **gp3}},
+                ],
+            }
+        if snapshot_id is None:
+            raise ValueError("image_preload.mode snapshot needs the data volume's snapshot ID")
+        return {
+            "blockDeviceMappings": [
+                OS_VOLUME,
+                {"deviceName": DATA_DEVICE, "ebs": snapshot_volume(preload, snapshot_id)},
+            ],
+            "userData": SNAPSHOT_MODE_BOOTSTRAP,
+        }
+
+
+def snapshot_volume(preload: ImagePreload, snapshot_id: str) -> dict[str, Any]:
+    """The data volume made from the image snapshot."""
+    volume = preload.snapshot
+    return {
+        "snapshotID": snapshot_id,
+        # Set explicitly: Karpenter sizes the node's ephemeral storage from it (else Bottlerocket's 20Gi default).
+        "volumeSize": f"{volume.data_volume_gib}Gi",
+        "volumeType": "gp3",
+        "iops": volume.data_volume_iops,
+        "throughput": volume.data_volume_throughput_mibps,
+        # Encryption comes from the snapshot: a volume made from an encrypted snapshot is encrypted (EC2 user
+        # guide, "Amazon EBS encryption"), and the builder encrypts its data volume.
+        "deleteOnTermination": True,
+        **(
+            {"volumeInitializationRate": volume.volume_initialization_rate_mibps}
+            if volume.volume_initialization_rate_mibps
+            else {}
+        ),
+    }

@@ -1,0 +1,44 @@
+"""How serving images reach GPU nodes before the pods that need them (`image_preload.mode`): one object per mode
+answers what the mode runs (pre-pull DaemonSets, an image snapshot build) and how an image reaches a new node, in
+words. Nothing outside warmstart/preload_modes/ compares the mode's name."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from warmstart.config import EnvironmentConfig
+
+
+class PreloadMode(ABC):
+    name: str
+    # A DaemonSet per serving image pulls it onto every GPU node (and a new image reaches the running nodes, through
+    # its gate, before its pods roll).
+    prepulls: bool
+    # New nodes boot with the images on disk: the stack builds an image snapshot their data volumes start from.
+    boots_with_images: bool = False
+
+    @abstractmethod
+    def route(self, config: EnvironmentConfig) -> str:
+        """How a model's image reaches a new GPU node, in words (warmstart plan)."""
+
+
+def faster(config: EnvironmentConfig) -> str:
+    return " with SOCI parallel pull and unpack" if config.image_preload.parallel_pull else ""
+
+
+def rollout_gate(config: EnvironmentConfig) -> str:
+    return (
+        f"a new image reaches the running GPU nodes before its pods roll (the deploy waits up to "
+        f"{config.image_preload.rollout_wait_minutes} min for its pre-pull DaemonSet)"
+    )
+
+
+def snapshot_unavailable(config: EnvironmentConfig) -> str:
+    """Whether new nodes could boot with the image on disk in this compute mode / OS, and how."""
+    obstacle = config.compute.node_os.snapshot_obstacle()
+    if obstacle is None:
+        return "image_preload.mode: snapshot would boot new nodes with it on disk"
+    alternative = f"; {obstacle.alternative}" if obstacle.alternative else ""
+    return f"no way to boot new nodes with it on disk {obstacle.where} ({obstacle.why}){alternative}"

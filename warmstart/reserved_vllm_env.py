@@ -1,0 +1,29 @@
+"""vLLM variables a model's `vllm_env` may not set, each with why (checked by warmstart/checks/workload_rules.py)."""
+
+from __future__ import annotations
+
+# VLLM_* variables the config refuses in `vllm_env`, with why (vLLM 0.21.0, vllm/envs.py compile_factors and
+# its ignore list; docs/upstream-facts.md).
+_PER_POD = "it differs per pod or is set by warmstart; in vLLM's compile hash it would make every pod miss"
+RESERVED_VLLM_ENV: dict[str, str] = {
+    **{
+        name: _PER_POD
+        for name in (
+            "VLLM_HOST_IP",
+            "VLLM_PORT",
+            "VLLM_INSTANCE_ID",
+            "VLLM_RPC_BASE_PATH",
+            "VLLM_DP_RANK",
+            "VLLM_DP_RANK_LOCAL",
+            "VLLM_DP_MASTER_IP",
+            "VLLM_DP_MASTER_PORT",
+            "VLLM_CACHE_ROOT",
+            "VLLM_CONFIG_ROOT",
+            "VLLM_LOGGING_PREFIX",
+        )
+    },
+    "VLLM_ASSETS_CACHE": "warmstart sets it: it is part of the model path vLLM hashes for an s3:// model",
+    "VLLM_MODEL_REDIRECT_PATH": "it rewrites the model path vLLM hashes (maybe_model_redirect)",
+    "VLLM_API_KEY": "vLLM hashes it and writes it in clear text into the compile cache's cache_key_factors.json; "
+    "a secret belongs in a Kubernetes Secret, not in plain config",
+}
