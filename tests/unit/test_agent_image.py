@@ -25,7 +25,7 @@ def _pins(path: Path) -> dict[str, str]:
     pins = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
+        if line and not line.startswith("-r "):
             name, version = line.split("==")
             pins[name.lower().replace("_", "-")] = version
     return pins
@@ -50,7 +50,11 @@ def _third_party_imports(folder: Path, files: list[Path] | None = None) -> set[s
 
 def test_agent_requirements_cover_every_import_at_the_project_versions():
     agent_pins = _pins(ROOT / "node_agent" / "requirements.txt")
-    project_pins = _pins(ROOT / "requirements.txt")
+    project_pins = {
+        name: version
+        for file in ("requirements.txt", "requirements-test.txt", "requirements-lint.txt")
+        for name, version in _pins(ROOT / file).items()
+    }
     imports = set().union(
         *(_third_party_imports(ROOT / path) for path in IMAGE_SOURCE if (ROOT / path).is_dir()),
         *(_third_party_imports((ROOT / path).parent, [ROOT / path]) for path in IMAGE_SOURCE if path.endswith(".py")),

@@ -3,6 +3,8 @@
 import json
 import sys
 
+import pytest
+
 from tests.synth import ROOT
 from warmstart.__main__ import main
 from warmstart.catalog import default_catalog
@@ -87,10 +89,56 @@ def test_status_command_reads_the_cluster_through_kubectl(capsys, monkeypatch):
     ]
 
 
-def test_status_command_reports_an_unreachable_cluster(capsys, monkeypatch):
+# What kubectl v1.35 (with the AWS CLI v2's `aws eks get-token` exec plugin that update-kubeconfig writes) prints
+# for each way it cannot read a cluster, and what status makes of it.
+KUBECTL_FAILURES = {
+    "no kubeconfig": (
+        "The connection to the server localhost:8080 was refused - did you specify the right host or port?",
+        "kubectl has no cluster to talk to",
+    ),
+    "expired credentials": (
+        "An error occurred (ExpiredToken) when calling the GetCallerIdentity operation: The security token included "
+        "in the request is expired\nUnable to connect to the server: getting credentials: exec: executable aws failed "
+        "with exit code 254",
+        "AWS credentials are missing or expired",
+    ),
+    "no access entry": ("error: You must be logged in to the server (Unauthorized)", "does not know these credentials"),
+    "forbidden": (
+        'Error from server (Forbidden): nodes is forbidden: User "arn:aws:sts::210987654321:assumed-role/dev/me" '
+        'cannot list resource "nodes" in API group "" at the cluster scope',
+        "may not read what status needs",
+    ),
+    "unreachable": (
+        "Unable to connect to the server: dial tcp: lookup 0A1B2C3D.gr7.us-east-1.eks.amazonaws.com: no such host",
+        "cannot reach the cluster's API endpoint",
+    ),
+    "other": (
+        "error: unknown request /api/v1/namespaces/warmstart-system/configmaps?labelSelector=a%3Db",
+        "kubectl failed: error: unknown request /api/v1/namespaces/warmstart-system/configmaps?labelSelector=a=b",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KUBECTL_FAILURES))
+@pytest.mark.parametrize("starts", [False, True], ids=["status", "starts"])
+def test_a_cluster_status_cannot_read_is_explained_with_the_fix(case, starts, capsys, monkeypatch):
+    stderr, said = KUBECTL_FAILURES[case]
     monkeypatch.chdir(ROOT)
-    assert main(["status", "--env", "prod", "--kubectl", "false"]) == 3
-    assert "cannot read the cluster" in capsys.readouterr().err
+    monkeypatch.setenv("FAKE_KUBECTL_STDERR", stderr)
+    kubectl = f"{sys.executable} {FIXTURES / 'failing_kubectl.py'}"
+    assert main(["status", "--env", "prod", "--kubectl", kubectl, *(["--starts"] if starts else [])]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("warmstart status: cannot read cluster warmstart-prod: ") and said in err
+    # The command that points kubectl at the environment's cluster, with its names.
+    assert "aws eks update-kubeconfig --name warmstart-prod --region us-east-1" in err
+    assert "%3D" not in err and "Traceback" not in err
+
+
+def test_without_kubectl_status_says_to_install_it(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["status", "--env", "dev", "--kubectl", "kubectl-that-is-not-installed"]) == 3
+    err = capsys.readouterr().err
+    assert "kubectl-that-is-not-installed is not installed" in err and "install kubectl 1.35" in err
 
 
 def test_status_starts_shows_the_last_starts_per_model_with_a_bar(capsys, monkeypatch):
@@ -147,3 +195,22 @@ def test_status_starts_on_a_cluster_without_starts(capsys):
 
     config = load_config(ROOT / "config" / "prod.yaml")
     assert "no pod start recorded yet" in render_starts(config, [])
+
+
+def _readme_block(marker: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    block = text.split(f"<!-- {marker} -->\n```\n", 1)[1].split("```\n<!-- /", 1)[0]
+    return block
+
+
+def test_the_readmes_status_samples_are_what_the_commands_print(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    kubectl = f"{sys.executable} {FIXTURES / 'fake_kubectl.py'}"
+    printed = []
+    for args in (["status", "--env", "prod"], ["status", "--env", "prod", "--starts", "--last", "3"]):
+        assert main([*args, "--kubectl", kubectl]) == 0
+        printed.append(f"$ python -m warmstart {' '.join(args)}\n{capsys.readouterr().out}")
+    assert _readme_block("status-sample") == "".join(printed)
+    monkeypatch.setenv("FAKE_KUBECTL_STDERR", "error: You must be logged in to the server (Unauthorized)")
+    assert main(["status", "--env", "prod", "--kubectl", f"{sys.executable} {FIXTURES / 'failing_kubectl.py'}"]) == 3
+    assert _readme_block("status-error-sample") == capsys.readouterr().err

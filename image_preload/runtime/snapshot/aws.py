@@ -6,9 +6,7 @@ import json
 
 from botocore.exceptions import ClientError
 
-from image_preload.runtime.snapshot.build import ENVIRONMENT_TAG, IMAGE_SET_TAG, Snapshot
-
-BUILDER_TAG = "warmstart.io/image-builder"
+from image_preload.runtime.snapshot.build import BUILDER_TAG, ENVIRONMENT_TAG, IMAGE_SET_TAG, Snapshot
 
 
 class BotoSnapshotAws:

@@ -14,6 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
+# The builder instance carries it (its value: the environment), so the workflow and the resource touch only their
+# own builder; here, not in aws.py, so that synth reads it without botocore.
+BUILDER_TAG = "warmstart.io/image-builder"
 ENVIRONMENT_TAG = "warmstart.io/environment"
 IMAGE_SET_TAG = "warmstart.io/image-set"
 

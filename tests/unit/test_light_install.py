@@ -1,0 +1,44 @@
+"""`make synth` installs requirements.txt only: everything synth and the command line reach must come from it (the
+tests', benchmarks' and linters' tools are requirements-test.txt and requirements-lint.txt)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from tests.synth import ROOT
+from tests.unit.test_import_rules import _reached, _third_party
+from warmstart.__main__ import main
+
+# Import name -> distribution, for what synth and the command line import.
+DISTRIBUTIONS = {
+    "aws_cdk": "aws-cdk-lib",
+    "constructs": "constructs",
+    "cdk8s": "cdk8s",
+    "cdk8s_plus_33": "cdk8s-plus-33",
+    "cdk_nag": "cdk-nag",
+    "jsii": "jsii",
+    "pydantic": "pydantic",
+    "yaml": "PyYAML",
+}
+
+
+def _synth_pins() -> set[str]:
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return {line.split("==")[0].lower() for line in lines if "==" in line and not line.startswith("#")}
+
+
+def test_synth_and_the_command_line_import_only_what_requirements_txt_installs():
+    # Less estimate_plot: it imports matplotlib only when `plan --plot` asks, which says how to get it.
+    reached = _reached(["app", "warmstart.__main__", "kube.render"]) - {"warmstart.estimate_plot"}
+    imported = set().union(*(_third_party(module) for module in reached))
+    assert imported <= set(DISTRIBUTIONS), imported - set(DISTRIBUTIONS)
+    assert {DISTRIBUTIONS[name].lower() for name in imported} <= _synth_pins()
+    assert "torch" not in (ROOT / "requirements.txt").read_text() and "pytest" not in _synth_pins()
+
+
+def test_plan_plot_without_matplotlib_says_how_to_get_it(capsys, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "--env", "dev", "--estimate", "--plot", "start.png"]) == 2
+    assert "requirements-test.txt" in capsys.readouterr().err

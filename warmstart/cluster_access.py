@@ -1,0 +1,83 @@
+"""Why kubectl could not read the cluster, in words, with the command that fixes it (`warmstart status`).
+
+kubectl's own errors are written for people who know kubeconfig and the AWS CLI's exec plugin; a platform engineer
+running `warmstart status` for the first time wants to know what is missing. Each known failure is recognised by
+the text kubectl (v1.35) or the AWS CLI v2 prints for it; anything else is passed on, first line only, with the
+request's selector decoded.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import urllib.parse
+
+from warmstart.config import EnvironmentConfig
+from warmstart.preflight import Problem as AccessProblem  # what is missing, and its fix
+
+
+def update_kubeconfig(config: EnvironmentConfig) -> str:
+    """The AWS CLI command that points kubectl at the environment's cluster (with the first admin role, if any)."""
+    command = ["aws", "eks", "update-kubeconfig", "--name", config.cluster.name, "--region", config.region]
+    if config.cluster.admin_role_arns:
+        command += ["--role-arn", config.cluster.admin_role_arns[0]]
+    return shlex.join(command)
+
+
+# (pattern in kubectl's stderr, what is missing, how to fix it: {kubeconfig} is the update-kubeconfig command)
+KNOWN = (
+    (
+        r"localhost:8080 was refused|no configuration has been provided|error loading config file|"
+        r"current-context is not set|context .* does not exist",
+        "kubectl has no cluster to talk to (no kubeconfig, or no current context)",
+        "point it at {cluster}: {kubeconfig}",
+    ),
+    (
+        r"Unable to locate credentials|ExpiredToken|expired|InvalidClientTokenId|"
+        r"getting credentials: exec|The SSO session",
+        "kubectl's AWS credentials are missing or expired (the kubeconfig's `aws eks get-token` failed)",
+        "sign in again (aws sso login, or set AWS_PROFILE to a profile of account {account}), then: {kubeconfig}",
+    ),
+    (
+        r"You must be logged in to the server|Unauthorized",
+        "the cluster does not know these credentials (no access entry for this IAM principal)",
+        "use a role with an access entry on {cluster} (cluster.admin_role_arns): {kubeconfig}",
+    ),
+    (
+        r"is forbidden|Forbidden",
+        "these credentials may not read what status needs (nodes, DaemonSets, HPAs, ConfigMaps)",
+        "use a role with cluster read access on {cluster}: {kubeconfig}",
+    ),
+    (
+        r"no such host|i/o timeout|connection refused|Unable to connect to the server|dial tcp|TLS handshake timeout",
+        "kubectl cannot reach the cluster's API endpoint (another cluster's kubeconfig, a deleted cluster, or a "
+        "private endpoint outside its VPC)",
+        "check that {cluster} exists in {region} and is reachable from here (cluster.endpoint_access), then: "
+        "{kubeconfig}",
+    ),
+)
+
+
+def diagnose(stderr: str, config: EnvironmentConfig) -> AccessProblem:
+    fields = {
+        "cluster": config.cluster.name,
+        "region": config.region,
+        "account": config.account,
+        "kubeconfig": update_kubeconfig(config),
+    }
+    for pattern, what, fix in KNOWN:
+        if re.search(pattern, stderr):
+            return AccessProblem(what, fix.format(**fields))
+    first = next((line.strip() for line in stderr.splitlines() if line.strip()), "no message")
+    return AccessProblem(
+        f"kubectl failed: {urllib.parse.unquote(first)[:300]}",
+        f"check `kubectl get nodes` works for {config.cluster.name}; to point kubectl at it: {fields['kubeconfig']}",
+    )
+
+
+def kubectl_missing(config: EnvironmentConfig, kubectl: str) -> AccessProblem:
+    return AccessProblem(
+        f"{kubectl} is not installed (status reads the cluster through kubectl)",
+        f"install kubectl {config.cluster.kubernetes_version} (https://kubernetes.io/docs/tasks/tools/), then: "
+        f"{update_kubeconfig(config)}",
+    )
