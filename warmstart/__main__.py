@@ -47,7 +47,7 @@ def kubectl_get(kubectl: list[str], path: str, config) -> dict:
     except FileNotFoundError:
         raise ClusterUnreadable(str(kubectl_missing(config, kubectl[0]))) from None
     except subprocess.TimeoutExpired:
-        raise ClusterUnreadable(str(diagnose("i/o timeout", config))) from None
+        raise ClusterUnreadable(str(diagnose("kubectl did not answer within 60 s", config))) from None
     if done.returncode != 0:
         if "(NotFound)" in done.stderr:
             return {"items": []}  # nothing of that kind deployed yet
@@ -68,7 +68,7 @@ def plan_command(config, args: argparse.Namespace, source: str) -> int:
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         print(
             "warmstart plan: --plot draws with matplotlib, which make synth does not install: "
-            ".venv/bin/pip install -r requirements-test.txt (or matplotlib==3.11.2 alone)",
+            ".venv/bin/pip install -r requirements-runtime.txt (or matplotlib==3.11.2 alone)",
             file=sys.stderr,
         )
         return 2

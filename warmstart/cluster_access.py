@@ -24,34 +24,56 @@ def update_kubeconfig(config: EnvironmentConfig) -> str:
     return shlex.join(command)
 
 
-# (pattern in kubectl's stderr, what is missing, how to fix it: {kubeconfig} is the update-kubeconfig command)
+# (pattern in kubectl's stderr, what is missing, how to fix it: {kubeconfig} is the update-kubeconfig command), in
+# order: the first that matches wins (an exec plugin's failure also says "Unable to connect to the server").
 KNOWN = (
     (
         r"localhost:8080 was refused|no configuration has been provided|error loading config file|"
-        r"current-context is not set|context .* does not exist",
+        r"current-context is not set|context was not found",
         "kubectl has no cluster to talk to (no kubeconfig, or no current context)",
         "point it at {cluster}: {kubeconfig}",
     ),
     (
-        r"Unable to locate credentials|ExpiredToken|expired|InvalidClientTokenId|"
-        r"getting credentials: exec|The SSO session",
+        r"executable \S+ not found",
+        "the kubeconfig gets its token from the AWS CLI (aws eks get-token), which is not installed here",
+        "install the AWS CLI v2 (https://docs.aws.amazon.com/cli/), then: {kubeconfig}",
+    ),
+    (
+        r"not authorized to perform: sts:AssumeRole|AccessDenied\).*AssumeRole",
+        "these credentials may not assume the role the kubeconfig names (--role-arn)",
+        "use credentials that may assume it, or write the kubeconfig for another role of "
+        "cluster.admin_role_arns: {kubeconfig}",
+    ),
+    (
+        r"Token has expired|SSO session .*expired|security token included in the request is expired|ExpiredToken|"
+        r"Unable to locate credentials|InvalidClientTokenId|Error when retrieving token from sso",
         "kubectl's AWS credentials are missing or expired (the kubeconfig's `aws eks get-token` failed)",
         "sign in again (aws sso login, or set AWS_PROFILE to a profile of account {account}), then: {kubeconfig}",
     ),
     (
-        r"You must be logged in to the server|Unauthorized",
-        "the cluster does not know these credentials (no access entry for this IAM principal)",
-        "use a role with an access entry on {cluster} (cluster.admin_role_arns): {kubeconfig}",
+        r"You must be logged in to the server|\(Unauthorized\)",
+        # get-token signs locally: expired session keys still make a token, which the cluster then refuses.
+        "the cluster refused these credentials: they have expired, or this IAM principal has no access entry",
+        "check them with `aws sts get-caller-identity` (sign in again if it fails), and use a role with an access "
+        "entry on {cluster} (cluster.admin_role_arns): {kubeconfig}",
     ),
     (
-        r"is forbidden|Forbidden",
+        r"is forbidden|\(Forbidden\)",
         "these credentials may not read what status needs (nodes, DaemonSets, HPAs, ConfigMaps)",
         "use a role with cluster read access on {cluster}: {kubeconfig}",
     ),
     (
-        r"no such host|i/o timeout|connection refused|Unable to connect to the server|dial tcp|TLS handshake timeout",
-        "kubectl cannot reach the cluster's API endpoint (another cluster's kubeconfig, a deleted cluster, or a "
-        "private endpoint outside its VPC)",
+        r"x509: certificate",
+        "kubectl could not verify the API endpoint's TLS certificate (this machine's clock, or a TLS-intercepting "
+        "proxy on the way)",
+        "check the clock, and that no proxy stands between here and {cluster}'s endpoint (NO_PROXY), then: "
+        "{kubeconfig}",
+    ),
+    (
+        r"no such host|i/o timeout|was refused - did you specify|connection refused|Unable to connect to the server|"
+        r"dial tcp|TLS handshake timeout|did not answer within",
+        "kubectl cannot reach the cluster's API endpoint (another cluster's kubeconfig, a deleted cluster, a "
+        "private endpoint outside its VPC, or a credential prompt, such as an MFA code, waiting unseen)",
         "check that {cluster} exists in {region} and is reachable from here (cluster.endpoint_access), then: "
         "{kubeconfig}",
     ),

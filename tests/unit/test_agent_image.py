@@ -52,7 +52,7 @@ def test_agent_requirements_cover_every_import_at_the_project_versions():
     agent_pins = _pins(ROOT / "node_agent" / "requirements.txt")
     project_pins = {
         name: version
-        for file in ("requirements.txt", "requirements-test.txt", "requirements-lint.txt")
+        for file in ("requirements.txt", "requirements-runtime.txt", "requirements-test.txt", "requirements-lint.txt")
         for name, version in _pins(ROOT / file).items()
     }
     imports = set().union(

@@ -96,17 +96,40 @@ KUBECTL_FAILURES = {
         "The connection to the server localhost:8080 was refused - did you specify the right host or port?",
         "kubectl has no cluster to talk to",
     ),
-    "expired credentials": (
-        "An error occurred (ExpiredToken) when calling the GetCallerIdentity operation: The security token included "
-        "in the request is expired\nUnable to connect to the server: getting credentials: exec: executable aws failed "
-        "with exit code 254",
+    "unknown context": (
+        "Error in configuration: context was not found for specified context: prod",
+        "kubectl has no cluster to talk to",
+    ),
+    "no AWS CLI": (
+        "Unable to connect to the server: getting credentials: exec: executable aws not found\n\nIt looks like you "
+        "are trying to use a client-go credential plugin that is not installed.",
+        "which is not installed here",
+    ),
+    "expired SSO": (
+        "Error when retrieving token from sso: Token has expired and refresh failed\nUnable to connect to the "
+        "server: getting credentials: exec: executable aws failed with exit code 255",
         "AWS credentials are missing or expired",
     ),
-    "no access entry": ("error: You must be logged in to the server (Unauthorized)", "does not know these credentials"),
+    "may not assume the role": (
+        "An error occurred (AccessDenied) when calling the AssumeRole operation: User: arn:aws:sts::210987654321:"
+        "assumed-role/dev/me is not authorized to perform: sts:AssumeRole on resource: arn:aws:iam::210987654321:"
+        "role/platform-admins\nUnable to connect to the server: getting credentials: exec: executable aws failed "
+        "with exit code 254",
+        "may not assume the role",
+    ),
+    "refused credentials": (
+        "error: You must be logged in to the server (Unauthorized)",
+        "they have expired, or this IAM principal has no access entry",
+    ),
     "forbidden": (
         'Error from server (Forbidden): nodes is forbidden: User "arn:aws:sts::210987654321:assumed-role/dev/me" '
         'cannot list resource "nodes" in API group "" at the cluster scope',
         "may not read what status needs",
+    ),
+    "certificate": (
+        "Unable to connect to the server: tls: failed to verify certificate: x509: certificate has expired or is "
+        "not yet valid",
+        "could not verify the API endpoint's TLS certificate",
     ),
     "unreachable": (
         "Unable to connect to the server: dial tcp: lookup 0A1B2C3D.gr7.us-east-1.eks.amazonaws.com: no such host",
