@@ -27,6 +27,7 @@ from contracts.agent_settings import (
 )
 from contracts.pod_labels import gpu_pool_selector
 from contracts.start_record import starts_config_map_name
+from kube.admission import deny_policy
 from kube.gpu_nodes import GPU_TAINT
 from kube.hardening import (
     NEEDS_API_TOKEN,
@@ -111,6 +112,9 @@ class MetricsScrapers:
     namespaces: list[str]
 
 
+_IS_THE_AGENT = k8s.MatchCondition(name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'")
+
+
 def _own_node_validations() -> list[k8s.Validation]:
     """What the agent may change of a node: only its own node, only its own labels, nothing else."""
     return [
@@ -164,7 +168,6 @@ class NodeAgentChart(cdk8s.Chart):
         self._own_node_only()
         self._own_starts_only()
         self._daemon_set(settings, settings_json, image, folders)
-        self.own_node_binding.add_dependency(self.own_node_policy)
 
     def _rbac(self) -> None:
         self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta(AGENT_SERVICE_ACCOUNT))
@@ -252,92 +255,52 @@ class NodeAgentChart(cdk8s.Chart):
         )
 
     def _own_node_only(self) -> None:
-        self.own_node_policy = k8s.KubeValidatingAdmissionPolicy(
+        self.own_node_policy, self.own_node_binding = deny_policy(
             self,
             "OwnNodeOnly",
-            metadata=k8s.ObjectMeta(name="warmstart-agent-own-node-only", labels=LABELS),
-            spec=k8s.ValidatingAdmissionPolicySpec(
-                failure_policy="Fail",
-                match_constraints=k8s.MatchResources(
-                    resource_rules=[
-                        k8s.NamedRuleWithOperations(
-                            api_groups=[""], api_versions=["v1"], operations=["UPDATE"], resources=["nodes"]
-                        )
-                    ]
+            name="warmstart-agent-own-node-only",
+            labels=LABELS,
+            operations=["UPDATE"],
+            resources=["nodes"],
+            match_conditions=[_IS_THE_AGENT],
+            variables=[
+                k8s.Variable(name="ours", expression=repr([f"{domain}/" for domain in LABEL_DOMAINS])),
+                k8s.Variable(
+                    name="newLabels",
+                    expression="has(object.metadata.labels) ? object.metadata.labels : {}",
                 ),
-                match_conditions=[
-                    k8s.MatchCondition(
-                        name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'"
-                    )
-                ],
-                variables=[
-                    k8s.Variable(name="ours", expression=repr([f"{domain}/" for domain in LABEL_DOMAINS])),
-                    k8s.Variable(
-                        name="newLabels",
-                        expression="has(object.metadata.labels) ? object.metadata.labels : {}",
-                    ),
-                    k8s.Variable(
-                        name="oldLabels",
-                        expression="has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}",
-                    ),
-                ],
-                validations=_own_node_validations(),
-            ),
-        )
-        self.own_node_binding = k8s.KubeValidatingAdmissionPolicyBinding(
-            self,
-            "OwnNodeOnlyBinding",
-            metadata=k8s.ObjectMeta(name="warmstart-agent-own-node-only", labels=LABELS),
-            spec=k8s.ValidatingAdmissionPolicyBindingSpec(
-                policy_name="warmstart-agent-own-node-only", validation_actions=["Deny"]
-            ),
+                k8s.Variable(
+                    name="oldLabels",
+                    expression="has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}",
+                ),
+            ],
+            validations=_own_node_validations(),
         )
 
     def _own_starts_only(self) -> None:
         # RBAC cannot limit `create` to names: the agent may write only its own node's starts ConfigMap
         # (server-side apply is admitted as CREATE or UPDATE), never the settings or another node's starts.
-        self.own_starts_policy = k8s.KubeValidatingAdmissionPolicy(
+        self.own_starts_policy, self.own_starts_binding = deny_policy(
             self,
             "OwnStartsOnly",
-            metadata=k8s.ObjectMeta(name=OWN_STARTS_POLICY, labels=LABELS),
-            spec=k8s.ValidatingAdmissionPolicySpec(
-                failure_policy="Fail",
-                match_constraints=k8s.MatchResources(
-                    resource_rules=[
-                        k8s.NamedRuleWithOperations(
-                            api_groups=[""],
-                            api_versions=["v1"],
-                            operations=["CREATE", "UPDATE", "DELETE"],
-                            resources=["configmaps"],
-                        )
-                    ]
-                ),
-                match_conditions=[
-                    k8s.MatchCondition(
-                        name="is-warmstart-agent", expression=f"request.userInfo.username == '{AGENT_USER}'"
-                    )
-                ],
-                validations=[
-                    k8s.Validation(
-                        expression=(
-                            "request.operation != 'DELETE' && has(request.userInfo.extra) && "
-                            "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
-                            f"request.namespace == '{AGENT_NAMESPACE}' && "
-                            f"object.metadata.name == '{starts_config_map_name('')}' + "
-                            "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]"
-                        ),
-                        message="the warmstart agent may write only its own node's starts ConfigMap",
-                    )
-                ],
-            ),
+            name=OWN_STARTS_POLICY,
+            labels=LABELS,
+            operations=["CREATE", "UPDATE", "DELETE"],
+            resources=["configmaps"],
+            match_conditions=[_IS_THE_AGENT],
+            validations=[
+                k8s.Validation(
+                    expression=(
+                        "request.operation != 'DELETE' && has(request.userInfo.extra) && "
+                        "'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
+                        f"request.namespace == '{AGENT_NAMESPACE}' && "
+                        f"object.metadata.name == '{starts_config_map_name('')}' + "
+                        "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]"
+                    ),
+                    message="the warmstart agent may write only its own node's starts ConfigMap",
+                )
+            ],
         )
-        self.own_starts_binding = k8s.KubeValidatingAdmissionPolicyBinding(
-            self,
-            "OwnStartsOnlyBinding",
-            metadata=k8s.ObjectMeta(name=OWN_STARTS_POLICY, labels=LABELS),
-            spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=OWN_STARTS_POLICY, validation_actions=["Deny"]),
-        )
-        self.own_starts_binding.add_dependency(self.own_starts_policy)
 
     def _daemon_set(self, settings: AgentSettings, settings_json: str, image: str, folders: NodeFolders) -> None:
         cache_root, weights_root, pod_records_root = folders.cache_root, folders.weights_root, folders.pod_records_root

@@ -35,6 +35,7 @@ from constructs import Construct
 from contracts.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT
 from contracts.node_layout import AGENT_STATE_FOLDER
 from contracts.pod_labels import model_labels
+from kube.admission import deny_policy
 
 POLICY_NAME = "warmstart-host-paths"
 POD_UID_VARIABLE = "POD_UID"
@@ -195,35 +196,17 @@ def host_path_policy(
     labels: dict[str, str],
 ) -> tuple[k8s.KubeValidatingAdmissionPolicy, k8s.KubeValidatingAdmissionPolicyBinding]:
     roots = [root.rstrip("/") + "/" for root in (compile_root, weights_root, records_root) if root]
-    policy = k8s.KubeValidatingAdmissionPolicy(
+    return deny_policy(
         scope,
         "HostPaths",
-        metadata=k8s.ObjectMeta(name=POLICY_NAME, labels=labels),
-        spec=k8s.ValidatingAdmissionPolicySpec(
-            failure_policy="Fail",
-            match_constraints=k8s.MatchResources(
-                resource_rules=[
-                    k8s.NamedRuleWithOperations(
-                        api_groups=[""],
-                        api_versions=["v1"],
-                        operations=["CREATE", "UPDATE"],
-                        resources=["pods", "pods/ephemeralcontainers"],
-                    )
-                ]
-            ),
-            variables=_variables(roots),
-            validations=[
-                _agent_namespace_rule(agent_host_paths),
-                *_model_namespace_rules(compile_root, weights_root, records_root),
-                *(_elsewhere_rule(name, compile_root, records_root) for name in _CONTAINER_LISTS),
-            ],
-        ),
+        name=POLICY_NAME,
+        labels=labels,
+        operations=["CREATE", "UPDATE"],
+        resources=["pods", "pods/ephemeralcontainers"],
+        variables=_variables(roots),
+        validations=[
+            _agent_namespace_rule(agent_host_paths),
+            *_model_namespace_rules(compile_root, weights_root, records_root),
+            *(_elsewhere_rule(name, compile_root, records_root) for name in _CONTAINER_LISTS),
+        ],
     )
-    binding = k8s.KubeValidatingAdmissionPolicyBinding(
-        scope,
-        "HostPathsBinding",
-        metadata=k8s.ObjectMeta(name=POLICY_NAME, labels=labels),
-        spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=POLICY_NAME, validation_actions=["Deny"]),
-    )
-    binding.add_dependency(policy)
-    return policy, binding
