@@ -77,7 +77,12 @@ def direct_opener(context: ssl.SSLContext) -> urllib.request.OpenerDirector:
 def direct_env() -> dict[str, str]:
     """The servers' environment: this machine's own addresses bypass any proxy (the aggregator calls the custom
     metrics stand-in on the machine's address; Go's client skips only loopback by itself)."""
-    direct = ["127.0.0.1", "localhost", machine_address()]
+    direct = ["127.0.0.1", "localhost"]
+    try:
+        direct.append(machine_address())
+    except RuntimeError:
+        pass  # no routable address: only the autoscaling test needs one, and it says so itself
+
     env = dict(os.environ)
     for name in ("NO_PROXY", "no_proxy"):
         env[name] = ",".join([*direct, *filter(None, os.environ.get(name, "").split(","))])
