@@ -69,6 +69,23 @@ def test_gpu_node_pool_is_tainted_and_limited_to_the_configured_types(shipped):
     assert spec["disruption"]["consolidationPolicy"] == "WhenEmpty"
 
 
+def test_every_gpu_workload_selects_a_label_the_pools_nodes_carry(shipped):
+    """Karpenter puts a NodePool's `template.metadata.labels` on every node it launches and schedules a pod on the
+    pool only if its nodeSelector matches them (Karpenter v1.14 docs, NodePools): each pod that runs on the GPU
+    nodes (vLLM, the agent, the image caches) must select only labels of the rendered pool's template."""
+    (node_pool,) = of_kind(shipped.manifests(), "NodePool")
+    node_labels = node_pool["spec"]["template"]["metadata"]["labels"]
+    gpu_pods = [
+        obj["spec"]["template"]["spec"]
+        for obj in shipped.manifests()
+        if obj["kind"] in ("Deployment", "DaemonSet")
+        and any(t.get("key") == "nvidia.com/gpu" for t in obj["spec"]["template"]["spec"].get("tolerations", []))
+    ]
+    assert gpu_pods, "no workload runs on the GPU pool"
+    for pod in gpu_pods:
+        assert pod.get("nodeSelector") and pod["nodeSelector"].items() <= node_labels.items(), (pod, node_labels)
+
+
 def test_karpenter_node_class_stripes_instance_store_as_raid0(prod):
     (node_class,) = of_kind(prod.manifests(), "EC2NodeClass")
     spec = node_class["spec"]
