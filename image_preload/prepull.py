@@ -11,7 +11,7 @@ from constructs import Construct
 from contracts.agent_settings import AGENT_NAMESPACE
 from image_preload.prepull_chart import GATE_START_SECONDS, ImageCacheChart
 from node_agent.image import AgentImage
-from stacks.components.source import cluster_ref
+from stacks.components.source import applies_objects, cluster_ref
 
 # The kubectl provider's handler runs for at most 15 minutes (aws-cdk-lib 2.275 aws-eks-v2 KubectlProvider), and
 # KubernetesObjectValue polls inside one invocation (after `aws eks update-kubeconfig`): its wait ends by 13.
@@ -50,8 +50,11 @@ class ImageCache(Construct):
             gate_image_revision=gate_image.revision,
             gate_deadline_seconds=rollout_wait_seconds,
         )
-        self.manifest = cluster.add_cdk8s_chart("ImageCache", self.chart)
         self.gates: dict[str, eks.KubernetesObjectValue] = {}
+        self.manifest: eks.KubernetesManifest | None = None
+        if not applies_objects(cluster):
+            return  # a GitOps tool applies the chart (dist/<env>/); the gate Jobs run, and nothing waits on them
+        self.manifest = cluster.add_cdk8s_chart("ImageCache", self.chart)
         for index, image in enumerate(sorted(self.chart.gate_names)):
             gate = eks.KubernetesObjectValue(
                 self,

@@ -11,7 +11,7 @@ from constructs import Construct
 
 from model_workload.chart import SERVICE_ACCOUNT, VllmAutoscaler, VllmModel
 from stacks.components.pod_identity import ModelReader
-from stacks.components.source import cluster_ref
+from stacks.components.source import applies_objects, cluster_ref
 from warmstart.autoscaling import ScalingPolicy
 from warmstart.workload import ModelPlan
 
@@ -42,6 +42,10 @@ class ModelWorkload(Construct):
             kms_key_arn=kms_key_arn,
         )
         self.chart = VllmModel(cdk8s.App(), model.name, plan=plan, scaling=scaling)
+        self.manifest: eks.KubernetesManifest | None = None
+        self.autoscaler: eks.KubernetesManifest | None = None
+        if not applies_objects(cluster):
+            return  # a GitOps tool applies the model's objects (dist/<env>/); its identity is here
         # What Cluster.add_cdk8s_chart does, with this construct as the scope (so the manifest lives in this
         # stack); prune labels as the cluster's other manifests have them.
         self.manifest = eks.KubernetesManifest(
@@ -51,7 +55,6 @@ class ModelWorkload(Construct):
         # (or its bounded wait is over) before the Deployment rolls to it.
         self.manifest.node.add_dependency(self.reader.identity.association, *after)
         # Its own manifest: removing autoscaling deletes it (kubectl's prune would leave an HPA behind).
-        self.autoscaler: eks.KubernetesManifest | None = None
         if scaling is not None:
             chart = VllmAutoscaler(cdk8s.App(), f"{model.name}-autoscaler", scaling=scaling)
             self.autoscaler = eks.KubernetesManifest(

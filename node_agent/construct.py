@@ -15,6 +15,7 @@ from node_agent.chart import MetricsScrapers, NodeAgentChart, NodeFolders
 from node_agent.image import AgentImage
 from stacks.components.nag import acknowledge, wildcard
 from stacks.components.pod_identity import PodIdentity, model_read_statements
+from stacks.components.source import applies_objects
 from warmstart.scale import prefix_groups
 
 
@@ -72,10 +73,12 @@ class NodeAgent(Construct):
             folders=folders,
             scrapers=scrapers,
         )
-        self.manifest = cluster.add_cdk8s_chart("NodeAgent", self.chart)
-        self.manifest.node.add_dependency(
-            self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies
-        )
+        # None where a GitOps tool applies the chart (rendered to dist/<env>/).
+        self.manifest = cluster.add_cdk8s_chart("NodeAgent", self.chart) if applies_objects(cluster) else None
+        if self.manifest is not None:
+            self.manifest.node.add_dependency(
+                self.identity.association, *([self.policy] if self.policy else []), *self.weights_policies
+            )
 
     def _compile_cache_access(self, settings: AgentSettings) -> iam.Policy | None:
         if not settings.compile_models:

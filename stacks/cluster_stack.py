@@ -12,8 +12,9 @@ from node_agent.construct import NodeAgent
 from node_agent.image import AgentImage
 from stacks.components.buckets import ArtifactBuckets
 from stacks.components.compute import gpu_compute
-from stacks.components.network import WarmstartVpc
+from stacks.components.network import ClusterNetwork, ImportedVpc
 from stacks.components.serving_metrics import ServingMetrics
+from stacks.components.source import applies_objects
 from warmstart.agent_config import agent_settings, metrics_scraper_cidrs
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
@@ -30,11 +31,14 @@ class ClusterStack(Stack):
         id: str,
         *,
         config: EnvironmentConfig,
-        network: WarmstartVpc,
+        network: ClusterNetwork | None,
         buckets: ArtifactBuckets,
         **kwargs,
     ) -> None:
         super().__init__(scope, id, **kwargs)
+        if network is None:  # an existing VPC that the network stack has nothing to add to: imported here
+            assert config.network.existing is not None
+            network = ImportedVpc(self, "Vpc", existing=config.network.existing, add_s3_endpoint=False)
         # Every cdk8s chart of this stack lives in this app; the cluster renders them into manifests.
         self.charts = cdk8s.App()
         # The compute mode creates the cluster and what runs its nodes.
@@ -65,9 +69,12 @@ class ClusterStack(Stack):
         images = serving_images(config) if config.image_preload.strategy.prepulls else []
         if not (settings.models or images):
             return  # no node-level cache: no agent image, no warmstart-system namespace
-        self.system_namespace = self.cluster.add_cdk8s_chart(
-            "WarmstartSystem",
-            SystemNamespace(self.charts, "WarmstartSystem", kubernetes_version=config.cluster.kubernetes_version),
+        namespace = SystemNamespace(
+            self.charts, "WarmstartSystem", kubernetes_version=config.cluster.kubernetes_version
+        )
+        # None where a GitOps tool applies the charts (rendered to dist/<env>/).
+        self.system_namespace = (
+            self.cluster.add_cdk8s_chart("WarmstartSystem", namespace) if applies_objects(self.cluster) else None
         )
         self.agent_image = AgentImage(self, "AgentImage", prebuilt=config.deploy.agent_image)
         if settings.models:
@@ -82,7 +89,8 @@ class ClusterStack(Stack):
                 scrapers=MetricsScrapers(metrics_scraper_cidrs(config), list(config.metrics.scraper_namespaces)),
                 model_kms_key_arn=config.buckets.models.kms_key_arn,
             )
-            self.node_agent.manifest.node.add_dependency(self.system_namespace)
+            if self.node_agent.manifest and self.system_namespace:
+                self.node_agent.manifest.node.add_dependency(self.system_namespace)
         if images:
             self.image_cache = ImageCache(
                 self,
@@ -94,12 +102,13 @@ class ClusterStack(Stack):
                 gate_image=self.agent_image,
                 rollout_wait_seconds=config.image_preload.rollout_wait_minutes * 60,
             )
-            self.image_cache.manifest.node.add_dependency(self.system_namespace)
+            if self.image_cache.manifest and self.system_namespace:
+                self.image_cache.manifest.node.add_dependency(self.system_namespace)
 
     def before_workload(self, image: str) -> list[Construct]:
         """What a model's workload must wait for: its compute mode's (the GPU pool to land on), and its image's
         rollout gate."""
-        gate = [self.image_cache.gates[image]] if self.image_cache is not None else []
+        gate = [self.image_cache.gates[image]] if self.image_cache is not None and self.image_cache.gates else []
         return [*self.compute.workloads_wait_for, *gate]
 
     @property

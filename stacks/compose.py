@@ -12,7 +12,7 @@ from stacks.ci_stack import CiAccessStack
 from stacks.cluster_stack import ClusterStack
 from stacks.data_stack import DataStack
 from stacks.model_stack import ModelStack
-from stacks.network_stack import NetworkStack
+from stacks.network_stack import NetworkStack, owns_network_resources
 from stacks.pruner_stack import PrunerStack
 from warmstart.autoscaling import scaling_policy
 from warmstart.catalog import default_catalog
@@ -25,7 +25,7 @@ BOOTSTRAP_QUALIFIER_CONTEXT = "@aws-cdk/core:bootstrapQualifier"
 
 @dataclass(frozen=True)
 class EnvironmentStacks:
-    network: NetworkStack
+    network: NetworkStack | None
     data: DataStack
     cluster: ClusterStack
     pruner: PrunerStack
@@ -34,7 +34,7 @@ class EnvironmentStacks:
 
     def all(self) -> list:
         return [
-            self.network,
+            *([self.network] if self.network else []),
             self.data,
             self.cluster,
             self.pruner,
@@ -48,14 +48,25 @@ def compose_environment(app: App, config: EnvironmentConfig) -> EnvironmentStack
     app.node.set_context(BOOTSTRAP_QUALIFIER_CONTEXT, config.deploy.bootstrap_qualifier)
     env = Environment(account=config.account, region=config.region)
     prefix = f"warmstart-{config.name}"
-    network = NetworkStack(app, f"{prefix}-network", env=env, network=config.network)
+    network = (
+        NetworkStack(app, f"{prefix}-network", env=env, network=config.network)
+        if owns_network_resources(config.network)
+        else None
+    )
     # The pruner's role has a fixed name, so the data stack's bucket policy can name it without a reference.
     data = DataStack(
         app, f"{prefix}-data", env=env, buckets=config.buckets, pruner_role_name=pruner_role_name(config.name)
     )
     cluster = ClusterStack(
-        app, f"{prefix}-cluster", env=env, config=config, network=network.network, buckets=data.buckets
+        app,
+        f"{prefix}-cluster",
+        env=env,
+        config=config,
+        network=network.network if network else None,
+        buckets=data.buckets,
     )
+    if network is not None:  # GPU nodes start once S3 is reached through the gateway endpoint
+        cluster.add_stack_dependency(network)
     pruner = PrunerStack(app, f"{prefix}-pruner", env=env, config=config)
     pruner.add_stack_dependency(data)  # prunes the bucket the data stack owns
     catalog = default_catalog()

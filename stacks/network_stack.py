@@ -4,15 +4,27 @@ from aws_cdk import Stack
 from constructs import Construct
 
 from stacks.components.nag import acknowledge
-from stacks.components.network import WarmstartVpc
+from stacks.components.network import ImportedVpc, WarmstartVpc
 from warmstart.config import NetworkConfig
 
 
+def owns_network_resources(network: NetworkConfig) -> bool:
+    """Whether the environment has a network stack: its own VPC, or an S3 gateway endpoint it adds to an existing
+    VPC (an existing VPC is otherwise only imported, where the cluster stack needs it)."""
+    return network.existing is None or network.existing.s3_gateway_endpoint == "add"
+
+
 class NetworkStack(Stack):
+    """The VPC warmstart creates, or the S3 gateway endpoint it adds to an existing VPC's private route tables."""
+
     def __init__(self, scope: Construct, id: str, *, network: NetworkConfig, **kwargs) -> None:
-        self._zones = list(network.availability_zones)
+        self._zones = network.zones
         super().__init__(scope, id, **kwargs)
-        self.network = WarmstartVpc(self, "Network", network=network)
+        self.network: WarmstartVpc | ImportedVpc = (
+            WarmstartVpc(self, "Network", network=network)
+            if network.existing is None
+            else ImportedVpc(self, "Network", existing=network.existing, add_s3_endpoint=True)
+        )
         acknowledge(
             self,
             "The AZs are fixed in the environment's config on purpose: synth must never look them up (no "

@@ -3,7 +3,14 @@ from __future__ import annotations
 import pytest
 
 from tests.s3_server import SeaweedS3
-from tests.synth import EVERY_ENVIRONMENT, SHIPPED_ENVIRONMENTS, Synthesized, synthesize_any
+from tests.synth import (
+    CREATED_CLUSTER_ENVIRONMENTS,
+    EVERY_ENVIRONMENT,
+    EXISTING_CLUSTER_ENVIRONMENTS,
+    SHIPPED_ENVIRONMENTS,
+    Synthesized,
+    synthesize_any,
+)
 from warmstart.catalog import default_catalog
 
 _cache: dict[str, Synthesized] = {}
@@ -23,6 +30,18 @@ def synthesized_env(tmp_path_factory):
 
 @pytest.fixture(scope="session", params=SHIPPED_ENVIRONMENTS)
 def shipped(request, synthesized_env) -> Synthesized:
+    return synthesized_env(request.param)
+
+
+@pytest.fixture(scope="session", params=CREATED_CLUSTER_ENVIRONMENTS)
+def created(request, synthesized_env) -> Synthesized:
+    """The shipped environments whose VPC and cluster warmstart creates."""
+    return synthesized_env(request.param)
+
+
+@pytest.fixture(scope="session", params=EXISTING_CLUSTER_ENVIRONMENTS)
+def existing(request, synthesized_env) -> Synthesized:
+    """Every environment that adds warmstart to a cluster and VPC it did not create (shipped and variants)."""
     return synthesized_env(request.param)
 
 

@@ -44,11 +44,21 @@ class Synthesized:
         stack = self.stacks.models[model]
         return json.loads((self.outdir / f"{stack.stack_name}.template.json").read_text())
 
-    def manifests(self) -> list[dict]:
+    def applied_manifests(self) -> list[dict]:
         """Every Kubernetes object the environment's stacks apply (cluster and model stacks)."""
         from tests.manifests import deployed_manifests
 
         return [m for path in self.template_paths() for m in deployed_manifests(json.loads(path.read_text()))]
+
+    def manifests(self) -> list[dict]:
+        """Every Kubernetes object warmstart puts in the cluster: what its stacks apply, or, where a GitOps tool
+        applies them (cluster.existing.kubernetes_objects: gitops), what `make synth` renders to dist/<env>/."""
+        if self.config.cluster.applies_kubernetes_objects:
+            return self.applied_manifests()
+        from kube.render import render_workloads
+
+        files = render_workloads(self.config, self.outdir / "dist")
+        return [m for path in files for m in yaml.safe_load_all(path.read_text()) if m]
 
 
 def synthesize(config: EnvironmentConfig, outdir: Path, name: str) -> Synthesized:
@@ -71,8 +81,49 @@ def bottlerocket_snapshot_config() -> EnvironmentConfig:
     return parse_config(raw, source="prod, Bottlerocket, image snapshot")
 
 
-VARIANTS = {"prod-bottlerocket-snapshot": bottlerocket_snapshot_config}
+def existing_auto_mode_config() -> EnvironmentConfig:
+    """The existing-cluster example on an EKS Auto Mode cluster with a public endpoint and an S3 gateway endpoint
+    already on its route tables: the other compute mode of the same path."""
+    raw = yaml.safe_load((ROOT / "config" / "existing.yaml").read_text())
+    raw["network"]["existing"]["s3_gateway_endpoint"] = "present"
+    raw["cluster"]["endpoint_access"] = "public_and_private"
+    raw["cluster"]["existing"] = {"security_group_id": raw["cluster"]["existing"]["security_group_id"]}
+    raw["compute"] = {
+        "mode": "auto",
+        "gpu_pool": raw["compute"]["gpu_pool"],
+        "node_role_name": "AmazonEKSAutoNodeRole",
+        "cluster_role_name": "AmazonEKSAutoClusterRole",
+    }
+    return parse_config(raw, source="existing, on an Auto Mode cluster")
+
+
+def existing_gitops_config() -> EnvironmentConfig:
+    """The existing-cluster example for a team whose GitOps tool applies the Kubernetes objects: the stacks hold
+    the AWS parts, dist/<env>/ the rest."""
+    raw = yaml.safe_load((ROOT / "config" / "existing.yaml").read_text())
+    raw["cluster"]["existing"].update(
+        kubernetes_objects="gitops", pod_identity_agent="add", nvidia_device_plugin="present"
+    )
+    raw["deploy"] = {"agent_image": f"345678901234.dkr.ecr.eu-west-1.amazonaws.com/warmstart-agent@sha256:{'ab' * 32}"}
+    return parse_config(raw, source="existing, Kubernetes objects by GitOps")
+
+
+VARIANTS = {
+    "prod-bottlerocket-snapshot": bottlerocket_snapshot_config,
+    "existing-auto-mode": existing_auto_mode_config,
+    "existing-gitops": existing_gitops_config,
+}
 EVERY_ENVIRONMENT = [*SHIPPED_ENVIRONMENTS, *VARIANTS]
+
+
+def config_of(name: str) -> EnvironmentConfig:
+    return VARIANTS[name]() if name in VARIANTS else load_config(ROOT / "config" / f"{name}.yaml")
+
+
+# The shipped environments whose cluster and VPC warmstart creates, and every environment (variants too) that adds
+# warmstart to a cluster it did not create.
+CREATED_CLUSTER_ENVIRONMENTS = [name for name in SHIPPED_ENVIRONMENTS if config_of(name).cluster.owned]
+EXISTING_CLUSTER_ENVIRONMENTS = [name for name in EVERY_ENVIRONMENT if not config_of(name).cluster.owned]
 
 
 def synthesize_any(name: str, outdir: Path) -> Synthesized:

@@ -56,4 +56,4 @@ def agent_settings(config: EnvironmentConfig, catalog: Catalog) -> AgentSettings
 def metrics_scraper_cidrs(config: EnvironmentConfig) -> list[str]:
     """Where the agent's metrics may be scraped from: the configured blocks, else the VPC (where Amazon Managed
     Service for Prometheus' collector places its network interfaces)."""
-    return list(config.metrics.scraper_cidrs) if config.metrics.scraper_cidrs is not None else [config.network.vpc_cidr]
+    return list(config.metrics.scraper_cidrs) if config.metrics.scraper_cidrs is not None else [config.network.cidr]

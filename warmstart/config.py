@@ -71,12 +71,52 @@ CidrBlock = Annotated[str, AfterValidator(_cidr_block)]
 RoleArn = Annotated[str, AfterValidator(_role_arn)]
 
 
+class ExistingSubnet(Strict):
+    """A private subnet of an existing VPC that GPU nodes launch into: its zone and route table are given, since
+    synth never looks them up."""
+
+    id: str = Field(pattern=r"^subnet-[0-9a-f]{8,17}$")
+    availability_zone: str
+    route_table_id: str = Field(pattern=r"^rtb-[0-9a-f]{8,17}$")
+
+
+class ExistingVpc(Strict):
+    """A VPC warmstart did not create (made by Terraform, eksctl, the console or another stack): warmstart creates
+    no subnet, NAT gateway or flow log in it, and adds at most the S3 gateway endpoint."""
+
+    vpc_id: str = Field(pattern=r"^vpc-[0-9a-f]{8,17}$")
+    # The VPC's primary CIDR: the node agent's default scrapers (Amazon Managed Prometheus' collector).
+    vpc_cidr: CidrBlock
+    # The subnets of the cluster's GPU nodes (and of the kubectl handler, with a private endpoint).
+    private_subnets: list[ExistingSubnet] = Field(min_length=1)
+    # present: an S3 gateway endpoint is already on every route table above (make preflight checks it); add:
+    # warmstart adds one to them; none: refused, since weights would cross the NAT gateways.
+    s3_gateway_endpoint: Literal["present", "add", "none"]
+
+    @field_validator("private_subnets")
+    @classmethod
+    def _distinct_subnets(cls, value: list[ExistingSubnet]) -> list[ExistingSubnet]:
+        if len({subnet.id for subnet in value}) != len(value):
+            raise ValueError("a subnet is listed twice; fix: list each subnet once")
+        return value
+
+    @property
+    def route_table_ids(self) -> list[str]:
+        return sorted({subnet.route_table_id for subnet in self.private_subnets})
+
+
+# The owned VPC's settings, which an existing VPC replaces.
+OWNED_VPC_SETTINGS = ("vpc_cidr", "availability_zones", "nat_gateways", "flow_log_retention_days")
+
+
 class NetworkConfig(Strict):
     vpc_cidr: CidrBlock = "10.0.0.0/16"
-    # Fixed in config: synth must never look AZs up.
-    availability_zones: list[str] = Field(min_length=2)
+    # Fixed in config: synth must never look AZs up (an existing VPC gives its subnets' zones instead).
+    availability_zones: list[str] = Field(default_factory=list)
     nat_gateways: PositiveInt = 1
     flow_log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653] = 30
+    # A VPC that exists already (for a cluster warmstart did not create); the settings above then stay unset.
+    existing: ExistingVpc | None = None
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -96,6 +136,62 @@ class NetworkConfig(Strict):
             raise ValueError("an availability zone is listed twice; fix: list each zone once")
         return value
 
+    @model_validator(mode="after")
+    def _owned_or_existing(self) -> NetworkConfig:
+        if self.existing is not None:
+            given = [name for name in OWNED_VPC_SETTINGS if name in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} beside existing: they describe a VPC warmstart creates; fix: remove them "
+                    "(the existing VPC's CIDR goes in existing.vpc_cidr)"
+                )
+        elif len(self.availability_zones) < 2:
+            raise ValueError(
+                "availability_zones needs at least 2 zones for the VPC warmstart creates; fix: list 2 or more "
+                "zones of the region, or describe a VPC you already have under existing"
+            )
+        return self
+
+    @property
+    def owned(self) -> bool:
+        """Whether warmstart creates the VPC."""
+        return self.existing is None
+
+    @property
+    def cidr(self) -> str:
+        """The VPC's primary CIDR, owned or existing."""
+        return self.existing.vpc_cidr if self.existing else self.vpc_cidr
+
+    @property
+    def zones(self) -> list[str]:
+        """The zones the GPU nodes launch in."""
+        if self.existing:
+            return sorted({subnet.availability_zone for subnet in self.existing.private_subnets})
+        return list(self.availability_zones)
+
+
+# An EKS prerequisite of an existing cluster: already there (make preflight checks it), added by warmstart, or
+# missing (refused, with the command that adds it).
+Prerequisite = Literal["present", "add", "none"]
+IAM_ROLE_NAME = r"^[\w+=,.@-]{1,64}$"
+
+
+class ExistingCluster(Strict):
+    """An EKS cluster warmstart did not create: warmstart adds its own parts to it and never changes the cluster
+    itself (its endpoint, logging, version, access entries other than its own)."""
+
+    # The cluster security group EKS created (DescribeCluster: resourcesVpcConfig.clusterSecurityGroupId): GPU
+    # nodes join with it, and the kubectl handler reaches a private endpoint through it.
+    security_group_id: str = Field(pattern=r"^sg-[0-9a-f]{8,17}$")
+    # cdk: warmstart applies its Kubernetes objects through its own kubectl handler, whose role gets a
+    # cluster-admin access entry (the cluster's authentication mode must include API); gitops: `make synth`
+    # writes them to dist/<env>/ with a kustomization, for Argo CD or Flux, and the stacks hold the AWS parts only.
+    kubernetes_objects: Literal["cdk", "gitops"] = "cdk"
+    # Karpenter mode (Auto Mode runs both itself): the EKS Pod Identity agent, through which every warmstart pod
+    # gets its role, and the NVIDIA device plugin, which makes the GPUs schedulable.
+    pod_identity_agent: Prerequisite | None = None
+    nvidia_device_plugin: Prerequisite | None = None
+
 
 class ClusterConfig(Strict):
     name: str = Field(pattern=r"^[a-zA-Z][-a-zA-Z0-9]{0,99}$")
@@ -105,6 +201,28 @@ class ClusterConfig(Strict):
     public_access_cidrs: list[CidrBlock] = Field(default_factory=list)
     # IAM roles that get cluster-admin through an EKS access entry.
     admin_role_arns: list[RoleArn] = Field(default_factory=list)
+    # A cluster that exists already (name, version and endpoint_access above say what it is).
+    existing: ExistingCluster | None = None
+
+    @model_validator(mode="after")
+    def _owned_settings(self) -> ClusterConfig:
+        given = [name for name in ("public_access_cidrs", "admin_role_arns") if getattr(self, name)]
+        if self.existing is not None and given:
+            raise ValueError(
+                f"{', '.join(given)} beside existing: they configure a cluster warmstart creates; fix: remove them "
+                "(grant access to your cluster where it is managed)"
+            )
+        return self
+
+    @property
+    def owned(self) -> bool:
+        """Whether warmstart creates the cluster."""
+        return self.existing is None
+
+    @property
+    def applies_kubernetes_objects(self) -> bool:
+        """Whether the stacks apply the Kubernetes objects (else a GitOps tool applies dist/<env>/)."""
+        return self.existing is None or self.existing.kubernetes_objects == "cdk"
 
 
 # AWS resource tags (Tagging AWS resources, "Tag naming limits and requirements"): keys of 1-128 and values of
@@ -177,6 +295,10 @@ class AutoModeCompute(Strict):
     ephemeral_storage_gib: PositiveInt = 80
     ephemeral_storage_iops: int = Field(default=3000, ge=3000, le=16000)
     ephemeral_storage_throughput_mibps: int = Field(default=125, ge=125, le=1000)
+    # An existing Auto Mode cluster: its node role (the NodeClass names it; EKS gave it its access entry), and its
+    # cluster role, which needs leave to tag what Auto Mode creates when the environment has tags.
+    node_role_name: str | None = Field(default=None, pattern=IAM_ROLE_NAME)
+    cluster_role_name: str | None = Field(default=None, pattern=IAM_ROLE_NAME)
 
     @property
     def node_os(self) -> NodeOs:
@@ -190,6 +312,22 @@ class SystemNodeGroup(Strict):
     max_size: PositiveInt = 4
 
 
+class ExistingKarpenter(Strict):
+    """A Karpenter controller that already runs in an existing cluster: warmstart adds its EC2NodeClass and
+    NodePool and installs no controller."""
+
+    # Its version (the chart's appVersion): warmstart's EC2NodeClass and NodePool follow Karpenter v1.14.1's CRDs.
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    # The role its nodes use (with an EC2_LINUX access entry): warmstart's EC2NodeClass names it.
+    node_role_name: str = Field(pattern=IAM_ROLE_NAME)
+    # Where the controller runs (make preflight reads its version and feature gates there).
+    namespace: str = Field(default="kube-system", pattern=DNS_LABEL)
+
+
+# A Karpenter warmstart installs; an existing controller replaces them.
+OWN_KARPENTER_SETTINGS = ("karpenter_version", "system_node_group")
+
+
 class KarpenterCompute(Strict):
     title: ClassVar[str] = "self-managed Karpenter"
     mode: Literal["karpenter"]
@@ -200,6 +338,18 @@ class KarpenterCompute(Strict):
     ami_alias: str = Field(default=DEFAULT_AMI_ALIAS, pattern=AMI_ALIAS_PATTERN)
     root_volume_gib: int = Field(default=200, ge=20, le=16384)
     system_node_group: SystemNodeGroup = SystemNodeGroup()
+    # A Karpenter already running in an existing cluster; default: warmstart installs its own.
+    existing_controller: ExistingKarpenter | None = None
+
+    @model_validator(mode="after")
+    def _own_or_existing(self) -> KarpenterCompute:
+        given = [name for name in OWN_KARPENTER_SETTINGS if name in self.model_fields_set]
+        if self.existing_controller is not None and given:
+            raise ValueError(
+                f"{', '.join(given)} beside existing_controller: they configure the Karpenter warmstart installs; "
+                "fix: remove them (the existing controller's version goes in existing_controller.version)"
+            )
+        return self
 
     @property
     def node_os(self) -> NodeOs:

@@ -54,6 +54,11 @@ PATTERN_WORDS = {
     r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$": "an SNS topic ARN (arn:aws:sns:<region>:"
     "<account>:<name>)",
     r"^cr-[0-9a-z]+$": "a capacity reservation ID (cr-...)",
+    r"^vpc-[0-9a-f]{8,17}$": "a VPC ID (vpc- and 8 or 17 hexadecimal digits)",
+    r"^subnet-[0-9a-f]{8,17}$": "a subnet ID (subnet- and 8 or 17 hexadecimal digits)",
+    r"^rtb-[0-9a-f]{8,17}$": "a route table ID (rtb- and 8 or 17 hexadecimal digits)",
+    r"^sg-[0-9a-f]{8,17}$": "a security group ID (sg- and 8 or 17 hexadecimal digits)",
+    r"^[\w+=,.@-]{1,64}$": "an IAM role name: 1-64 letters, digits and + = , . @ _ -",
     r"^[\w .:/=+\-@]*$": "an AWS tag: letters, digits, spaces and _ . : / = + - @",
     r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$": "s3://<bucket>/<prefix>/, ending with '/'",
     r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$": "a GitHub repository as owner/name",

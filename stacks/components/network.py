@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Protocol
 
 from aws_cdk import RemovalPolicy, Tags
 from aws_cdk import aws_ec2 as ec2
@@ -10,7 +11,19 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.components.log_retention import retention_days
-from warmstart.config import NetworkConfig
+from warmstart.config import ExistingVpc, NetworkConfig
+
+
+class ClusterNetwork(Protocol):
+    """What the cluster and its nodes need of a VPC, owned or existing."""
+
+    @property
+    def vpc(self) -> ec2.IVpc: ...
+
+    @property
+    def private_subnets(self) -> ec2.SubnetSelection: ...
+
+    def private_subnet_list(self) -> list[ec2.ISubnet]: ...
 
 
 def subnet_masks(vpc_cidr: str) -> tuple[int, int]:
@@ -61,3 +74,44 @@ class WarmstartVpc(Construct):
     def private_subnet_list(self) -> list[ec2.ISubnet]:
         """The private subnets themselves (nodes and the image builder launch into them)."""
         return self.vpc.select_subnets(subnet_type=self.private_subnets.subnet_type).subnets
+
+
+class ImportedVpc(Construct):
+    """A VPC warmstart did not create, imported from the config's facts (no lookup at synth); with
+    `add_s3_endpoint`, warmstart's S3 gateway endpoint on its private subnets' route tables."""
+
+    def __init__(self, scope: Construct, id: str, *, existing: ExistingVpc, add_s3_endpoint: bool) -> None:
+        super().__init__(scope, id)
+        subnets = existing.private_subnets
+        self.vpc = ec2.Vpc.from_vpc_attributes(
+            self,
+            "Vpc",
+            vpc_id=existing.vpc_id,
+            vpc_cidr_block=existing.vpc_cidr,
+            availability_zones=sorted({subnet.availability_zone for subnet in subnets}),
+        )
+        self._subnets = [
+            ec2.Subnet.from_subnet_attributes(
+                self,
+                f"Subnet{index}",
+                subnet_id=subnet.id,
+                availability_zone=subnet.availability_zone,
+                route_table_id=subnet.route_table_id,
+            )
+            for index, subnet in enumerate(subnets)
+        ]
+        self.private_subnets = ec2.SubnetSelection(subnets=self._subnets)
+        self.s3_endpoint = (
+            ec2.GatewayVpcEndpoint(
+                self,
+                "S3Gateway",
+                vpc=self.vpc,
+                service=ec2.GatewayVpcEndpointAwsService.S3,
+                subnets=[self.private_subnets],
+            )
+            if add_s3_endpoint
+            else None
+        )
+
+    def private_subnet_list(self) -> list[ec2.ISubnet]:
+        return list(self._subnets)

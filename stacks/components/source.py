@@ -25,6 +25,12 @@ def only(*paths: str, leaving_out: tuple[str, ...] = ()) -> list[str]:
     return ["*", *(f"!{path}" for path in kept), *leaving_out, "**/__pycache__"]
 
 
+def applies_objects(cluster: eks.Cluster) -> bool:
+    """Whether warmstart applies Kubernetes objects to the cluster: it has a kubectl handler (a cluster warmstart
+    created, or an existing one with kubernetes_objects: cdk); otherwise a GitOps tool applies dist/<env>/."""
+    return cluster_ref(cluster).kubectl_provider is not None
+
+
 def cluster_ref(cluster: eks.Cluster) -> eks.ICluster:
     """The cluster as the ICluster it is: jsii's Python typing of aws-cdk-lib 2.275 leaves kubectl_provider_options
     off Cluster, so mypy cannot see that Cluster implements ICluster."""

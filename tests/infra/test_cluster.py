@@ -11,14 +11,14 @@ def _cluster_props(synthesized) -> dict:
     return next(r for r in template["Resources"].values() if r["Type"] == "AWS::EKS::Cluster")["Properties"]
 
 
-def test_control_plane_logs_everything_and_encrypts_secrets(shipped):
-    props = _cluster_props(shipped)
+def test_control_plane_logs_everything_and_encrypts_secrets(created):
+    props = _cluster_props(created)
     enabled = [t["Type"] for t in props["Logging"]["ClusterLogging"]["EnabledTypes"]]
     assert sorted(enabled) == sorted(ALL_LOG_TYPES)
     assert props["EncryptionConfig"][0]["Resources"] == ["secrets"]
-    assert props["Version"] == shipped.config.cluster.kubernetes_version
-    assert props["Name"] == shipped.config.cluster.name
-    shipped.template("cluster").has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+    assert props["Version"] == created.config.cluster.kubernetes_version
+    assert props["Name"] == created.config.cluster.name
+    created.template("cluster").has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
 
 def test_dev_endpoint_is_public_and_private_limited_to_the_configured_cidrs(dev):
@@ -34,8 +34,8 @@ def test_prod_endpoint_is_private(prod):
     assert access["EndpointPublicAccess"] is False
 
 
-def test_cluster_runs_in_private_subnets(shipped):
-    subnets = json.dumps(_cluster_props(shipped)["ResourcesVpcConfig"]["SubnetIds"])
+def test_cluster_runs_in_private_subnets(created):
+    subnets = json.dumps(_cluster_props(created)["ResourcesVpcConfig"]["SubnetIds"])
     assert "privateSubnet" in subnets and "publicSubnet" not in subnets
 
 
@@ -328,10 +328,15 @@ def test_network_policies_are_enforced_in_either_mode(shipped):
         (node_class,) = of_kind(manifests, "NodeClass")
         assert node_class["spec"]["networkPolicy"] == "DefaultAllow"
         assert "vpc-cni" not in addons  # Auto Mode runs its own networking
-    else:
+    elif shipped.config.cluster.owned:
         # EKS user guide, "Restrict Pod network traffic with Kubernetes network policies": the VPC CNI add-on.
         assert json.loads(addons["vpc-cni"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
         assert addons["vpc-cni"]["ResolveConflicts"] == "OVERWRITE"
+        assert not [m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"] == "amazon-vpc-cni"]
+    else:
+        # An existing cluster's VPC CNI add-on keeps its owner's settings (an add-on update replaces them all):
+        # make preflight checks that it enforces NetworkPolicy, and says how to turn it on.
+        assert "vpc-cni" not in addons
         assert not [m for m in of_kind(manifests, "ConfigMap") if m["metadata"]["name"] == "amazon-vpc-cni"]
 
 
@@ -350,15 +355,15 @@ def test_karpenter_crds_come_from_their_own_chart_before_the_controller(prod):
     assert controller.get("DeletionPolicy", "Delete") == "Delete"
 
 
-def test_pod_identity_roles_trust_only_their_cluster_namespace_and_service_account(shipped):
+def test_pod_identity_roles_trust_only_their_cluster_namespace_and_service_account(created):
     """Defect 8: the session tags Pod Identity sets (EKS user guide, "Pod Identity ... session tags")."""
-    (cluster_id,) = _resources(shipped, "AWS::EKS::Cluster")
+    (cluster_id,) = _resources(created, "AWS::EKS::Cluster")
     roles = {
         k: r["Properties"]
-        for k, r in _resources(shipped, "AWS::IAM::Role").items()
+        for k, r in _resources(created, "AWS::IAM::Role").items()
         if "pods.eks.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
     }
-    associations = [r["Properties"] for r in _resources(shipped, "AWS::EKS::PodIdentityAssociation").values()]
+    associations = [r["Properties"] for r in _resources(created, "AWS::EKS::PodIdentityAssociation").values()]
     assert len(roles) == len(associations)
     for association in associations:
         role = roles[association["RoleArn"]["Fn::GetAtt"][0]]
@@ -372,8 +377,8 @@ def test_pod_identity_roles_trust_only_their_cluster_namespace_and_service_accou
                 "aws:RequestTag/kubernetes-service-account": association["ServiceAccount"],
             }
         }
-    for model in shipped.config.models:  # the models' roles, in their own stacks, trust the same way
-        resources = shipped.model_template_json(model.name)["Resources"]
+    for model in created.config.models:  # the models' roles, in their own stacks, trust the same way
+        resources = created.model_template_json(model.name)["Resources"]
         (role,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::IAM::Role"]
         (association,) = [
             r["Properties"] for r in resources.values() if r["Type"] == "AWS::EKS::PodIdentityAssociation"
@@ -382,7 +387,7 @@ def test_pod_identity_roles_trust_only_their_cluster_namespace_and_service_accou
         condition = statement["Condition"]["StringEquals"]
         # The cluster stack's cluster ARN, read from its outputs (cross-stack reference).
         assert condition["aws:RequestTag/eks-cluster-arn"]["Fn::GetStackOutput"]["StackName"] == (
-            shipped.stacks.cluster.stack_name
+            created.stacks.cluster.stack_name
         )
         assert (condition["aws:RequestTag/kubernetes-namespace"], association["Namespace"]) == (model.name, model.name)
         assert condition["aws:RequestTag/kubernetes-service-account"] == association["ServiceAccount"]

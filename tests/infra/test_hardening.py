@@ -190,7 +190,7 @@ def test_nothing_may_connect_to_warmstarts_own_pods_but_scrapers_to_the_metrics_
         "matchLabels": {"app.kubernetes.io/name": "warmstart-agent", "app.kubernetes.io/part-of": "warmstart"}
     }
     (rule,) = metrics["ingress"]
-    assert rule["from"] == [{"ipBlock": {"cidr": shipped.config.network.vpc_cidr}}]
+    assert rule["from"] == [{"ipBlock": {"cidr": shipped.config.network.cidr}}]
     assert rule["ports"] == [{"port": shipped.config.metrics.port, "protocol": "TCP"}]
 
 

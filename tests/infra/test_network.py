@@ -3,8 +3,8 @@ from aws_cdk.assertions import Match
 from stacks.components.network import subnet_masks
 
 
-def test_s3_is_reached_through_a_gateway_endpoint_on_every_private_route_table(shipped):
-    template = shipped.template_json("network")
+def test_s3_is_reached_through_a_gateway_endpoint_on_every_private_route_table(created):
+    template = created.template_json("network")
     resources = template["Resources"]
     endpoints = [r for r in resources.values() if r["Type"] == "AWS::EC2::VPCEndpoint"]
     assert len(endpoints) == 1, "exactly one endpoint: the S3 gateway (no Interface endpoint)"
@@ -22,15 +22,15 @@ def test_s3_is_reached_through_a_gateway_endpoint_on_every_private_route_table(s
         if r["Type"] == "AWS::EC2::RouteTable" and "public" in logical_id
     }
     associated = {ref["Ref"] for ref in endpoint["RouteTableIds"]}
-    assert len(private_tables) == len(shipped.config.network.availability_zones)
+    assert len(private_tables) == len(created.config.network.availability_zones)
     assert associated == private_tables
     assert not associated & public_tables
 
 
-def test_private_subnets_egress_through_nat_and_span_the_configured_azs(shipped):
-    template = shipped.template("network")
-    template.resource_count_is("AWS::EC2::NatGateway", shipped.config.network.nat_gateways)
-    zones = shipped.config.network.availability_zones
+def test_private_subnets_egress_through_nat_and_span_the_configured_azs(created):
+    template = created.template("network")
+    template.resource_count_is("AWS::EC2::NatGateway", created.config.network.nat_gateways)
+    zones = created.config.network.availability_zones
     for zone in zones:
         template.has_resource_properties(
             "AWS::EC2::Subnet",
@@ -45,11 +45,11 @@ def test_private_subnets_egress_through_nat_and_span_the_configured_azs(shipped)
     )
 
 
-def test_flow_logs_capture_all_traffic_with_retention(shipped):
-    template = shipped.template("network")
+def test_flow_logs_capture_all_traffic_with_retention(created):
+    template = created.template("network")
     template.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL", "ResourceType": "VPC"})
     template.has_resource_properties(
-        "AWS::Logs::LogGroup", {"RetentionInDays": shipped.config.network.flow_log_retention_days}
+        "AWS::Logs::LogGroup", {"RetentionInDays": created.config.network.flow_log_retention_days}
     )
 
 

@@ -108,7 +108,19 @@ def test_main_deploys_dev_then_prod_behind_its_environment():
         assert f"make deploy ENV={name} APPROVAL=never" in runs
 
 
-@pytest.mark.parametrize("environment", SHIPPED_ENVIRONMENTS)
+def _deployed_from_github() -> list[str]:
+    from warmstart.loader import load_config
+
+    return [name for name in SHIPPED_ENVIRONMENTS if load_config(ROOT / "config" / f"{name}.yaml").deploy.github]
+
+
+def test_the_workflow_deploys_every_environment_with_github_access():
+    deploy = _load(ROOT / ".github" / "workflows" / "deploy.yml")
+    assert _deployed_from_github() == ["dev", "prod"]
+    assert [job for job in deploy["jobs"] if job in SHIPPED_ENVIRONMENTS] == ["dev", "prod"]
+
+
+@pytest.mark.parametrize("environment", _deployed_from_github())
 def test_the_ci_stacks_trust_what_the_workflows_run_as(environment):
     """A job that names a GitHub environment gets the token subject repo:<repo>:environment:<name>, whatever the
     branch: the deploy role must trust that environment (a branch trust would refuse every deploy)."""

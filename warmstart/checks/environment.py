@@ -9,6 +9,7 @@ from warmstart.checks import (
     autoscaling_rules,
     cache_rules,
     deploy_rules,
+    existing_rules,
     network_rules,
     pool_rules,
     preload_rules,
@@ -22,6 +23,7 @@ from warmstart.config import EnvironmentConfig
 # The order problems are reported in, within what the rules need: the cluster, then the models, then the rest.
 TOPICS: tuple[ModuleType, ...] = (
     network_rules,
+    existing_rules,
     pool_rules,
     workload_rules,
     cache_rules,

@@ -14,13 +14,13 @@ from image_preload.snapshot import SnapshotRequest
 from stacks.components.compute.auto_mode import AutoModeGpuCompute
 from stacks.components.compute.contract import ComputeInfo
 from stacks.components.compute.karpenter import KarpenterGpuCompute
-from stacks.components.network import WarmstartVpc
+from stacks.components.network import ClusterNetwork
 from warmstart.config import AutoModeCompute, EnvironmentConfig, KarpenterCompute
 from warmstart.image_preload import image_set_key, snapshot_images
 
 
 def gpu_compute(
-    scope: Construct, id: str, *, config: EnvironmentConfig, network: WarmstartVpc, charts: cdk8s.App
+    scope: Construct, id: str, *, config: EnvironmentConfig, network: ClusterNetwork, charts: cdk8s.App
 ) -> ComputeInfo:
     """The cluster, created by the config's compute mode, and what the mode made for it."""
     compute = config.compute

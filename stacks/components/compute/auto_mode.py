@@ -13,9 +13,9 @@ from kube.gpu_nodes import AutoModeGpuNodes
 from stacks.components.compute.contract import ComputeInfo
 from stacks.components.compute.gpu_pool import GpuNodePool
 from stacks.components.compute.network_policy import AutoModeNetworkPolicy
-from stacks.components.control_plane import ControlPlane
+from stacks.components.control_plane import ClusterHandle, ControlPlane, ImportedControlPlane
 from stacks.components.nag import acknowledge, managed, wildcard
-from stacks.components.network import WarmstartVpc
+from stacks.components.network import ClusterNetwork
 from warmstart.config import AutoModeCompute, ClusterConfig
 
 # Built-in pools kept next to ours: "system" runs cluster add-ons, "general-purpose" small workloads.
@@ -133,7 +133,8 @@ class AutoModeCustomTags(Construct):
 class AutoModeGpuCompute(Construct):
     """EKS Auto Mode: AWS runs the nodes (Bottlerocket, AWS's AMI) and the Pod Identity agent; warmstart adds the
     GPU NodePool and NodeClass, and NetworkPolicy enforcement. Creates the cluster (beside itself, in `scope`:
-    the control plane's place does not depend on the mode) with the node role every Auto Mode node uses."""
+    the control plane's place does not depend on the mode) with the node role every Auto Mode node uses, or
+    imports an existing Auto Mode cluster and its node role."""
 
     def __init__(
         self,
@@ -143,30 +144,24 @@ class AutoModeGpuCompute(Construct):
         compute: AutoModeCompute,
         cluster: ClusterConfig,
         tags: dict[str, str],
-        network: WarmstartVpc,
+        network: ClusterNetwork,
         charts: cdk8s.App,
     ) -> None:
         super().__init__(scope, id)
-        self.node_role = AutoModeNodeRole(self, "AutoModeNodeRole")
-        control_plane = ControlPlane(
-            scope,
-            "ControlPlane",
-            cluster=cluster,
-            network=network,
-            capacity=eks.DefaultCapacityType.AUTOMODE,
-            compute=self.node_role.compute_config(),
+        control_plane, node_role, cluster_role = self._cluster(scope, compute, cluster, network)
+        self.network_policy = AutoModeNetworkPolicy(
+            self, "NetworkPolicySupport", cluster=control_plane.cluster, charts=charts
         )
-        self.network_policy = AutoModeNetworkPolicy(self, "NetworkPolicySupport", cluster=control_plane.cluster)
         after: list[Construct] = []
         self.custom_tags: AutoModeCustomTags | None = None
-        if tags:  # the NodeClass carries them: Auto Mode needs leave to apply them before any launch
-            self.custom_tags = AutoModeCustomTags(self, "AutoModeCustomTags", cluster_role=control_plane.cluster.role)
+        if tags and cluster_role is not None:  # the NodeClass carries them: Auto Mode needs leave to apply them
+            self.custom_tags = AutoModeCustomTags(self, "AutoModeCustomTags", cluster_role=cluster_role)
             after.append(self.custom_tags.policy)
         chart = AutoModeGpuNodes(
             charts,
             "GpuNodes",
             compute=compute,
-            node_role_name=self.node_role.role.role_name,
+            node_role_name=node_role.role_name,
             subnet_ids=[subnet.subnet_id for subnet in network.private_subnet_list()],
             security_group_ids=[control_plane.cluster.cluster_security_group_id],
             tags=tags,
@@ -174,8 +169,36 @@ class AutoModeGpuCompute(Construct):
         gpu_pool = GpuNodePool(self, "GpuPool", cluster=control_plane.cluster, chart=chart, after=after)
         self.info = ComputeInfo(
             control_plane=control_plane,
-            node_role=self.node_role.role,
+            node_role=node_role,
             gpu_pool=gpu_pool,
             cluster_services=self,
-            workloads_wait_for=(gpu_pool.manifest,),
+            workloads_wait_for=tuple(filter(None, [gpu_pool.manifest])),
         )
+
+    def _cluster(
+        self, scope: Construct, compute: AutoModeCompute, cluster: ClusterConfig, network: ClusterNetwork
+    ) -> tuple[ClusterHandle, iam.IRole, iam.IRole | None]:
+        """(the control plane, the node role, the cluster role): created, or an existing cluster's (the checks
+        required both role names there)."""
+        if cluster.existing is not None:
+            assert compute.node_role_name is not None
+            imported = ImportedControlPlane(
+                scope, "ControlPlane", cluster=cluster, existing=cluster.existing, network=network
+            )
+            node_role = iam.Role.from_role_name(self, "ExistingNodeRole", compute.node_role_name)
+            cluster_role = (
+                iam.Role.from_role_name(self, "ExistingClusterRole", compute.cluster_role_name)
+                if compute.cluster_role_name
+                else None
+            )
+            return imported, node_role, cluster_role
+        self.node_role = AutoModeNodeRole(self, "AutoModeNodeRole")
+        created = ControlPlane(
+            scope,
+            "ControlPlane",
+            cluster=cluster,
+            network=network,
+            capacity=eks.DefaultCapacityType.AUTOMODE,
+            compute=self.node_role.compute_config(),
+        )
+        return created, self.node_role.role, created.cluster.role

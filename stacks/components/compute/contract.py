@@ -15,14 +15,14 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.components.compute.gpu_pool import GpuNodePool
-from stacks.components.control_plane import ControlPlane
+from stacks.components.control_plane import ClusterHandle
 
 
 @dataclass(frozen=True)
 class ComputeInfo:
     """The cluster a compute mode created and what the rest of the stack needs of the mode."""
 
-    control_plane: ControlPlane
+    control_plane: ClusterHandle
     # The GPU nodes' role.
     node_role: iam.IRole
     gpu_pool: GpuNodePool

@@ -8,6 +8,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from kube.gpu_nodes import AutoModeGpuNodes, KarpenterGpuNodes
+from stacks.components.source import applies_objects
 
 
 class GpuNodePool(Construct):
@@ -22,6 +23,7 @@ class GpuNodePool(Construct):
     ) -> None:
         super().__init__(scope, id)
         self.chart = chart
-        self.manifest = cluster.add_cdk8s_chart("GpuNodes", chart)
-        for dependency in after:  # e.g. the Karpenter chart, which installs the CRDs
+        # None where a GitOps tool applies the chart (rendered to dist/<env>/).
+        self.manifest = cluster.add_cdk8s_chart("GpuNodes", chart) if applies_objects(cluster) else None
+        for dependency in after if self.manifest else ():  # e.g. the Karpenter chart, which installs the CRDs
             self.manifest.node.add_dependency(dependency)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import cdk8s
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from image_preload.snapshot import ImageSnapshotBuild, SnapshotRequest
@@ -16,15 +17,16 @@ from stacks.components.compute.contract import ComputeInfo
 from stacks.components.compute.gpu_pool import GpuNodePool
 from stacks.components.compute.karpenter_parts import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.compute.network_policy import VpcCniNetworkPolicy
-from stacks.components.control_plane import ControlPlane
-from stacks.components.network import WarmstartVpc
+from stacks.components.control_plane import ClusterHandle, ControlPlane, ImportedControlPlane
+from stacks.components.network import ClusterNetwork
 from stacks.components.pod_identity import PodIdentityAgent
 from warmstart.config import ClusterConfig, ImagePreload, KarpenterCompute
 
 
 class KarpenterGpuCompute(Construct):
     """Creates the cluster (beside itself, in `scope`) with node groups for capacity, then Karpenter and what it
-    needs to launch the GPU nodes."""
+    needs to launch the GPU nodes; or, in an existing cluster, adds what the config says is missing (the Pod
+    Identity agent, the device plugin, a Karpenter) and uses what is there."""
 
     def __init__(
         self,
@@ -36,31 +38,34 @@ class KarpenterGpuCompute(Construct):
         tags: dict[str, str],
         image_preload: ImagePreload,
         snapshot: SnapshotRequest | None,
-        network: WarmstartVpc,
+        network: ClusterNetwork,
         charts: cdk8s.App,
     ) -> None:
         super().__init__(scope, id)
-        # Node groups, not Auto Mode: the system node group below, and Karpenter's nodes.
-        control_plane = ControlPlane(
-            scope,
-            "ControlPlane",
-            cluster=cluster,
-            network=network,
-            capacity=eks.DefaultCapacityType.NODEGROUP,
-            compute=None,
-        )
+        control_plane = self._control_plane(scope, compute, cluster, network)
         eks_cluster = control_plane.cluster
-        self.network_policy = VpcCniNetworkPolicy(self, "NetworkPolicySupport", cluster=eks_cluster)
-        self.pod_identity_agent = PodIdentityAgent(self, "PodIdentityAgent", cluster=eks_cluster)
-        self.system_nodes = SystemNodes(
-            self, "SystemNodes", cluster=eks_cluster, group=compute.system_node_group, subnets=network.private_subnets
+        existing = cluster.existing
+        self.pod_identity_agent = (
+            PodIdentityAgent(self, "PodIdentityAgent", cluster=eks_cluster)
+            if existing is None or existing.pod_identity_agent == "add"
+            else None
         )
-        self.karpenter = KarpenterController(
-            self, "Karpenter", cluster=eks_cluster, cluster_name=cluster.name, version=compute.karpenter_version
-        )
-        self.karpenter.chart.node.add_dependency(self.pod_identity_agent, self.system_nodes)
-        self.device_plugin = NvidiaDevicePlugin(
-            self, "NvidiaDevicePlugin", cluster=eks_cluster, version=compute.nvidia_device_plugin_version
+        self.karpenter: KarpenterController | None = None
+        node_role: iam.IRole
+        if compute.existing_controller is None:
+            self.karpenter = KarpenterController(
+                self, "Karpenter", cluster=eks_cluster, cluster_name=cluster.name, version=compute.karpenter_version
+            )
+            self.karpenter.chart.node.add_dependency(*filter(None, (self.pod_identity_agent, self.system_nodes)))
+            node_role = self.karpenter.node_role
+        else:
+            node_role = iam.Role.from_role_name(self, "ExistingNodeRole", compute.existing_controller.node_role_name)
+        self.device_plugin = (
+            NvidiaDevicePlugin(
+                self, "NvidiaDevicePlugin", cluster=eks_cluster, version=compute.nvidia_device_plugin_version
+            )
+            if existing is None or existing.nvidia_device_plugin == "add"
+            else None
         )
         subnets = network.private_subnet_list()
         self.image_snapshot = (
@@ -71,14 +76,44 @@ class KarpenterGpuCompute(Construct):
             if snapshot is not None
             else None
         )
-        gpu_pool = self._gpu_pool(compute, tags, image_preload, eks_cluster, subnets, charts)
+        gpu_pool = self._gpu_pool(compute, tags, image_preload, eks_cluster, node_role, subnets, charts)
         self.info = ComputeInfo(
             control_plane=control_plane,
-            node_role=self.karpenter.node_role,
+            node_role=node_role,
             gpu_pool=gpu_pool,
             cluster_services=self,
-            workloads_wait_for=(gpu_pool.manifest,),
+            workloads_wait_for=tuple(filter(None, [gpu_pool.manifest])),
         )
+
+    def _control_plane(
+        self, scope: Construct, compute: KarpenterCompute, cluster: ClusterConfig, network: ClusterNetwork
+    ) -> ClusterHandle:
+        """The cluster created with node groups for capacity, its NetworkPolicy enforcement and the system node
+        group for the controllers; or an existing cluster, which has nodes for them already (make preflight checks
+        its VPC CNI enforces NetworkPolicy: warmstart does not take over its add-on's settings)."""
+        self.system_nodes: SystemNodes | None = None
+        self.network_policy: VpcCniNetworkPolicy | None = None
+        if cluster.existing is not None:
+            return ImportedControlPlane(
+                scope, "ControlPlane", cluster=cluster, existing=cluster.existing, network=network
+            )
+        control_plane = ControlPlane(
+            scope,
+            "ControlPlane",
+            cluster=cluster,
+            network=network,
+            capacity=eks.DefaultCapacityType.NODEGROUP,
+            compute=None,
+        )
+        self.network_policy = VpcCniNetworkPolicy(self, "NetworkPolicySupport", cluster=control_plane.cluster)
+        self.system_nodes = SystemNodes(
+            self,
+            "SystemNodes",
+            cluster=control_plane.cluster,
+            group=compute.system_node_group,
+            subnets=network.private_subnets,
+        )
+        return control_plane
 
     def _gpu_pool(
         self,
@@ -86,6 +121,7 @@ class KarpenterGpuCompute(Construct):
         tags: dict[str, str],
         image_preload: ImagePreload,
         eks_cluster: eks.Cluster,
+        node_role: iam.IRole,
         subnets: list[ec2.ISubnet],
         charts: cdk8s.App,
     ) -> GpuNodePool:
@@ -93,12 +129,13 @@ class KarpenterGpuCompute(Construct):
             charts,
             "GpuNodes",
             compute=compute,
-            node_role_name=self.karpenter.node_role.role_name,
+            node_role_name=node_role.role_name,
             subnet_ids=[subnet.subnet_id for subnet in subnets],
             security_group_ids=[eks_cluster.cluster_security_group_id],
             tags=tags,
             image_preload=image_preload,
             data_volume_snapshot_id=self.image_snapshot.snapshot_id if self.image_snapshot else None,
         )
-        # After the Karpenter chart, which installs the NodePool and EC2NodeClass CRDs.
-        return GpuNodePool(self, "GpuPool", cluster=eks_cluster, chart=chart, after=[self.karpenter.chart])
+        # After the Karpenter chart, which installs the NodePool and EC2NodeClass CRDs (an existing Karpenter has).
+        after = [self.karpenter.chart] if self.karpenter is not None else []
+        return GpuNodePool(self, "GpuPool", cluster=eks_cluster, chart=chart, after=after)

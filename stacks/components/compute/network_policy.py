@@ -12,29 +12,31 @@ from __future__ import annotations
 
 import json
 
+import cdk8s
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from stacks.components.source import cluster_ref
+from kube.network_policy import AutoModeNetworkPolicyController
+from stacks.components.source import applies_objects, cluster_ref
 
 
 class AutoModeNetworkPolicy(Construct):
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster) -> None:
+    """The ConfigMap's chart, applied where warmstart applies the cluster's objects (else rendered to dist/<env>/)."""
+
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, charts: cdk8s.App) -> None:
         super().__init__(scope, id)
+        self.chart = AutoModeNetworkPolicyController(charts, "NetworkPolicyController")
         # Applied, not created: the ConfigMap may exist already (the docs `kubectl apply` it too).
-        self.config_map = eks.KubernetesManifest(
-            self,
-            "NetworkPolicyController",
-            cluster=cluster_ref(cluster),
-            overwrite=True,
-            manifest=[
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": "amazon-vpc-cni", "namespace": "kube-system"},
-                    "data": {"enable-network-policy-controller": "true"},
-                }
-            ],
+        self.config_map = (
+            eks.KubernetesManifest(
+                self,
+                "NetworkPolicyController",
+                cluster=cluster_ref(cluster),
+                overwrite=True,
+                manifest=self.chart.to_json(),
+            )
+            if applies_objects(cluster)
+            else None
         )
 
 

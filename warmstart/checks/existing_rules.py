@@ -1,0 +1,275 @@
+"""A cluster and VPC that warmstart did not create: what it must be told, and what would lose the speed-up there.
+
+What synth cannot know without a lookup (that the cluster, its add-ons and the endpoint are what the config says)
+`make preflight` checks against the account (warmstart/existing_preflight.py).
+"""
+
+from __future__ import annotations
+
+from warmstart.agent_config import agent_settings
+from warmstart.catalog import Catalog
+from warmstart.checks.problem import Problem
+from warmstart.checks.rule import VALID_CONFIG, rule
+from warmstart.config import AutoModeCompute, EnvironmentConfig, KarpenterCompute
+
+# The Karpenter release whose CRDs warmstart's EC2NodeClass and NodePool follow (tests/schemas name it).
+KARPENTER_SCHEMA_VERSION = (1, 14, 1)
+KARPENTER_SCHEMA_MINOR = KARPENTER_SCHEMA_VERSION[:2]
+
+
+@rule()
+def _existing_cluster_needs_its_vpc(config: EnvironmentConfig) -> list[Problem]:
+    if config.cluster.existing is not None and config.network.existing is None:
+        return [
+            Problem(
+                "network.existing",
+                "the cluster exists, and warmstart would create a second VPC beside it: GPU nodes must launch in "
+                "the cluster's own VPC",
+                "describe the cluster's VPC under network.existing (vpc_id, vpc_cidr, private_subnets with their "
+                "zone and route table, s3_gateway_endpoint); `aws eks describe-cluster --name "
+                f"{config.cluster.name} --query cluster.resourcesVpcConfig` lists them",
+            )
+        ]
+    if config.cluster.existing is None and config.network.existing is not None:
+        return [
+            Problem(
+                "network.existing",
+                "an existing VPC with a cluster warmstart creates: warmstart creates its clusters only in a VPC "
+                "it owns (subnet sizes, tags and DNS settings it can vouch for)",
+                "remove network.existing (and give vpc_cidr and availability_zones) to let warmstart create both, "
+                "or create the cluster yourself and describe it under cluster.existing",
+            )
+        ]
+    return []
+
+
+@rule()
+def _subnet_zones(config: EnvironmentConfig) -> list[Problem]:
+    existing = config.network.existing
+    if existing is None:
+        return []
+    return [
+        Problem(
+            f"network.existing.private_subnets[{i}].availability_zone",
+            f"{subnet.availability_zone!r} is not a zone of region {config.region!r}",
+            f"give the subnet's zone (aws ec2 describe-subnets --subnet-ids {subnet.id} --query "
+            "'Subnets[0].AvailabilityZone')",
+        )
+        for i, subnet in enumerate(existing.private_subnets)
+        if not (
+            subnet.availability_zone.startswith(config.region)
+            and len(subnet.availability_zone) == len(config.region) + 1
+            and subnet.availability_zone[-1].isalpha()
+        )
+    ]
+
+
+@rule()
+def _s3_gateway_endpoint(config: EnvironmentConfig) -> list[Problem]:
+    existing = config.network.existing
+    if existing is None or existing.s3_gateway_endpoint != "none":
+        return []
+    tables = " ".join(existing.route_table_ids)
+    return [
+        Problem(
+            "network.existing.s3_gateway_endpoint",
+            "no S3 gateway endpoint on the GPU subnets' route tables: every weight download and compile-cache "
+            "restore would cross the NAT gateways (their shared bandwidth and per-GB charge)",
+            "set s3_gateway_endpoint: add (warmstart adds one to those route tables), or add one yourself and set "
+            f"present: aws ec2 create-vpc-endpoint --region {config.region} --vpc-id {existing.vpc_id} "
+            f"--vpc-endpoint-type Gateway --service-name com.amazonaws.{config.region}.s3 --route-table-ids {tables}",
+        )
+    ]
+
+
+@rule()
+def _auto_mode_roles(config: EnvironmentConfig) -> list[Problem]:
+    compute = config.compute
+    if not isinstance(compute, AutoModeCompute):
+        return []
+    named = [name for name in ("node_role_name", "cluster_role_name") if getattr(compute, name)]
+    if config.cluster.existing is None:
+        return [
+            Problem(
+                f"compute.{name}",
+                "names a role of an existing cluster, but warmstart creates this cluster and its roles",
+                f"remove compute.{name}",
+            )
+            for name in named
+        ]
+    problems = []
+    if compute.node_role_name is None:
+        problems.append(
+            Problem(
+                "compute.node_role_name",
+                "the existing Auto Mode cluster's node role is not given: the GPU NodeClass must name it",
+                f"give its name: aws eks describe-cluster --name {config.cluster.name} --query "
+                "cluster.computeConfig.nodeRoleArn (the part after role/)",
+            )
+        )
+    if config.tags and compute.cluster_role_name is None:
+        problems.append(
+            Problem(
+                "compute.cluster_role_name",
+                "the GPU NodeClass carries the environment's tags, and Auto Mode launches no node with tags its "
+                "cluster role may not apply",
+                "give the cluster role's name (warmstart adds the documented custom-tags policy to it): aws eks "
+                f"describe-cluster --name {config.cluster.name} --query cluster.roleArn; or remove tags",
+            )
+        )
+    return problems
+
+
+@rule()
+def _auto_mode_runs_its_own_agents(config: EnvironmentConfig) -> list[Problem]:
+    existing = config.cluster.existing
+    if existing is None or not isinstance(config.compute, AutoModeCompute):
+        return []
+    return [
+        Problem(
+            f"cluster.existing.{name}",
+            "EKS Auto Mode runs it on every node itself",
+            f"remove cluster.existing.{name}",
+        )
+        for name in ("pod_identity_agent", "nvidia_device_plugin")
+        if getattr(existing, name) is not None
+    ]
+
+
+ADD_ON_FIXES = {
+    "pod_identity_agent": (
+        "the EKS Pod Identity agent, without which no warmstart pod (agent, model) gets its AWS role",
+        "aws eks create-addon --cluster-name {cluster} --region {region} --addon-name eks-pod-identity-agent",
+    ),
+    "nvidia_device_plugin": (
+        "the NVIDIA device plugin, without which no node offers nvidia.com/gpu and no model pod is ever scheduled",
+        "helm install nvdp nvdp/nvidia-device-plugin --namespace kube-system (NVIDIA's chart; or the GPU Operator)",
+    ),
+}
+
+
+@rule()
+def _karpenter_cluster_add_ons(config: EnvironmentConfig) -> list[Problem]:
+    existing = config.cluster.existing
+    if existing is None or not isinstance(config.compute, KarpenterCompute):
+        return []
+    problems = []
+    for name, (what, command) in ADD_ON_FIXES.items():
+        said = getattr(existing, name)
+        fix_command = command.format(cluster=config.cluster.name, region=config.region)
+        if said is None:
+            problems.append(
+                Problem(
+                    f"cluster.existing.{name}",
+                    f"not said whether the cluster runs {what}",
+                    f"set present (make preflight checks it), or add (warmstart installs it); to install it "
+                    f"yourself: {fix_command}",
+                )
+            )
+        elif said == "none":
+            problems.append(
+                Problem(
+                    f"cluster.existing.{name}",
+                    f"the cluster does not run {what}",
+                    f"set add (warmstart installs it), or install it and set present: {fix_command}",
+                )
+            )
+    return problems
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+@rule()
+def _existing_karpenter(config: EnvironmentConfig) -> list[Problem]:
+    compute = config.compute
+    if not isinstance(compute, KarpenterCompute) or compute.existing_controller is None:
+        return []
+    if config.cluster.existing is None:
+        return [
+            Problem(
+                "compute.existing_controller",
+                "warmstart creates this cluster, with its own Karpenter: there is no existing controller in it",
+                "remove compute.existing_controller",
+            )
+        ]
+    version = _version(compute.existing_controller.version)
+    schema = ".".join(map(str, KARPENTER_SCHEMA_VERSION))
+    if version[:2] < KARPENTER_SCHEMA_MINOR or version[0] != KARPENTER_SCHEMA_VERSION[0]:
+        return [
+            Problem(
+                "compute.existing_controller.version",
+                f"Karpenter {compute.existing_controller.version}: warmstart's EC2NodeClass and NodePool follow the "
+                f"v{schema} CRDs (RAID0 instance store, capacity reservations, the v1 disruption budget), which "
+                "older controllers reject or ignore",
+                f"upgrade the controller to {KARPENTER_SCHEMA_MINOR[0]}.{KARPENTER_SCHEMA_MINOR[1]} or later within "
+                f"v{KARPENTER_SCHEMA_VERSION[0]} (Karpenter's upgrade guide), then give its version here",
+            )
+        ]
+    return []
+
+
+@rule()
+def _gitops_applies_what_cdk_would(config: EnvironmentConfig) -> list[Problem]:
+    existing = config.cluster.existing
+    if existing is None or existing.kubernetes_objects != "gitops":
+        return []
+    problems = []
+    compute = config.compute
+    if isinstance(compute, KarpenterCompute) and compute.existing_controller is None:
+        problems.append(
+            Problem(
+                "compute.existing_controller",
+                "with kubernetes_objects: gitops warmstart applies nothing to the cluster, so it cannot install "
+                "Karpenter (a Helm release)",
+                "install Karpenter with your GitOps tool and describe it under compute.existing_controller, or set "
+                "cluster.existing.kubernetes_objects: cdk",
+            )
+        )
+    if existing.nvidia_device_plugin == "add":
+        problems.append(
+            Problem(
+                "cluster.existing.nvidia_device_plugin",
+                "with kubernetes_objects: gitops warmstart cannot install the device plugin (a Helm release)",
+                "install NVIDIA's device plugin chart with your GitOps tool and set present, or set "
+                "kubernetes_objects: cdk",
+            )
+        )
+    problems += [
+        Problem(
+            f"models[{i}].autoscaling",
+            "autoscaling needs Prometheus and the custom metrics adapter, which warmstart installs as Helm releases "
+            "only when it applies the cluster's objects",
+            "set replicas instead, or set cluster.existing.kubernetes_objects: cdk",
+        )
+        for i, model in enumerate(config.models)
+        if model.autoscaling is not None
+    ]
+    if config.image_preload.strategy.boots_with_images:
+        problems.append(
+            Problem(
+                "image_preload.mode",
+                "the image snapshot's ID is known only once the stack has built it, and the GitOps manifests are "
+                "written at synth",
+                "use mode: prepull, or set cluster.existing.kubernetes_objects: cdk",
+            )
+        )
+    return problems
+
+
+@rule(needs=VALID_CONFIG)
+def _gitops_agent_image(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+    existing = config.cluster.existing
+    if existing is None or existing.kubernetes_objects != "gitops" or config.deploy.agent_image is not None:
+        return []
+    if not (agent_settings(config, catalog).models or config.image_preload.strategy.prepulls):
+        return []  # no node agent and no image cache: no agent image
+    return [
+        Problem(
+            "deploy.agent_image",
+            "the node agent's image is built at deploy by default, and the GitOps manifests must name it at synth",
+            "build and push it once with `make agent-image`, then give its digest here "
+            "(registry/repository@sha256:...)",
+        )
+    ]
