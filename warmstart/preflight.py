@@ -5,7 +5,9 @@
   deploy.agent_image names a prebuilt one);
 - destroy: the environment's name typed back, and the list of what stays (resources CloudFormation retains);
 - deploy: the cluster, where it already exists, runs the compute mode the config names (a mode switch in place
-  would leave the old mode's NodePool serving: CDK's kubectl prune does not cover custom resources).
+  would leave the old mode's NodePool serving: CDK's kubectl prune does not cover custom resources);
+- diff/deploy into an existing cluster (cluster.existing): the cluster, its VPC, add-ons and Karpenter are what the
+  config says (warmstart/existing_preflight.py).
 
 The commands are run through `run` (tests pass fake `aws` and `docker` executables on PATH).
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warmstart.config import AutoModeCompute, EnvironmentConfig, KarpenterCompute, mode_name
+from warmstart.existing_preflight import read_existing
 
 ACTIONS = ("bootstrap", "diff", "deploy", "destroy", "agent-image")
 Runner = Callable[[list[str]], tuple[int, str, str]]
@@ -213,7 +216,15 @@ def check(
                 problems.append(problem)
         else:
             notes.append("no container image to build: Docker is not needed")
-    if action in ("diff", "deploy") and not problems:
+    if action in ("diff", "deploy") and not problems and config.cluster.existing is not None:
+        findings, existing_notes = read_existing(config, run)
+        found = [Problem(f.what, f.fix) for f in findings]
+        if action == "deploy":
+            problems += found
+        else:  # a diff only shows: say what its deploy would meet
+            notes += [f"make deploy would stop here: {problem}" for problem in found]
+        notes += existing_notes
+    elif action in ("diff", "deploy") and not problems:
         problem, note = compute_mode_problem(config, run)
         if problem and action == "deploy":
             problems.append(problem)

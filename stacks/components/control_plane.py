@@ -152,34 +152,40 @@ class ImportedControlPlane(Construct):
         self.security_group = ec2.SecurityGroup.from_security_group_id(
             self, "ClusterSecurityGroup", existing.security_group_id, mutable=False
         )
-        attributes = {
-            "cluster_name": cluster.name,
-            "cluster_security_group_id": existing.security_group_id,
-            "vpc": network.vpc,
-        }
         self.kubectl_provider: eks.KubectlProvider | None = None
         self.kubectl_access: eks.AccessEntry | None = None
+
+        def imported(id: str, provider: eks.KubectlProvider | None = None) -> eks.ICluster:
+            return eks.Cluster.from_cluster_attributes(
+                self,
+                id,
+                cluster_name=cluster.name,
+                cluster_security_group_id=existing.security_group_id,
+                vpc=network.vpc,
+                kubectl_provider=provider,
+            )
+
         if existing.kubernetes_objects == "gitops":
-            self.imported = eks.Cluster.from_cluster_attributes(self, "Cluster", **attributes)
+            self.imported = imported("Cluster")
             return
         # An imported cluster ignores kubectl_provider_options: the provider is made for a bare import of the same
         # cluster, then handed to the import every chart uses.
         self.kubectl_provider = eks.KubectlProvider(
             self,
             "KubectlProvider",
-            cluster=eks.Cluster.from_cluster_attributes(self, "ClusterForKubectl", **attributes),
+            cluster=imported("ClusterForKubectl"),
             kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
             private_subnets=network.private_subnet_list() if private else None,
             security_groups=[self.security_group] if private else None,
         )
-        self.imported = eks.Cluster.from_cluster_attributes(
-            self, "Cluster", kubectl_provider=self.kubectl_provider, **attributes
-        )
+        self.imported = imported("Cluster", self.kubectl_provider)
+        handler_role = self.kubectl_provider.role
+        assert handler_role is not None  # the provider always has its handler's role
         self.kubectl_access = eks.AccessEntry(
             self,
             "KubectlAccess",
             cluster=self.imported,
-            principal=self.kubectl_provider.role.role_arn,
+            principal=handler_role.role_arn,
             access_policies=[CLUSTER_ADMIN],
         )
         Aspects.of(scope).add(AfterKubectlAccess(self.kubectl_access))

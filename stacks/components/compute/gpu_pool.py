@@ -25,5 +25,6 @@ class GpuNodePool(Construct):
         self.chart = chart
         # None where a GitOps tool applies the chart (rendered to dist/<env>/).
         self.manifest = cluster.add_cdk8s_chart("GpuNodes", chart) if applies_objects(cluster) else None
-        for dependency in after if self.manifest else ():  # e.g. the Karpenter chart, which installs the CRDs
-            self.manifest.node.add_dependency(dependency)
+        if self.manifest is not None:
+            for dependency in after:  # e.g. the Karpenter chart, which installs the CRDs
+                self.manifest.node.add_dependency(dependency)

@@ -1,0 +1,313 @@
+"""make preflight against an existing cluster and VPC: the AWS CLI's and the cluster's answers (in the shapes the
+AWS CLI v2 prints for DescribeCluster, DescribeSubnets, DescribeRouteTables, DescribeVpcEndpoints, DescribeAddon and
+kubectl's Deployment list), what each finding says, and hostile or malformed answers."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.synth import existing_auto_mode_config, existing_gitops_config
+from warmstart.existing_preflight import image_tag, read_existing, route_table_of_each_subnet
+from warmstart.loader import load_config
+from warmstart.preflight import check
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = load_config(ROOT / "config" / "existing.yaml")
+SUBNETS = [
+    ("subnet-0a1b2c3d4e5f60001", "eu-west-1a", "rtb-0a1b2c3d4e5f60001"),
+    ("subnet-0a1b2c3d4e5f60002", "eu-west-1b", "rtb-0a1b2c3d4e5f60002"),
+]
+CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
+
+
+def cluster(**changes) -> dict:
+    described = {
+        "name": "ml-platform",
+        "version": "1.35",
+        "endpoint": "https://ABCDEF.gr7.eu-west-1.eks.amazonaws.com",
+        "certificateAuthority": {"data": CA},
+        "resourcesVpcConfig": {
+            "vpcId": "vpc-0a1b2c3d4e5f60718",
+            "clusterSecurityGroupId": "sg-0a1b2c3d4e5f60718",
+            "endpointPublicAccess": False,
+            "endpointPrivateAccess": True,
+            "publicAccessCidrs": [],
+        },
+        "accessConfig": {"authenticationMode": "API_AND_CONFIG_MAP"},
+        "computeConfig": {"enabled": False},
+    }
+    for path, value in changes.items():
+        node = described
+        keys = path.split("__")
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+    return described
+
+
+def karpenter(version: str = "1.14.1", gates: str = "ReservedCapacity=true") -> dict:
+    return {
+        "items": [
+            {
+                "metadata": {"name": "karpenter", "labels": {"app.kubernetes.io/name": "karpenter"}},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "controller",
+                                    "image": f"public.ecr.aws/karpenter/controller:{version}@sha256:{'1' * 64}",
+                                    "env": [
+                                        {"name": "CLUSTER_NAME", "value": "ml-platform"},
+                                        {"name": "FEATURE_GATES", "value": gates},
+                                    ],
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        ]
+    }
+
+
+class Account:
+    """The AWS CLI and kubectl, answering from recorded shapes; `answers` overrides one command's answer."""
+
+    def __init__(self, **answers) -> None:
+        self.answers = {
+            "describe-cluster": {"cluster": cluster()},
+            "describe-subnets": {
+                "Subnets": [
+                    {"SubnetId": s, "VpcId": "vpc-0a1b2c3d4e5f60718", "AvailabilityZone": z} for s, z, _ in SUBNETS
+                ]
+            },
+            "describe-route-tables": {
+                "RouteTables": [
+                    {
+                        "RouteTableId": t,
+                        "VpcId": "vpc-0a1b2c3d4e5f60718",
+                        "Associations": [{"Main": False, "SubnetId": s}],
+                    }
+                    for s, _, t in SUBNETS
+                ]
+            },
+            "describe-vpc-endpoints": {"VpcEndpoints": []},
+            "eks-pod-identity-agent": {"addon": {"addonName": "eks-pod-identity-agent", "status": "ACTIVE"}},
+            "vpc-cni": {"addon": {"addonName": "vpc-cni", "configurationValues": '{"enableNetworkPolicy": "true"}'}},
+            "get-token": {"kind": "ExecCredential", "status": {"token": "k8s-aws-v1.secret"}},
+            "kubectl": karpenter(),
+        }
+        self.answers.update(answers)
+        self.commands: list[list[str]] = []
+        self.kubeconfigs: list[dict] = []
+
+    def __call__(self, command: list[str]) -> tuple[int, str, str]:
+        self.commands.append(command)
+        if command[0] == "kubectl":
+            path = Path(command[command.index("--kubeconfig") + 1])
+            assert path.stat().st_mode & 0o077 == 0  # the token is readable by the caller only
+            self.kubeconfigs.append(json.loads(path.read_text()))
+            key = "kubectl"
+        elif command[:3] == ["aws", "eks", "describe-addon"]:
+            key = command[command.index("--addon-name") + 1]
+        else:
+            key = command[2]
+        answer = self.answers[key]
+        if isinstance(answer, tuple):
+            return answer
+        return 0, json.dumps(answer), ""
+
+
+NOT_FOUND = (
+    254,
+    "",
+    "An error occurred (ResourceNotFoundException) when calling the DescribeAddon operation: No addon",
+)
+
+
+def findings(config=CONFIG, **answers) -> tuple[list[str], list[str]]:
+    found, notes = read_existing(config, Account(**answers))
+    return [f"{f.what} | {f.fix}" for f in found], notes
+
+
+def test_a_cluster_and_vpc_as_the_config_says_pass():
+    account = Account()
+    assert read_existing(CONFIG, account) == ([], [])
+    # The token reached kubectl in a file, never in its arguments.
+    assert not any("k8s-aws-v1.secret" in " ".join(c) for c in account.commands)
+    assert account.kubeconfigs[0]["users"][0]["user"]["token"] == "k8s-aws-v1.secret"
+
+
+def test_a_missing_cluster_is_one_finding_with_the_way_out():
+    found, _ = findings(**{"describe-cluster": (254, "", "An error occurred (ResourceNotFoundException) ...")})
+    assert found == [
+        "cluster ml-platform does not exist in eu-west-1 | check cluster.name and region, or remove "
+        "cluster.existing to let warmstart create the cluster"
+    ]
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        ({"version": "1.34"}, "set cluster.kubernetes_version: '1.34'"),
+        ({"resourcesVpcConfig__vpcId": "vpc-0ffffffffffffffff"}, "set network.existing.vpc_id: vpc-0ffffffffffffffff"),
+        (
+            {"resourcesVpcConfig__clusterSecurityGroupId": "sg-0eeeeeeeeeeeeeeee"},
+            "set cluster.existing.security_group_id: sg-0eeeeeeeeeeeeeeee",
+        ),
+        ({"accessConfig__authenticationMode": "CONFIG_MAP"}, "authenticationMode=API_AND_CONFIG_MAP"),
+        ({"computeConfig__enabled": True}, "set compute.mode: auto"),
+        ({"version": ["not", "a", "version"]}, "set cluster.kubernetes_version"),
+    ],
+)
+def test_each_difference_of_the_cluster_is_a_finding_with_its_fix(change, said):
+    found, _ = findings(**{"describe-cluster": {"cluster": cluster(**change)}})
+    assert len(found) == 1 and said in found[0]
+
+
+def test_a_public_only_endpoint_limited_to_some_cidrs_cannot_take_the_handler_from_outside():
+    config = existing_auto_mode_config()  # endpoint_access: public_and_private
+    auto = {"computeConfig__enabled": True, "computeConfig__nodeRoleArn": "arn:aws:iam::1:role/AmazonEKSAutoNodeRole"}
+    ok = cluster(
+        resourcesVpcConfig__endpointPublicAccess=True, resourcesVpcConfig__publicAccessCidrs=["0.0.0.0/0"], **auto
+    )
+    answers = {
+        "describe-cluster": {"cluster": ok},
+        "describe-vpc-endpoints": {
+            "VpcEndpoints": [{"VpcEndpointType": "Gateway", "RouteTableIds": [t for _, _, t in SUBNETS]}]
+        },
+    }
+    assert findings(config, **answers) == ([], [])
+    limited = copy.deepcopy(ok)
+    limited["resourcesVpcConfig"]["publicAccessCidrs"] = ["203.0.113.0/24"]
+    found, _ = findings(config, **{**answers, "describe-cluster": {"cluster": limited}})
+    assert len(found) == 1 and "set cluster.endpoint_access: private" in found[0]
+    wrong_role = copy.deepcopy(ok)
+    wrong_role["computeConfig"]["nodeRoleArn"] = "arn:aws:iam::1:role/other/AutoNodes"
+    found, _ = findings(config, **{**answers, "describe-cluster": {"cluster": wrong_role}})
+    assert len(found) == 1 and "compute.node_role_name" in found[0]
+
+
+def test_the_gateway_endpoint_must_cover_every_listed_route_table_when_present():
+    config = existing_auto_mode_config()
+    auto = cluster(
+        computeConfig__enabled=True,
+        computeConfig__nodeRoleArn="arn:aws:iam::1:role/AmazonEKSAutoNodeRole",
+        resourcesVpcConfig__endpointPublicAccess=True,
+        resourcesVpcConfig__publicAccessCidrs=["0.0.0.0/0"],
+    )
+    one_table = {
+        "VpcEndpoints": [
+            {"VpcEndpointType": "Gateway", "RouteTableIds": ["rtb-0a1b2c3d4e5f60001"]},
+            {"VpcEndpointType": "Interface", "RouteTableIds": ["rtb-0a1b2c3d4e5f60002"]},
+        ]
+    }
+    found, _ = findings(config, **{"describe-cluster": {"cluster": auto}, "describe-vpc-endpoints": one_table})
+    assert len(found) == 1
+    assert "no S3 gateway endpoint on route table(s) rtb-0a1b2c3d4e5f60002" in found[0]
+    assert "--add-route-table-ids rtb-0a1b2c3d4e5f60002" in found[0]
+
+
+def test_adding_an_endpoint_where_one_is_already_is_refused_before_ec2_refuses_it():
+    existing = {"VpcEndpoints": [{"VpcEndpointType": "Gateway", "RouteTableIds": ["rtb-0a1b2c3d4e5f60002"]}]}
+    found, _ = findings(**{"describe-vpc-endpoints": existing})
+    assert len(found) == 1 and "s3_gateway_endpoint: present" in found[0]
+
+
+def test_subnets_in_another_vpc_zone_or_route_table_are_findings():
+    subnets = {
+        "Subnets": [
+            {"SubnetId": SUBNETS[0][0], "VpcId": "vpc-0a1b2c3d4e5f60718", "AvailabilityZone": "eu-west-1c"},
+            {"SubnetId": SUBNETS[1][0], "VpcId": "vpc-0ffffffffffffffff", "AvailabilityZone": "eu-west-1b"},
+        ]
+    }
+    main_only = {"RouteTables": [{"RouteTableId": "rtb-0cccccccccccccccc", "Associations": [{"Main": True}]}]}
+    found, _ = findings(**{"describe-subnets": subnets, "describe-route-tables": main_only})
+    assert any("is in eu-west-1c" in f for f in found)
+    assert any(f"subnet {SUBNETS[1][0]} is not in VPC" in f for f in found)
+    # No explicit association: the subnet routes through the VPC's main table.
+    assert any(
+        "routes through rtb-0cccccccccccccccc" in f and "set its route_table_id: rtb-0cccccccccccccccc" in f
+        for f in found
+    )
+
+
+@pytest.mark.parametrize(
+    "image, tag",
+    [
+        (f"public.ecr.aws/karpenter/controller:1.14.1@sha256:{'1' * 64}", "1.14.1"),
+        ("registry.local:5000/karpenter/controller", ""),
+        ("registry.local:5000/karpenter/controller:v1.14.1", "v1.14.1"),
+        (f"public.ecr.aws/karpenter/controller@sha256:{'1' * 64}", ""),
+        (None, ""),
+    ],
+)
+def test_the_controller_version_is_read_from_the_image_tag_never_from_a_digest_or_port(image, tag):
+    assert image_tag(image) == tag
+
+
+def test_route_tables_of_another_vpc_and_malformed_entries_are_ignored():
+    tables = [
+        {"RouteTableId": "rtb-1", "VpcId": "vpc-other", "Associations": [{"Main": True}]},
+        {"RouteTableId": 7, "Associations": [{"SubnetId": "subnet-a"}]},
+        {"RouteTableId": "rtb-2", "Associations": "not a list"},
+        {"RouteTableId": "rtb-3", "Associations": [{"SubnetId": ["x"]}, {"SubnetId": "subnet-b"}]},
+        "garbage",
+    ]
+    assert route_table_of_each_subnet(tables, "vpc-mine") == {"subnet-b": "rtb-3"}
+    assert route_table_of_each_subnet({"RouteTables": []}, "vpc-mine") == {}
+
+
+@pytest.mark.parametrize(
+    "answers, said",
+    [
+        ({"eks-pod-identity-agent": NOT_FOUND}, "set cluster.existing.pod_identity_agent: add"),
+        ({"vpc-cni": NOT_FOUND}, '--configuration-values \'{"enableNetworkPolicy": "true"}\''),
+        ({"vpc-cni": {"addon": {"configurationValues": "{not json"}}}, "does not enforce NetworkPolicy"),
+        ({"vpc-cni": {"addon": {"configurationValues": {"enableNetworkPolicy": "true"}}}}, "does not enforce"),
+        ({"kubectl": karpenter(version="1.13.2")}, "set compute.existing_controller.version: 1.13.2"),
+        ({"kubectl": {"items": []}}, "no Karpenter controller in namespace kube-system"),
+        ({"kubectl": {"items": "garbage"}}, "no Karpenter controller"),
+    ],
+)
+def test_add_ons_and_the_running_karpenter_against_the_config(answers, said):
+    found, _ = findings(**answers)
+    assert len(found) == 1 and said in found[0], found
+
+
+def test_reserved_capacity_with_the_feature_gate_off_is_a_finding():
+    config = CONFIG.model_copy(deep=True)
+    pool = config.compute.gpu_pool.model_copy(update={"capacity_types": ["on-demand", "reserved"]})
+    config = config.model_copy(update={"compute": config.compute.model_copy(update={"gpu_pool": pool})})
+    found, _ = findings(config, kubectl=karpenter(gates="NodeRepair=false,ReservedCapacity=false"))
+    assert len(found) == 1 and "reservedCapacity: true" in found[0]
+
+
+def test_an_agent_the_config_would_add_twice_is_a_finding():
+    config = existing_gitops_config()  # pod_identity_agent: add
+    found, _ = findings(config)
+    assert len(found) == 1 and "set cluster.existing.pod_identity_agent: present" in found[0]
+
+
+def test_what_cannot_be_read_is_a_note_not_a_pass():
+    found, notes = findings(kubectl=(1, "", "Unable to connect to the server: dial tcp 10.60.1.5:443: i/o timeout"))
+    assert found == []
+    assert "i/o timeout" in notes[0] and "inside the VPC" in notes[0]
+    found, notes = findings(**{"describe-cluster": (254, "", "An error occurred (AccessDeniedException)")})
+    assert found == [] and "AccessDeniedException" in notes[0]
+    found, notes = findings(**{"describe-subnets": (254, "", "An error occurred (UnauthorizedOperation)")})
+    assert "UnauthorizedOperation" in notes[0]
+
+
+def test_deploy_stops_on_a_finding_and_diff_only_says_it():
+    account = Account(**{"identity": None})
+    account.answers["get-caller-identity"] = {"Account": CONFIG.account, "Arn": "arn:aws:sts::1:assumed-role/x/y"}
+    account.answers["describe-cluster"] = {"cluster": cluster(version="1.34")}
+    problems, notes = check("diff", CONFIG, run=account)
+    assert problems == [] and any("make deploy would stop here" in n and "1.34" in n for n in notes)
