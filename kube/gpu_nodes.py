@@ -18,15 +18,22 @@ from warmstart.config import AutoModeCompute, GpuPool, ImagePreload, KarpenterCo
 
 GPU_NODE_CLASS = "gpu"  # Auto Mode forbids a custom node class named "default"
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+# In a cluster warmstart did not create, its cluster-wide objects carry its name: a team's own NodePool or node
+# class called `gpu` is never taken over (an apply would overwrite it, and a destroy delete it).
+EXISTING_CLUSTER_PREFIX = "warmstart-"
 
 
-def gpu_node_pool_name(mode: str) -> str:
+def gpu_node_class_name(*, existing_cluster: bool = False) -> str:
+    return f"{EXISTING_CLUSTER_PREFIX if existing_cluster else ''}{GPU_NODE_CLASS}"
+
+
+def gpu_node_pool_name(mode: str, *, existing_cluster: bool = False) -> str:
     """One NodePool name per compute mode. Karpenter's NodePool CRD makes `nodeClassRef.group` and `kind`
     immutable (v1.14.1, CEL `self.group == oldSelf.group`), and the two modes' node classes differ in both: under one
     name, switching an environment's mode is an update the API server refuses. Under two names the switch creates
     the new pool and deletes the old one (its nodes drain as Karpenter deletes them), and pods, which select the
     pool's template label (contracts.pod_labels.GPU_POOL_LABEL), land on either pool's nodes meanwhile."""
-    return f"gpu-{mode}"
+    return f"{EXISTING_CLUSTER_PREFIX if existing_cluster else ''}gpu-{mode}"
 
 
 def gpu_node_pool_spec(pool: GpuPool, node_class_ref: dict[str, str]) -> dict[str, Any]:
@@ -72,10 +79,12 @@ class AutoModeGpuNodes(cdk8s.Chart):
         subnet_ids: list[str],
         security_group_ids: list[str],
         tags: dict[str, str],
+        existing_cluster: bool = False,
     ) -> None:
         super().__init__(scope, id)
         self.node_class = _node_class(
             self,
+            existing_cluster,
             "eks.amazonaws.com/v1",
             "NodeClass",
             {
@@ -91,7 +100,12 @@ class AutoModeGpuNodes(cdk8s.Chart):
                 "tags": dict(tags),
             },
         )
-        self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class, mode=compute.mode)
+        self.node_pool = _node_pool(
+            self,
+            compute.gpu_pool,
+            self.node_class,
+            name=gpu_node_pool_name(compute.mode, existing_cluster=existing_cluster),
+        )
 
 
 class KarpenterGpuNodes(cdk8s.Chart):
@@ -109,10 +123,12 @@ class KarpenterGpuNodes(cdk8s.Chart):
         security_group_ids: list[str],
         tags: dict[str, str],
         data_volume_snapshot_id: str | None = None,
+        existing_cluster: bool = False,
     ) -> None:
         super().__init__(scope, id)
         self.node_class = _node_class(
             self,
+            existing_cluster,
             "karpenter.k8s.aws/v1",
             "EC2NodeClass",
             {
@@ -131,7 +147,12 @@ class KarpenterGpuNodes(cdk8s.Chart):
                 **_reservations(compute.gpu_pool),
             },
         )
-        self.node_pool = _node_pool(self, compute.gpu_pool, self.node_class, mode=compute.mode)
+        self.node_pool = _node_pool(
+            self,
+            compute.gpu_pool,
+            self.node_class,
+            name=gpu_node_pool_name(compute.mode, existing_cluster=existing_cluster),
+        )
 
 
 def _reservations(pool: GpuPool) -> dict[str, Any]:
@@ -156,21 +177,20 @@ def _placement(node_role_name: str, subnet_ids: list[str], security_group_ids: l
     }
 
 
-def _node_class(chart: cdk8s.Chart, api_version: str, kind: str, spec: dict[str, Any]) -> cdk8s.ApiObject:
+def _node_class(
+    chart: cdk8s.Chart, existing_cluster: bool, api_version: str, kind: str, spec: dict[str, Any]
+) -> cdk8s.ApiObject:
+    name = gpu_node_class_name(existing_cluster=existing_cluster)
     node_class = cdk8s.ApiObject(
-        chart, kind, api_version=api_version, kind=kind, metadata=cdk8s.ApiObjectMetadata(name=GPU_NODE_CLASS)
+        chart, kind, api_version=api_version, kind=kind, metadata=cdk8s.ApiObjectMetadata(name=name)
     )
     node_class.add_json_patch(cdk8s.JsonPatch.add("/spec", spec))
     return node_class
 
 
-def _node_pool(chart: cdk8s.Chart, pool: GpuPool, node_class: cdk8s.ApiObject, *, mode: str) -> cdk8s.ApiObject:
+def _node_pool(chart: cdk8s.Chart, pool: GpuPool, node_class: cdk8s.ApiObject, *, name: str) -> cdk8s.ApiObject:
     node_pool = cdk8s.ApiObject(
-        chart,
-        "NodePool",
-        api_version="karpenter.sh/v1",
-        kind="NodePool",
-        metadata=cdk8s.ApiObjectMetadata(name=gpu_node_pool_name(mode)),
+        chart, "NodePool", api_version="karpenter.sh/v1", kind="NodePool", metadata=cdk8s.ApiObjectMetadata(name=name)
     )
     node_class_ref = {"group": node_class.api_group, "kind": node_class.kind, "name": node_class.name}
     node_pool.add_json_patch(cdk8s.JsonPatch.add("/spec", gpu_node_pool_spec(pool, node_class_ref)))

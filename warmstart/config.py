@@ -187,6 +187,11 @@ class ExistingCluster(Strict):
     # cluster-admin access entry (the cluster's authentication mode must include API); gitops: `make synth`
     # writes them to dist/<env>/ with a kustomization, for Argo CD or Flux, and the stacks hold the AWS parts only.
     kubernetes_objects: Literal["cdk", "gitops"] = "cdk"
+    # Security groups the GPU nodes join with beside the cluster security group: those the cluster's other nodes
+    # have (terraform-aws-eks gives nodes their own group, which alone admits CoreDNS; make preflight compares).
+    node_security_group_ids: list[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")]] = Field(
+        default_factory=list, max_length=4
+    )
     # Karpenter mode (Auto Mode runs both itself): the EKS Pod Identity agent, through which every warmstart pod
     # gets its role, and the NVIDIA device plugin, which makes the GPUs schedulable.
     pod_identity_agent: Prerequisite | None = None

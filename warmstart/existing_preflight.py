@@ -11,21 +11,22 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warmstart.config import AutoModeCompute, EnvironmentConfig, ExistingVpc, KarpenterCompute
+from warmstart import existing_cluster_objects as objects
+from warmstart.config import (
+    SUPPORTED_KUBERNETES_VERSIONS,
+    AutoModeCompute,
+    EnvironmentConfig,
+    ExistingVpc,
+    KarpenterCompute,
+)
+from warmstart.existing_cluster_objects import Finding, field
 
 Runner = Callable[[list[str]], tuple[int, str, str]]
 # Authentication modes that accept access entries (EKS API, AccessConfigResponse.authenticationMode).
 ACCESS_ENTRY_MODES = ("API", "API_AND_CONFIG_MAP")
-
-
-@dataclass(frozen=True)
-class Finding:
-    what: str
-    fix: str
 
 
 def _json(run: Runner, command: list[str]) -> tuple[Any, str]:
@@ -40,28 +41,26 @@ def _json(run: Runner, command: list[str]) -> tuple[Any, str]:
         return None, "an answer that is not JSON"
 
 
-def _field(document: Any, *path: str) -> Any:
-    for key in path:
-        document = document.get(key) if isinstance(document, dict) else None
-    return document
-
-
 def cluster_findings(config: EnvironmentConfig, cluster: dict) -> list[Finding]:
     """The existing cluster (DescribeCluster's `cluster`) against the config."""
     existing = config.cluster.existing
     assert existing is not None
     name = config.cluster.name
     found: list[Finding] = []
-    version = _field(cluster, "version")
+    version = field(cluster, "version")
     if version != config.cluster.kubernetes_version:
+        supported = version in SUPPORTED_KUBERNETES_VERSIONS
         found.append(
             Finding(
                 f"cluster {name} runs Kubernetes {version}, and the config says {config.cluster.kubernetes_version} "
                 "(the version warmstart's manifests are checked against, and its kubectl speaks)",
-                f"set cluster.kubernetes_version: {version!r}",
+                f"set cluster.kubernetes_version: {version!r}"
+                if supported
+                else f"upgrade the cluster to one of {', '.join(SUPPORTED_KUBERNETES_VERSIONS)} (warmstart's kubectl "
+                "and schemas cover those), then set cluster.kubernetes_version to it",
             )
         )
-    vpc = _field(cluster, "resourcesVpcConfig", "vpcId")
+    vpc = field(cluster, "resourcesVpcConfig", "vpcId")
     if config.network.existing is not None and vpc != config.network.existing.vpc_id:
         found.append(
             Finding(
@@ -69,7 +68,7 @@ def cluster_findings(config: EnvironmentConfig, cluster: dict) -> list[Finding]:
                 f"set network.existing.vpc_id: {vpc} and list that VPC's private subnets",
             )
         )
-    group = _field(cluster, "resourcesVpcConfig", "clusterSecurityGroupId")
+    group = field(cluster, "resourcesVpcConfig", "clusterSecurityGroupId")
     if group != existing.security_group_id:
         found.append(
             Finding(
@@ -80,7 +79,7 @@ def cluster_findings(config: EnvironmentConfig, cluster: dict) -> list[Finding]:
         )
     found += _endpoint_findings(config, cluster)
     found += _compute_findings(config, cluster)
-    mode = _field(cluster, "accessConfig", "authenticationMode")
+    mode = field(cluster, "accessConfig", "authenticationMode")
     needs_entries = existing.kubernetes_objects == "cdk" or (
         isinstance(config.compute, KarpenterCompute) and config.compute.existing_controller is None
     )
@@ -97,11 +96,24 @@ def cluster_findings(config: EnvironmentConfig, cluster: dict) -> list[Finding]:
 
 
 def _endpoint_findings(config: EnvironmentConfig, cluster: dict) -> list[Finding]:
-    """The kubectl handler runs outside the VPC with public_and_private: the endpoint must take it from anywhere."""
-    if config.cluster.endpoint_access == "private" or not config.cluster.applies_kubernetes_objects:
+    """The kubectl handler runs in the private subnets with `private` (the private endpoint must be on), outside the
+    VPC with public_and_private (the public endpoint must take it from anywhere)."""
+    if not config.cluster.applies_kubernetes_objects:
         return []
-    public = _field(cluster, "resourcesVpcConfig", "endpointPublicAccess")
-    cidrs = _field(cluster, "resourcesVpcConfig", "publicAccessCidrs")
+    if config.cluster.endpoint_access == "private":
+        if field(cluster, "resourcesVpcConfig", "endpointPrivateAccess") is True:
+            return []
+        return [
+            Finding(
+                f"cluster {config.cluster.name}'s private endpoint is off, and endpoint_access: private runs "
+                "warmstart's kubectl handler in the private subnets, which would leave through the NAT",
+                f"aws eks update-cluster-config --name {config.cluster.name} --region {config.region} "
+                "--resources-vpc-config endpointPrivateAccess=true; or set endpoint_access: public_and_private if "
+                "the public endpoint is open to any address",
+            )
+        ]
+    public = field(cluster, "resourcesVpcConfig", "endpointPublicAccess")
+    cidrs = field(cluster, "resourcesVpcConfig", "publicAccessCidrs")
     if public is True and cidrs in (None, ["0.0.0.0/0"]):
         return []
     return [
@@ -115,7 +127,7 @@ def _endpoint_findings(config: EnvironmentConfig, cluster: dict) -> list[Finding
 
 
 def _compute_findings(config: EnvironmentConfig, cluster: dict) -> list[Finding]:
-    enabled = _field(cluster, "computeConfig", "enabled") is True
+    enabled = field(cluster, "computeConfig", "enabled") is True
     compute = config.compute
     name = config.cluster.name
     if isinstance(compute, AutoModeCompute) and not enabled:
@@ -127,18 +139,22 @@ def _compute_findings(config: EnvironmentConfig, cluster: dict) -> list[Finding]
                 "set compute.mode: auto with the cluster's node_role_name",
             )
         ]
-    role = _field(cluster, "computeConfig", "nodeRoleArn")
-    if isinstance(compute, AutoModeCompute) and not (
-        isinstance(role, str) and role.rpartition("/")[2] == compute.node_role_name
-    ):
-        return [
-            Finding(
-                f"cluster {name}'s Auto Mode node role is {role}, and compute.node_role_name says "
-                f"{compute.node_role_name}",
-                "set compute.node_role_name to the role's name (the part after the last /)",
+    if not isinstance(compute, AutoModeCompute):
+        return []
+    found = []
+    said = {"nodeRoleArn": ("compute.node_role_name", compute.node_role_name)}
+    if compute.cluster_role_name:
+        said["roleArn"] = ("compute.cluster_role_name", compute.cluster_role_name)
+    for key, (setting, wanted) in said.items():
+        arn = field(cluster, "computeConfig", key) if key == "nodeRoleArn" else field(cluster, key)
+        if not (isinstance(arn, str) and arn.rpartition("/")[2] == wanted):
+            found.append(
+                Finding(
+                    f"cluster {name}'s {key} is {arn}, and {setting} says {wanted}",
+                    f"set {setting} to the role's name (the part after the last /)",
+                )
             )
-        ]
-    return []
+    return found
 
 
 def route_table_of_each_subnet(tables: Any, vpc_id: str) -> dict[str, str]:
@@ -146,14 +162,14 @@ def route_table_of_each_subnet(tables: Any, vpc_id: str) -> dict[str, str]:
     the main table under the key '' ."""
     found: dict[str, str] = {}
     for table in tables if isinstance(tables, list) else []:
-        table_id = _field(table, "RouteTableId")
-        associations = _field(table, "Associations")
-        if not isinstance(table_id, str) or _field(table, "VpcId") not in (None, vpc_id):
+        table_id = field(table, "RouteTableId")
+        associations = field(table, "Associations")
+        if not isinstance(table_id, str) or field(table, "VpcId") not in (None, vpc_id):
             continue
         for association in associations if isinstance(associations, list) else []:
-            if _field(association, "Main") is True:
+            if field(association, "Main") is True:
                 found[""] = table_id
-            elif isinstance(_field(association, "SubnetId"), str):
+            elif isinstance(field(association, "SubnetId"), str):
                 found[association["SubnetId"]] = table_id
     return found
 
@@ -163,11 +179,11 @@ def network_findings(config: EnvironmentConfig, subnets: Any, tables: Any, endpo
     existing = config.network.existing
     assert existing is not None
     found: list[Finding] = []
-    listed = {_field(s, "SubnetId"): s for s in subnets if isinstance(s, dict)} if isinstance(subnets, list) else {}
+    listed = {field(s, "SubnetId"): s for s in subnets if isinstance(s, dict)} if isinstance(subnets, list) else {}
     routes = route_table_of_each_subnet(tables, existing.vpc_id)
     for subnet in existing.private_subnets:
         answer = listed.get(subnet.id)
-        zone, vpc = _field(answer, "AvailabilityZone"), _field(answer, "VpcId")
+        zone, vpc = field(answer, "AvailabilityZone"), field(answer, "VpcId")
         if answer is None or vpc != existing.vpc_id:
             found.append(Finding(f"subnet {subnet.id} is not in VPC {existing.vpc_id}", "list the VPC's own subnets"))
             continue
@@ -182,14 +198,78 @@ def network_findings(config: EnvironmentConfig, subnets: Any, tables: Any, endpo
                     f"set its route_table_id: {table}",
                 )
             )
-    return found + _endpoint_coverage(config, existing, endpoints)
+    return found + _endpoint_coverage(config, existing, endpoints) + egress_findings(config, tables)
+
+
+# Targets of a default route that reach the internet or another network from a private subnet.
+EGRESS_TARGETS = ("NatGatewayId", "TransitGatewayId", "NetworkInterfaceId", "VpcPeeringConnectionId", "InstanceId")
+
+
+def egress_findings(config: EnvironmentConfig, tables: Any) -> list[Finding]:
+    """Each listed route table's default route: the kubectl handler calls the EKS, STS and Lambda APIs and Helm
+    repositories, the GPU nodes pull their images; a private subnet reaches them through a NAT (or a transit
+    gateway, a peering, an appliance)."""
+    existing = config.network.existing
+    assert existing is not None
+    by_id = {field(t, "RouteTableId"): t for t in tables if isinstance(t, dict)} if isinstance(tables, list) else {}
+    found = []
+    for table_id in existing.route_table_ids:
+        routes = field(by_id.get(table_id), "Routes")
+        default = [
+            r
+            for r in (routes if isinstance(routes, list) else [])
+            if isinstance(r, dict) and r.get("DestinationCidrBlock") == "0.0.0.0/0" and r.get("State") != "blackhole"
+        ]
+        if any(str(r.get("GatewayId", "")).startswith("igw-") for r in default):
+            found.append(
+                Finding(
+                    f"route table {table_id} sends 0.0.0.0/0 to an internet gateway: its subnets are public, and "
+                    "nodes there get no public address from warmstart's node class",
+                    "list private subnets (their default route through a NAT gateway) under network.existing",
+                )
+            )
+        elif not any(isinstance(r.get(target), str) for r in default for target in EGRESS_TARGETS):
+            found.append(
+                Finding(
+                    f"route table {table_id} has no default route: the kubectl handler could not reach the EKS, STS "
+                    "and Lambda APIs, nor the GPU nodes pull their images",
+                    "add a default route through a NAT gateway (or a transit gateway); in a VPC without one, add "
+                    "interface endpoints for eks, sts, lambda, ecr.api and ecr.dkr, and mirror every image into ECR",
+                )
+            )
+    return found
+
+
+def node_group_findings(config: EnvironmentConfig, reservations: Any) -> list[Finding]:
+    """Security groups every running node of the cluster has (DescribeInstances), which the GPU nodes would not:
+    what those groups admit (CoreDNS, metrics-server, the webhooks) the GPU nodes could not reach."""
+    existing = config.cluster.existing
+    assert existing is not None
+    groups: list[set[str]] = []
+    for reservation in reservations if isinstance(reservations, list) else []:
+        for instance in field(reservation, "Instances") or []:
+            attached = field(instance, "SecurityGroups")
+            if isinstance(attached, list):
+                groups.append({str(g["GroupId"]) for g in attached if isinstance(g, dict) and g.get("GroupId")})
+    if not groups:
+        return []
+    missing = sorted(set.intersection(*groups) - {existing.security_group_id, *existing.node_security_group_ids})
+    if not missing:
+        return []
+    return [
+        Finding(
+            f"every running node of cluster {config.cluster.name} has security group(s) {', '.join(missing)}, which "
+            "warmstart's GPU nodes would not: they could not reach what those groups admit (CoreDNS, webhooks)",
+            f"add them to cluster.existing.node_security_group_ids: [{', '.join(missing)}]",
+        )
+    ]
 
 
 def _endpoint_coverage(config: EnvironmentConfig, existing: ExistingVpc, endpoints: Any) -> list[Finding]:
     covered: set[str] = set()
     for endpoint in endpoints if isinstance(endpoints, list) else []:
-        tables = _field(endpoint, "RouteTableIds")
-        if _field(endpoint, "VpcEndpointType") == "Gateway" and isinstance(tables, list):
+        tables = field(endpoint, "RouteTableIds")
+        if field(endpoint, "VpcEndpointType") == "Gateway" and isinstance(tables, list):
             covered |= {table for table in tables if isinstance(table, str)}
     wanted = existing.route_table_ids
     missing = [table for table in wanted if table not in covered]
@@ -213,206 +293,41 @@ def _endpoint_coverage(config: EnvironmentConfig, existing: ExistingVpc, endpoin
     return []
 
 
-def add_on_findings(config: EnvironmentConfig, installed: dict[str, dict | None]) -> list[Finding]:
-    """The Karpenter cluster's EKS add-ons (None: not installed as an EKS add-on) against the config."""
-    existing = config.cluster.existing
-    assert existing is not None
-    name, region = config.cluster.name, config.region
-    found: list[Finding] = []
-    agent = installed.get("eks-pod-identity-agent")
-    if existing.pod_identity_agent == "present" and agent is None:
-        found.append(
-            Finding(
-                f"cluster {name} has no eks-pod-identity-agent add-on: no warmstart pod would get its AWS role",
-                "set cluster.existing.pod_identity_agent: add, or aws eks create-addon --cluster-name "
-                f"{name} --region {region} --addon-name eks-pod-identity-agent",
-            )
-        )
-    if existing.pod_identity_agent == "add" and agent is not None:
-        found.append(
-            Finding(
-                f"cluster {name} has the eks-pod-identity-agent add-on already (creating it again fails the deploy)",
-                "set cluster.existing.pod_identity_agent: present",
-            )
-        )
-    cni = installed.get("vpc-cni")
-    values = _field(cni, "configurationValues")
-    try:
-        enforced = _field(json.loads(values), "enableNetworkPolicy") == "true" if isinstance(values, str) else False
-    except ValueError:
-        enforced = False
-    if not enforced:
-        found.append(
-            Finding(
-                f"cluster {name}'s VPC CNI does not enforce NetworkPolicy: warmstart's policies (who may call the "
-                "models, scrape the agent) would be written and ignored",
-                f"aws eks update-addon --cluster-name {name} --region {region} --addon-name vpc-cni "
-                '--configuration-values \'{"enableNetworkPolicy": "true"}\' (merge your other values in)',
-            )
-        )
-    return found
+class ClusterApi:
+    """kubectl against the existing cluster's endpoint with a token of the caller's credentials, in a kubeconfig
+    file only the caller reads (no kubeconfig of the user's is read or written; no token in any argument). Every
+    read answers (the parsed JSON, '') or (None, why), e.g. a private endpoint seen from outside the VPC."""
 
-
-def image_tag(image: Any) -> str:
-    """The tag of an image reference (registry[:port]/repository[:tag][@digest]); '' when it has none."""
-    if not isinstance(image, str):
-        return ""
-    name = image.split("@", 1)[0]
-    tag = name.rpartition(":")[2] if ":" in name else ""
-    return "" if "/" in tag else tag
-
-
-def karpenter_findings(config: EnvironmentConfig, deployments: Any) -> list[Finding]:
-    """The running Karpenter controller (the Deployments of its namespace) against compute.existing_controller."""
-    compute = config.compute
-    assert isinstance(compute, KarpenterCompute) and compute.existing_controller is not None
-    said = compute.existing_controller
-    containers = [
-        container
-        for item in _field(deployments, "items") or []
-        if _field(item, "metadata", "labels", "app.kubernetes.io/name") == "karpenter"
-        for container in _field(item, "spec", "template", "spec", "containers") or []
-        if isinstance(container, dict) and _field(container, "name") == "controller"
-    ]
-    if not containers:
-        return [
-            Finding(
-                f"no Karpenter controller in namespace {said.namespace} of cluster {config.cluster.name}",
-                "set compute.existing_controller.namespace to where it runs, or remove existing_controller to let "
-                "warmstart install its own",
-            )
-        ]
-    image = _field(containers[0], "image")
-    tag = image_tag(image)
-    env = {e.get("name"): e.get("value") for e in _field(containers[0], "env") or [] if isinstance(e, dict)}
-    found: list[Finding] = []
-    if tag.lstrip("v") != said.version:
-        found.append(
-            Finding(
-                f"the cluster runs Karpenter {tag or image}, and compute.existing_controller.version says "
-                f"{said.version}",
-                f"set compute.existing_controller.version: {tag.lstrip('v') or '<its version>'}",
-            )
+    def __init__(self, config: EnvironmentConfig, cluster: dict, run: Runner) -> None:
+        self.run = run
+        self.endpoint = field(cluster, "endpoint")
+        self.authority = field(cluster, "certificateAuthority", "data")
+        token, self.error = _json(
+            run, ["aws", "eks", "get-token", "--cluster-name", config.cluster.name, "--region", config.region]
         )
-    if env.get("CLUSTER_NAME") not in (None, config.cluster.name):
-        found.append(
-            Finding(
-                f"the Karpenter in {said.namespace} manages cluster {env.get('CLUSTER_NAME')}",
-                "name the cluster it runs in under cluster.name",
-            )
-        )
-    gates = str(env.get("FEATURE_GATES") or "")
-    if "reserved" in compute.gpu_pool.capacity_types and "ReservedCapacity=false" in gates:
-        found.append(
-            Finding(
-                "the pool asks for reserved capacity, and the Karpenter controller runs with ReservedCapacity=false: "
-                "it would never launch into the reservations",
-                "turn the feature gate on (Helm value settings.featureGates.reservedCapacity: true), or remove "
-                "reserved from compute.gpu_pool.capacity_types",
-            )
-        )
-    return found
+        self.token = field(token, "status", "token")
 
-
-def read_existing(config: EnvironmentConfig, run: Runner) -> tuple[list[Finding], list[str]]:
-    """(findings, notes): every check the account can answer; a check it cannot answer is a note."""
-    region = ["--region", config.region]
-    name = config.cluster.name
-    described, error = _json(run, ["aws", "eks", "describe-cluster", "--name", name, *region])
-    if described is None:
-        if "ResourceNotFoundException" in error:
-            return [
-                Finding(
-                    f"cluster {name} does not exist in {config.region}",
-                    "check cluster.name and region, or remove cluster.existing to let warmstart create the cluster",
-                )
-            ], []
-        return [], [f"could not read cluster {name} ({error}); its checks were skipped"]
-    cluster = _field(described, "cluster") or {}
-    findings = cluster_findings(config, cluster)
-    notes: list[str] = []
-    network = config.network.existing
-    if network is not None:
-        ids = [subnet.id for subnet in network.private_subnets]
-        vpc_filter = ["--filters", f"Name=vpc-id,Values={network.vpc_id}"]
-        subnets, e1 = _json(run, ["aws", "ec2", "describe-subnets", "--subnet-ids", *ids, *region])
-        tables, e2 = _json(run, ["aws", "ec2", "describe-route-tables", *vpc_filter, *region])
-        endpoints, e3 = _json(
-            run,
-            [
-                "aws",
-                "ec2",
-                "describe-vpc-endpoints",
-                *vpc_filter,
-                f"Name=service-name,Values=com.amazonaws.{config.region}.s3",
-                *region,
-            ],
-        )
-        if e1 or e2 or e3:
-            notes.append(f"could not read the VPC's subnets, route tables or endpoints ({e1 or e2 or e3})")
-        else:
-            findings += network_findings(
-                config, _field(subnets, "Subnets"), _field(tables, "RouteTables"), _field(endpoints, "VpcEndpoints")
+    def get(self, *args: str) -> tuple[Any, str]:
+        if not (isinstance(self.endpoint, str) and isinstance(self.authority, str) and isinstance(self.token, str)):
+            return None, self.error or "no endpoint or token"
+        with tempfile.TemporaryDirectory() as folder:
+            kubeconfig = Path(folder) / "kubeconfig"
+            kubeconfig.touch(mode=0o600)
+            kubeconfig.write_text(json.dumps(_kubeconfig(self.endpoint, self.authority, self.token)))
+            return _json(
+                self.run,
+                [
+                    "kubectl",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--request-timeout",
+                    "20s",
+                    "get",
+                    *args,
+                    "--output",
+                    "json",
+                ],
             )
-    if isinstance(config.compute, KarpenterCompute):
-        installed: dict[str, dict | None] = {}
-        for addon in ("eks-pod-identity-agent", "vpc-cni"):
-            answer, error = _json(
-                run, ["aws", "eks", "describe-addon", "--cluster-name", name, "--addon-name", addon, *region]
-            )
-            installed[addon] = _field(answer, "addon") if answer is not None else None
-            if answer is None and "ResourceNotFoundException" not in error:
-                notes.append(f"could not read the {addon} add-on ({error})")
-        findings += add_on_findings(config, installed)
-        if config.compute.existing_controller is not None:
-            deployments, note = read_karpenter(config, cluster, run)
-            if deployments is None:
-                notes.append(note)
-            else:
-                findings += karpenter_findings(config, deployments)
-    return findings, notes
-
-
-def read_karpenter(config: EnvironmentConfig, cluster: dict, run: Runner) -> tuple[Any, str]:
-    """The Deployments of the controller's namespace, read through the cluster's API with a token of the caller's
-    credentials (no kubeconfig is read or written); (None, why) where the endpoint does not answer from here."""
-    compute = config.compute
-    assert isinstance(compute, KarpenterCompute) and compute.existing_controller is not None
-    endpoint = _field(cluster, "endpoint")
-    authority = _field(cluster, "certificateAuthority", "data")
-    token, error = _json(
-        run, ["aws", "eks", "get-token", "--cluster-name", config.cluster.name, "--region", config.region]
-    )
-    secret = _field(token, "status", "token")
-    if not (isinstance(endpoint, str) and isinstance(authority, str) and isinstance(secret, str)):
-        return None, f"could not read Karpenter's version and settings from the cluster ({error or 'no endpoint'})"
-    namespace = compute.existing_controller.namespace
-    with tempfile.TemporaryDirectory() as folder:  # the token in a file only the caller reads, never in argv
-        kubeconfig = Path(folder) / "kubeconfig"
-        kubeconfig.touch(mode=0o600)
-        kubeconfig.write_text(json.dumps(_kubeconfig(endpoint, authority, secret)))
-        deployments, error = _json(
-            run,
-            [
-                "kubectl",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--request-timeout",
-                "20s",
-                "get",
-                "deployments",
-                "--namespace",
-                namespace,
-                "--output",
-                "json",
-            ],
-        )
-    if deployments is None:
-        return None, (
-            f"could not read Karpenter's version and settings from the cluster ({error}); a private endpoint answers "
-            "only inside the VPC: run make preflight there, or check them by hand"
-        )
-    return deployments, ""
 
 
 def _kubeconfig(endpoint: str, authority: str, token: str) -> dict:
@@ -424,3 +339,118 @@ def _kubeconfig(endpoint: str, authority: str, token: str) -> dict:
         "contexts": [{"name": "preflight", "context": {"cluster": "existing", "user": "preflight"}}],
         "current-context": "preflight",
     }
+
+
+def _unreadable(what: str, error: str) -> str:
+    return (
+        f"could not read {what} from the cluster ({error}); a private endpoint answers only inside the VPC: run "
+        "make preflight there, or check it by hand"
+    )
+
+
+def read_existing(config: EnvironmentConfig, run: Runner) -> tuple[list[Finding], list[str]]:
+    """(findings, notes): every check the account can answer; a check it cannot answer is a note."""
+    name = config.cluster.name
+    described, error = _json(run, ["aws", "eks", "describe-cluster", "--name", name, "--region", config.region])
+    if described is None:
+        if "ResourceNotFoundException" in error:
+            return [
+                Finding(
+                    f"cluster {name} does not exist in {config.region}",
+                    "check cluster.name and region, or remove cluster.existing to let warmstart create the cluster",
+                )
+            ], []
+        return [], [f"could not read cluster {name} ({error}); its checks were skipped"]
+    cluster = field(described, "cluster") or {}
+    findings, notes = cluster_findings(config, cluster), []
+    for check in (_read_network, _read_nodes, _read_in_cluster):
+        more, said = check(config, cluster, run)
+        findings += more
+        notes += said
+    return findings, notes
+
+
+def _read_network(config: EnvironmentConfig, cluster: dict, run: Runner) -> tuple[list[Finding], list[str]]:
+    network = config.network.existing
+    if network is None:
+        return [], []
+    region = ["--region", config.region]
+    ids = [subnet.id for subnet in network.private_subnets]
+    in_vpc = ["--filters", f"Name=vpc-id,Values={network.vpc_id}"]
+    s3 = f"Name=service-name,Values=com.amazonaws.{config.region}.s3"
+    subnets, e1 = _json(run, ["aws", "ec2", "describe-subnets", "--subnet-ids", *ids, *region])
+    tables, e2 = _json(run, ["aws", "ec2", "describe-route-tables", *in_vpc, *region])
+    endpoints, e3 = _json(run, ["aws", "ec2", "describe-vpc-endpoints", *in_vpc, s3, *region])
+    if e1 or e2 or e3:
+        return [], [f"could not read the VPC's subnets, route tables or endpoints ({e1 or e2 or e3})"]
+    return network_findings(
+        config, field(subnets, "Subnets"), field(tables, "RouteTables"), field(endpoints, "VpcEndpoints")
+    ), []
+
+
+def _read_nodes(config: EnvironmentConfig, cluster: dict, run: Runner) -> tuple[list[Finding], list[str]]:
+    """The security groups of the cluster's running nodes (Auto Mode tags its instances eks:eks-cluster-name, node
+    groups and Karpenter kubernetes.io/cluster/<name>)."""
+    name = config.cluster.name
+    tag = (
+        f"Name=tag:eks:eks-cluster-name,Values={name}"
+        if isinstance(config.compute, AutoModeCompute)
+        else f"Name=tag-key,Values=kubernetes.io/cluster/{name}"
+    )
+    command = ["aws", "ec2", "describe-instances", "--filters", tag, "Name=instance-state-name,Values=running"]
+    instances, error = _json(run, [*command, "--region", config.region])
+    if instances is None:
+        return [], [f"could not read the cluster's nodes ({error}); their security groups were not compared"]
+    return node_group_findings(config, field(instances, "Reservations")), []
+
+
+def _read_in_cluster(config: EnvironmentConfig, cluster: dict, run: Runner) -> tuple[list[Finding], list[str]]:
+    """Karpenter clusters: the add-ons (EKS add-on, else the DaemonSet), the device plugin, the controller and its
+    nodes' access. Auto Mode runs all of them itself."""
+    compute = config.compute
+    if not isinstance(compute, KarpenterCompute):
+        return [], []
+    api = ClusterApi(config, cluster, run)
+    daemonsets, why = api.get("daemonsets", "--all-namespaces")
+    deployments, why_not = api.get("deployments", "--all-namespaces", "--selector", "app.kubernetes.io/name=karpenter")
+    notes = [_unreadable("the DaemonSets", why)] if daemonsets is None else []
+    notes += [_unreadable("the Karpenter Deployments", why_not)] if deployments is None else []
+    results = [
+        objects.pod_identity_findings(config, _addon(config, run, "eks-pod-identity-agent"), daemonsets),
+        objects.network_policy_findings(config, _addon(config, run, "vpc-cni"), daemonsets),
+        objects.device_plugin_findings(config, daemonsets),
+        objects.karpenter_findings(config, deployments),
+    ]
+    if compute.existing_controller is not None:
+        aws_auth, _ = api.get("configmap", "aws-auth", "--namespace", "kube-system")
+        entry = _access_entry_type(config, run, compute.existing_controller.node_role_name)
+        mode = field(cluster, "accessConfig", "authenticationMode")
+        results.append(objects.node_access_findings(config, entry, mode, aws_auth))
+    findings = [f for found, _ in results for f in found]
+    said = [n for _, more in results for n in more]
+    return findings, notes + list(dict.fromkeys(said))
+
+
+def _addon(config: EnvironmentConfig, run: Runner, addon: str) -> Any:
+    """DescribeAddon's `addon`; {} when the cluster has no such EKS add-on; None when it could not be read."""
+    command = ["aws", "eks", "describe-addon", "--cluster-name", config.cluster.name, "--addon-name", addon]
+    answer, error = _json(run, [*command, "--region", config.region])
+    if answer is None:
+        return {} if "ResourceNotFoundException" in error else None
+    return field(answer, "addon") or None
+
+
+def _access_entry_type(config: EnvironmentConfig, run: Runner, role: str) -> Any:
+    """The type of the role's access entry ('' when it has none; None when unreadable), whatever its path."""
+    region = ["--region", config.region]
+    listed, _ = _json(run, ["aws", "eks", "list-access-entries", "--cluster-name", config.cluster.name, *region])
+    arns = field(listed, "accessEntries")
+    if not isinstance(arns, list):
+        return None
+    matching = [a for a in arns if isinstance(a, str) and a.rpartition("/")[2] == role and ":role/" in a]
+    if not matching:
+        return ""
+    command = ["aws", "eks", "describe-access-entry", "--cluster-name", config.cluster.name]
+    entry, _ = _json(run, [*command, "--principal-arn", matching[0], *region])
+    entry_type = field(entry, "accessEntry", "type")
+    return entry_type if isinstance(entry_type, str) else None

@@ -34,6 +34,12 @@ def endpoint_access(cluster: ClusterConfig) -> eks.EndpointAccess:
     return eks.EndpointAccess.PUBLIC_AND_PRIVATE
 
 
+def gpu_node_security_groups(config: ClusterConfig, cluster: eks.Cluster) -> list[str]:
+    """The cluster security group, and in an existing cluster the node groups its other nodes have."""
+    extra = config.existing.node_security_group_ids if config.existing else []
+    return [cluster.cluster_security_group_id, *extra]
+
+
 class ClusterHandle(Protocol):
     """A cluster, created or imported, on which later constructs add charts with `cluster.add_cdk8s_chart`."""
 

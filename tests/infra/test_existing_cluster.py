@@ -98,13 +98,25 @@ def test_the_gpu_nodes_join_with_the_existing_roles_subnets_and_security_group(e
     role = compute.node_role_name if config.compute.mode == "auto" else compute.existing_controller.node_role_name
     assert node_class["spec"]["role"] == role
     ids = [s.id for s in config.network.existing.private_subnets]
-    security_group = config.cluster.existing.security_group_id
-    if node_class["kind"] == "EC2NodeClass":
-        assert node_class["spec"]["subnetSelectorTerms"] == [{"id": i} for i in ids]
-        assert node_class["spec"]["securityGroupSelectorTerms"] == [{"id": security_group}]
-    else:
-        assert node_class["spec"]["subnetSelectorTerms"] == [{"id": i} for i in ids]
-        assert node_class["spec"]["securityGroupSelectorTerms"] == [{"id": security_group}]
+    groups = [config.cluster.existing.security_group_id, *config.cluster.existing.node_security_group_ids]
+    # Both node class kinds take the same placement fields (Auto Mode's NodeClass, Karpenter's EC2NodeClass).
+    assert node_class["spec"]["subnetSelectorTerms"] == [{"id": i} for i in ids]
+    assert node_class["spec"]["securityGroupSelectorTerms"] == [{"id": g} for g in groups]
+    # Its cluster-wide names carry warmstart's: a team's own `gpu` node class or pool is never taken over.
+    (node_pool,) = of_kind(manifests, "NodePool")
+    assert node_class["metadata"]["name"] == "warmstart-gpu"
+    assert node_pool["metadata"]["name"] == f"warmstart-gpu-{config.compute.mode}"
+    assert node_pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == "warmstart-gpu"
+
+
+def test_destroying_warmstart_leaves_an_existing_auto_mode_clusters_network_policy_switch(synthesized_env):
+    env = synthesized_env("existing-auto-mode")
+    (switch,) = [
+        r
+        for r in _of_type(env, "Custom::AWSCDK-EKS-KubernetesResource").values()
+        if "amazon-vpc-cni" in json.dumps(r["Properties"]["Manifest"])
+    ]
+    assert switch["DeletionPolicy"] == "Retain" and switch["UpdateReplacePolicy"] == "Retain"
 
 
 def test_only_the_add_ons_and_controller_the_config_says_are_missing_are_installed(existing):

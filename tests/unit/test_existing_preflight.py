@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.synth import existing_auto_mode_config, existing_gitops_config
-from warmstart.existing_preflight import image_tag, read_existing, route_table_of_each_subnet
+from warmstart.existing_cluster_objects import image_tag, runs_on
+from warmstart.existing_preflight import read_existing, route_table_of_each_subnet
 from warmstart.loader import load_config
 from warmstart.preflight import check
 
@@ -50,11 +51,15 @@ def cluster(**changes) -> dict:
     return described
 
 
-def karpenter(version: str = "1.14.1", gates: str = "ReservedCapacity=true") -> dict:
+def karpenter(version: str = "1.14.1", gates: str = "ReservedCapacity=true", namespace: str = "kube-system") -> dict:
     return {
         "items": [
             {
-                "metadata": {"name": "karpenter", "labels": {"app.kubernetes.io/name": "karpenter"}},
+                "metadata": {
+                    "name": "karpenter",
+                    "namespace": namespace,
+                    "labels": {"app.kubernetes.io/name": "karpenter"},
+                },
                 "spec": {
                     "template": {
                         "spec": {
@@ -76,36 +81,125 @@ def karpenter(version: str = "1.14.1", gates: str = "ReservedCapacity=true") -> 
     }
 
 
+def daemonset(name: str, namespace: str = "kube-system", image: str = "busybox", **pod_spec) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"template": {"spec": {"containers": [{"name": name, "image": image}], **pod_spec}}},
+    }
+
+
+# NVIDIA's chart v0.19.0 defaults: tolerates nvidia.com/gpu, runs only where NFD or GFD labelled the node.
+NVIDIA_CHART_DEFAULTS = {
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}
+                        ]
+                    },
+                    {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+                ]
+            }
+        }
+    },
+}
+# A device plugin installed as warmstart installs it: NVIDIA's image, the GPU taint tolerated, Karpenter's GPU label.
+OUR_KIND_OF_PLUGIN = daemonset(
+    "nvdp-nvidia-device-plugin",
+    image="nvcr.io/nvidia/k8s-device-plugin:v0.19.0",
+    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    affinity={
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "karpenter.k8s.aws/instance-gpu-manufacturer",
+                                "operator": "In",
+                                "values": ["nvidia"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    },
+)
+VPC = "vpc-0a1b2c3d4e5f60718"
+# Auto Mode nodes join with the cluster security group only.
+AUTO_NODES = {"Reservations": [{"Instances": [{"SecurityGroups": [{"GroupId": "sg-0a1b2c3d4e5f60718"}]}]}]}
+NODE_GROUPS = [{"GroupId": "sg-0a1b2c3d4e5f60718"}, {"GroupId": "sg-0a1b2c3d4e5f60719"}]
+
+
 class Account:
-    """The AWS CLI and kubectl, answering from recorded shapes; `answers` overrides one command's answer."""
+    """The AWS CLI and kubectl, answering from recorded shapes; `answers` overrides one command's answer. It checks
+    the filters each command carries, as the service would apply them."""
 
     def __init__(self, **answers) -> None:
         self.answers = {
             "describe-cluster": {"cluster": cluster()},
             "describe-subnets": {
-                "Subnets": [
-                    {"SubnetId": s, "VpcId": "vpc-0a1b2c3d4e5f60718", "AvailabilityZone": z} for s, z, _ in SUBNETS
-                ]
+                "Subnets": [{"SubnetId": s, "VpcId": VPC, "AvailabilityZone": z} for s, z, _ in SUBNETS]
             },
             "describe-route-tables": {
                 "RouteTables": [
                     {
                         "RouteTableId": t,
-                        "VpcId": "vpc-0a1b2c3d4e5f60718",
+                        "VpcId": VPC,
                         "Associations": [{"Main": False, "SubnetId": s}],
+                        "Routes": [
+                            {"DestinationCidrBlock": "10.60.0.0/16", "GatewayId": "local", "State": "active"},
+                            {"DestinationCidrBlock": "0.0.0.0/0", "NatGatewayId": "nat-0123", "State": "active"},
+                        ],
                     }
                     for s, _, t in SUBNETS
                 ]
             },
             "describe-vpc-endpoints": {"VpcEndpoints": []},
+            "describe-instances": {
+                "Reservations": [
+                    {"Instances": [{"SecurityGroups": NODE_GROUPS}]},
+                    {"Instances": [{"SecurityGroups": NODE_GROUPS[::-1]}]},
+                ]
+            },
             "eks-pod-identity-agent": {"addon": {"addonName": "eks-pod-identity-agent", "status": "ACTIVE"}},
             "vpc-cni": {"addon": {"addonName": "vpc-cni", "configurationValues": '{"enableNetworkPolicy": "true"}'}},
+            "list-access-entries": {
+                "accessEntries": [
+                    "arn:aws:iam::345678901234:role/aws-reserved/sso.amazonaws.com/Admins",
+                    "arn:aws:iam::345678901234:role/KarpenterNodeRole-ml-platform",
+                ]
+            },
+            "describe-access-entry": {"accessEntry": {"type": "EC2_LINUX"}},
             "get-token": {"kind": "ExecCredential", "status": {"token": "k8s-aws-v1.secret"}},
-            "kubectl": karpenter(),
+            "kubectl daemonsets": {"items": [daemonset("kube-proxy")]},
+            "kubectl deployments": karpenter(),
+            "kubectl configmap": {"data": {}},
         }
-        self.answers.update(answers)
+        self.answers.update(
+            {key.replace("kubectl_", "kubectl ").replace("vpc_cni", "vpc-cni"): v for key, v in answers.items()}
+        )
         self.commands: list[list[str]] = []
         self.kubeconfigs: list[dict] = []
+
+    def _filters_hold(self, command: list[str]) -> None:
+        if command[2] in ("describe-route-tables", "describe-vpc-endpoints"):
+            assert f"Name=vpc-id,Values={VPC}" in command
+        if command[2] == "describe-vpc-endpoints":
+            assert "Name=service-name,Values=com.amazonaws.eu-west-1.s3" in command
+        if command[2] == "describe-instances":
+            assert "Name=instance-state-name,Values=running" in command
+            assert "Name=tag-key,Values=kubernetes.io/cluster/ml-platform" in command or (
+                "Name=tag:eks:eks-cluster-name,Values=ml-platform" in command
+            )
+        if command[2] == "describe-access-entry":
+            assert command[command.index("--principal-arn") + 1].endswith(":role/KarpenterNodeRole-ml-platform")
+        if command[1] != "sts":
+            assert command[command.index("--region") + 1] == "eu-west-1"
 
     def __call__(self, command: list[str]) -> tuple[int, str, str]:
         self.commands.append(command)
@@ -113,11 +207,13 @@ class Account:
             path = Path(command[command.index("--kubeconfig") + 1])
             assert path.stat().st_mode & 0o077 == 0  # the token is readable by the caller only
             self.kubeconfigs.append(json.loads(path.read_text()))
-            key = "kubectl"
+            key = f"kubectl {command[command.index('get') + 1]}"
         elif command[:3] == ["aws", "eks", "describe-addon"]:
             key = command[command.index("--addon-name") + 1]
+            self._filters_hold(command)
         else:
             key = command[2]
+            self._filters_hold(command)
         answer = self.answers[key]
         if isinstance(answer, tuple):
             return answer
@@ -173,7 +269,11 @@ def test_each_difference_of_the_cluster_is_a_finding_with_its_fix(change, said):
 
 def test_a_public_only_endpoint_limited_to_some_cidrs_cannot_take_the_handler_from_outside():
     config = existing_auto_mode_config()  # endpoint_access: public_and_private
-    auto = {"computeConfig__enabled": True, "computeConfig__nodeRoleArn": "arn:aws:iam::1:role/AmazonEKSAutoNodeRole"}
+    auto = {
+        "computeConfig__enabled": True,
+        "computeConfig__nodeRoleArn": "arn:aws:iam::1:role/AmazonEKSAutoNodeRole",
+        "roleArn": "arn:aws:iam::1:role/AmazonEKSAutoClusterRole",
+    }
     ok = cluster(
         resourcesVpcConfig__endpointPublicAccess=True, resourcesVpcConfig__publicAccessCidrs=["0.0.0.0/0"], **auto
     )
@@ -182,6 +282,7 @@ def test_a_public_only_endpoint_limited_to_some_cidrs_cannot_take_the_handler_fr
         "describe-vpc-endpoints": {
             "VpcEndpoints": [{"VpcEndpointType": "Gateway", "RouteTableIds": [t for _, _, t in SUBNETS]}]
         },
+        "describe-instances": AUTO_NODES,
     }
     assert findings(config, **answers) == ([], [])
     limited = copy.deepcopy(ok)
@@ -198,6 +299,7 @@ def test_the_gateway_endpoint_must_cover_every_listed_route_table_when_present()
     config = existing_auto_mode_config()
     auto = cluster(
         computeConfig__enabled=True,
+        roleArn="arn:aws:iam::1:role/AmazonEKSAutoClusterRole",
         computeConfig__nodeRoleArn="arn:aws:iam::1:role/AmazonEKSAutoNodeRole",
         resourcesVpcConfig__endpointPublicAccess=True,
         resourcesVpcConfig__publicAccessCidrs=["0.0.0.0/0"],
@@ -208,7 +310,14 @@ def test_the_gateway_endpoint_must_cover_every_listed_route_table_when_present()
             {"VpcEndpointType": "Interface", "RouteTableIds": ["rtb-0a1b2c3d4e5f60002"]},
         ]
     }
-    found, _ = findings(config, **{"describe-cluster": {"cluster": auto}, "describe-vpc-endpoints": one_table})
+    found, _ = findings(
+        config,
+        **{
+            "describe-cluster": {"cluster": auto},
+            "describe-vpc-endpoints": one_table,
+            "describe-instances": AUTO_NODES,
+        },
+    )
     assert len(found) == 1
     assert "no S3 gateway endpoint on route table(s) rtb-0a1b2c3d4e5f60002" in found[0]
     assert "--add-route-table-ids rtb-0a1b2c3d4e5f60002" in found[0]
@@ -268,12 +377,19 @@ def test_route_tables_of_another_vpc_and_malformed_entries_are_ignored():
     "answers, said",
     [
         ({"eks-pod-identity-agent": NOT_FOUND}, "set cluster.existing.pod_identity_agent: add"),
-        ({"vpc-cni": NOT_FOUND}, '--configuration-values \'{"enableNetworkPolicy": "true"}\''),
+        (
+            {"vpc-cni": {"addon": {"configurationValues": "{}"}}},
+            '--configuration-values \'{"enableNetworkPolicy": "true"}\'',
+        ),
+        (
+            {"vpc-cni": NOT_FOUND, "kubectl_daemonsets": {"items": [daemonset("aws-node")]}},
+            "--enable-network-policy=true",
+        ),
         ({"vpc-cni": {"addon": {"configurationValues": "{not json"}}}, "does not enforce NetworkPolicy"),
         ({"vpc-cni": {"addon": {"configurationValues": {"enableNetworkPolicy": "true"}}}}, "does not enforce"),
-        ({"kubectl": karpenter(version="1.13.2")}, "set compute.existing_controller.version: 1.13.2"),
-        ({"kubectl": {"items": []}}, "no Karpenter controller in namespace kube-system"),
-        ({"kubectl": {"items": "garbage"}}, "no Karpenter controller"),
+        ({"kubectl_deployments": karpenter(version="1.13.2")}, "set compute.existing_controller.version: 1.13.2"),
+        ({"kubectl_deployments": karpenter(namespace="karpenter")}, "no Karpenter controller in namespace kube-system"),
+        ({"kubectl_deployments": {"items": "garbage"}}, "no Karpenter controller"),
     ],
 )
 def test_add_ons_and_the_running_karpenter_against_the_config(answers, said):
@@ -285,20 +401,22 @@ def test_reserved_capacity_with_the_feature_gate_off_is_a_finding():
     config = CONFIG.model_copy(deep=True)
     pool = config.compute.gpu_pool.model_copy(update={"capacity_types": ["on-demand", "reserved"]})
     config = config.model_copy(update={"compute": config.compute.model_copy(update={"gpu_pool": pool})})
-    found, _ = findings(config, kubectl=karpenter(gates="NodeRepair=false,ReservedCapacity=false"))
+    found, _ = findings(config, kubectl_deployments=karpenter(gates="NodeRepair=false,ReservedCapacity=false"))
     assert len(found) == 1 and "reservedCapacity: true" in found[0]
 
 
 def test_an_agent_the_config_would_add_twice_is_a_finding():
-    config = existing_gitops_config()  # pod_identity_agent: add
-    found, _ = findings(config)
+    config = existing_gitops_config()  # pod_identity_agent: add, nvidia_device_plugin: present
+    found, _ = findings(config, kubectl_daemonsets={"items": [OUR_KIND_OF_PLUGIN]})
     assert len(found) == 1 and "set cluster.existing.pod_identity_agent: present" in found[0]
 
 
 def test_what_cannot_be_read_is_a_note_not_a_pass():
-    found, notes = findings(kubectl=(1, "", "Unable to connect to the server: dial tcp 10.60.1.5:443: i/o timeout"))
+    timeout = (1, "", "Unable to connect to the server: dial tcp 10.60.1.5:443: i/o timeout")
+    found, notes = findings(kubectl_deployments=timeout, kubectl_daemonsets=timeout)
     assert found == []
     assert "i/o timeout" in notes[0] and "inside the VPC" in notes[0]
+    assert any("device plugin was not checked" in n for n in notes)
     found, notes = findings(**{"describe-cluster": (254, "", "An error occurred (AccessDeniedException)")})
     assert found == [] and "AccessDeniedException" in notes[0]
     found, notes = findings(**{"describe-subnets": (254, "", "An error occurred (UnauthorizedOperation)")})
@@ -311,3 +429,187 @@ def test_deploy_stops_on_a_finding_and_diff_only_says_it():
     account.answers["describe-cluster"] = {"cluster": cluster(version="1.34")}
     problems, notes = check("diff", CONFIG, run=account)
     assert problems == [] and any("make deploy would stop here" in n and "1.34" in n for n in notes)
+
+
+def _present_plugin_config():
+    config = CONFIG.model_copy(deep=True)
+    existing = config.cluster.existing.model_copy(update={"nvidia_device_plugin": "present"})
+    return config.model_copy(update={"cluster": config.cluster.model_copy(update={"existing": existing})})
+
+
+def test_a_device_plugin_that_would_not_run_on_the_gpu_nodes_is_a_finding():
+    present = _present_plugin_config()
+    assert findings(present, kubectl_daemonsets={"items": [OUR_KIND_OF_PLUGIN]}) == ([], [])
+    chart_defaults = daemonset("nvdp", image="nvcr.io/nvidia/k8s-device-plugin:v0.19.0", **NVIDIA_CHART_DEFAULTS)
+    found, _ = findings(present, kubectl_daemonsets={"items": [chart_defaults]})
+    assert len(found) == 1 and "would not run on warmstart's GPU nodes" in found[0] and "Pending" in found[0]
+    untolerated = daemonset("nvdp", image="nvcr.io/nvidia/k8s-device-plugin:v0.19.0")
+    found, _ = findings(present, kubectl_daemonsets={"items": [untolerated]})
+    assert len(found) == 1 and "nvidia.com/gpu:NoSchedule" in found[0]
+    found, _ = findings(present)
+    assert len(found) == 1 and "no NVIDIA device plugin runs" in found[0]
+    # add, where one runs already: a second would advertise the GPUs twice.
+    found, _ = findings(kubectl_daemonsets={"items": [OUR_KIND_OF_PLUGIN]})
+    assert len(found) == 1 and "set cluster.existing.nvidia_device_plugin: present" in found[0]
+
+
+@pytest.mark.parametrize(
+    "labels, spec, runs",
+    [
+        ({"a": "1"}, {}, True),
+        ({"a": "1"}, {"nodeSelector": {"a": "2"}}, False),
+        ({"a": "1"}, {"nodeSelector": "garbage"}, False),
+        (
+            {"a": "1"},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "b", "operator": "Exists"}]},
+                                {"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["2"]}]},
+                            ]
+                        }
+                    }
+                }
+            },
+            True,
+        ),
+        (
+            {"a": "1"},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["0"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            False,
+        ),
+        (
+            {"a": "1"},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}]
+                        }
+                    }
+                }
+            },
+            False,
+        ),
+    ],
+)
+def test_node_affinity_is_read_as_the_scheduler_reads_it(labels, spec, runs):
+    assert runs_on(spec, labels) is runs
+
+
+def test_a_route_table_without_egress_or_with_an_internet_gateway_is_a_finding():
+    account = Account()
+    tables = copy.deepcopy(account.answers["describe-route-tables"])
+    tables["RouteTables"][0]["Routes"] = [{"DestinationCidrBlock": "10.60.0.0/16", "GatewayId": "local"}]
+    tables["RouteTables"][1]["Routes"][1] = {"DestinationCidrBlock": "0.0.0.0/0", "GatewayId": "igw-0123"}
+    found, _ = findings(**{"describe-route-tables": tables})
+    assert len(found) == 2
+    assert "rtb-0a1b2c3d4e5f60001 has no default route" in found[0] and "interface endpoints" in found[0]
+    assert "rtb-0a1b2c3d4e5f60002 sends 0.0.0.0/0 to an internet gateway" in found[1]
+    blackholed = copy.deepcopy(account.answers["describe-route-tables"])
+    blackholed["RouteTables"][0]["Routes"][1]["State"] = "blackhole"
+    found, _ = findings(**{"describe-route-tables": blackholed})
+    assert len(found) == 1 and "no default route" in found[0]
+
+
+def test_a_security_group_every_node_has_and_the_gpu_nodes_would_not_is_a_finding():
+    nodes = {
+        "Reservations": [
+            {"Instances": [{"SecurityGroups": [*NODE_GROUPS, {"GroupId": "sg-0cccccccccccccccc"}]}]},
+            {
+                "Instances": [
+                    {"SecurityGroups": [*NODE_GROUPS, {"GroupId": "sg-0cccccccccccccccc"}, {"GroupId": "sg-0d"}]}
+                ]
+            },
+        ]
+    }
+    found, _ = findings(**{"describe-instances": nodes})
+    assert found == [
+        "every running node of cluster ml-platform has security group(s) sg-0cccccccccccccccc, which warmstart's GPU "
+        "nodes would not: they could not reach what those groups admit (CoreDNS, webhooks) | add them to "
+        "cluster.existing.node_security_group_ids: [sg-0cccccccccccccccc]"
+    ]
+    assert findings(**{"describe-instances": {"Reservations": []}}) == ([], [])  # no node yet: nothing to compare
+
+
+@pytest.mark.parametrize(
+    "answers, said",
+    [
+        ({"list-access-entries": {"accessEntries": []}}, "--type EC2_LINUX"),
+        ({"describe-access-entry": {"accessEntry": {"type": "STANDARD"}}}, "is of type STANDARD"),
+    ],
+)
+def test_the_existing_karpenters_node_role_must_let_its_nodes_join(answers, said):
+    found, _ = findings(**answers)
+    assert len(found) == 1 and said in found[0]
+
+
+def test_an_aws_auth_mapping_lets_the_node_role_in_where_the_mode_reads_the_config_map():
+    mapping = {
+        "data": {
+            "mapRoles": "- rolearn: arn:aws:iam::345678901234:role/KarpenterNodeRole-ml-platform\n"
+            "  username: system:node:{{EC2PrivateDNSName}}\n"
+        }
+    }
+    answers = {"list-access-entries": {"accessEntries": []}, "kubectl_configmap": mapping}
+    assert findings(**answers) == ([], [])
+    api_only = {"describe-cluster": {"cluster": cluster(accessConfig__authenticationMode="API")}}
+    found, _ = findings(**{**answers, **api_only})
+    assert len(found) == 1 and "--type EC2_LINUX" in found[0]
+
+
+def test_network_policy_settings_in_yaml_count_and_another_cni_is_a_note():
+    assert findings(vpc_cni={"addon": {"configurationValues": "enableNetworkPolicy: 'true'\nenv: {}\n"}}) == ([], [])
+    found, notes = findings(vpc_cni=NOT_FOUND, kubectl_daemonsets={"items": [daemonset("cilium")]})
+    assert found == [] and "not the VPC CNI" in notes[0]
+
+
+def test_an_add_on_that_cannot_be_read_is_a_note_never_an_absence():
+    denied = (254, "", "An error occurred (AccessDeniedException) when calling the DescribeAddon operation")
+    found, notes = findings(**{"eks-pod-identity-agent": denied})
+    assert found == [] and "could not read the eks-pod-identity-agent add-on" in notes[0]
+
+
+def test_a_pod_identity_agent_installed_with_helm_counts_as_present():
+    helm_agent = {"items": [daemonset("eks-pod-identity-agent")]}
+    assert findings(**{"eks-pod-identity-agent": NOT_FOUND, "kubectl_daemonsets": helm_agent}) == ([], [])
+
+
+def test_a_karpenter_where_warmstart_would_install_its_own_is_a_finding():
+    config = CONFIG.model_copy(deep=True)
+    compute = config.compute.model_copy(update={"existing_controller": None})
+    found, _ = findings(config.model_copy(update={"compute": compute}))
+    assert len(found) == 1 and "a Karpenter runs already" in found[0]
+
+
+def test_deploy_stops_on_each_finding(tmp_path):
+    account = Account()
+    account.answers["get-caller-identity"] = {"Account": CONFIG.account, "Arn": "arn:aws:sts::1:assumed-role/x/y"}
+    account.answers["describe-cluster"] = {"cluster": cluster(version="1.34")}
+    assembly = tmp_path / "assembly"
+    assembly.mkdir()
+    (assembly / "manifest.json").write_text(json.dumps({"artifacts": {}}))
+    problems, _ = check("deploy", CONFIG, run=account, assembly=assembly)
+    assert [p.fix for p in problems] == ["set cluster.kubernetes_version: '1.34'"]
+
+
+def test_a_cluster_version_warmstart_does_not_support_asks_for_an_upgrade():
+    found, _ = findings(**{"describe-cluster": {"cluster": cluster(version="1.31")}})
+    assert len(found) == 1 and "upgrade the cluster to one of 1.34, 1.35, 1.36" in found[0]
+
+
+def test_a_private_endpoint_the_cluster_has_turned_off_is_a_finding():
+    found, _ = findings(**{"describe-cluster": {"cluster": cluster(resourcesVpcConfig__endpointPrivateAccess=False)}})
+    assert len(found) == 1 and "endpointPrivateAccess=true" in found[0]

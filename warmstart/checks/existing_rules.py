@@ -143,7 +143,10 @@ ADD_ON_FIXES = {
     ),
     "nvidia_device_plugin": (
         "the NVIDIA device plugin, without which no node offers nvidia.com/gpu and no model pod is ever scheduled",
-        "helm install nvdp nvdp/nvidia-device-plugin --namespace kube-system (NVIDIA's chart; or the GPU Operator)",
+        "helm repo add nvdp https://nvidia.github.io/k8s-device-plugin && helm install nvdp "
+        "nvdp/nvidia-device-plugin --version {version} --namespace kube-system, with a toleration of "
+        "nvidia.com/gpu:NoSchedule and node affinity on karpenter.k8s.aws/instance-gpu-manufacturer=nvidia (the "
+        "chart's default affinity needs labels warmstart's nodes do not have)",
     ),
 }
 
@@ -156,7 +159,9 @@ def _karpenter_cluster_add_ons(config: EnvironmentConfig) -> list[Problem]:
     problems = []
     for name, (what, command) in ADD_ON_FIXES.items():
         said = getattr(existing, name)
-        fix_command = command.format(cluster=config.cluster.name, region=config.region)
+        fix_command = command.format(
+            cluster=config.cluster.name, region=config.region, version=config.compute.nvidia_device_plugin_version
+        )
         if said is None:
             problems.append(
                 Problem(

@@ -13,7 +13,12 @@ from kube.gpu_nodes import AutoModeGpuNodes
 from stacks.components.compute.contract import ComputeInfo
 from stacks.components.compute.gpu_pool import GpuNodePool
 from stacks.components.compute.network_policy import AutoModeNetworkPolicy
-from stacks.components.control_plane import ClusterHandle, ControlPlane, ImportedControlPlane
+from stacks.components.control_plane import (
+    ClusterHandle,
+    ControlPlane,
+    ImportedControlPlane,
+    gpu_node_security_groups,
+)
 from stacks.components.nag import acknowledge, managed, wildcard
 from stacks.components.network import ClusterNetwork
 from warmstart.config import AutoModeCompute, ClusterConfig
@@ -150,7 +155,11 @@ class AutoModeGpuCompute(Construct):
         super().__init__(scope, id)
         control_plane, node_role, cluster_role = self._cluster(scope, compute, cluster, network)
         self.network_policy = AutoModeNetworkPolicy(
-            self, "NetworkPolicySupport", cluster=control_plane.cluster, charts=charts
+            self,
+            "NetworkPolicySupport",
+            cluster=control_plane.cluster,
+            charts=charts,
+            keep=cluster.existing is not None,
         )
         after: list[Construct] = []
         self.custom_tags: AutoModeCustomTags | None = None
@@ -163,8 +172,9 @@ class AutoModeGpuCompute(Construct):
             compute=compute,
             node_role_name=node_role.role_name,
             subnet_ids=[subnet.subnet_id for subnet in network.private_subnet_list()],
-            security_group_ids=[control_plane.cluster.cluster_security_group_id],
+            security_group_ids=gpu_node_security_groups(cluster, control_plane.cluster),
             tags=tags,
+            existing_cluster=cluster.existing is not None,
         )
         gpu_pool = GpuNodePool(self, "GpuPool", cluster=control_plane.cluster, chart=chart, after=after)
         self.info = ComputeInfo(

@@ -17,7 +17,12 @@ from stacks.components.compute.contract import ComputeInfo
 from stacks.components.compute.gpu_pool import GpuNodePool
 from stacks.components.compute.karpenter_parts import KarpenterController, NvidiaDevicePlugin, SystemNodes
 from stacks.components.compute.network_policy import VpcCniNetworkPolicy
-from stacks.components.control_plane import ClusterHandle, ControlPlane, ImportedControlPlane
+from stacks.components.control_plane import (
+    ClusterHandle,
+    ControlPlane,
+    ImportedControlPlane,
+    gpu_node_security_groups,
+)
 from stacks.components.network import ClusterNetwork
 from stacks.components.pod_identity import PodIdentityAgent
 from warmstart.config import ClusterConfig, ImagePreload, KarpenterCompute
@@ -76,7 +81,7 @@ class KarpenterGpuCompute(Construct):
             if snapshot is not None
             else None
         )
-        gpu_pool = self._gpu_pool(compute, tags, image_preload, eks_cluster, node_role, subnets, charts)
+        gpu_pool = self._gpu_pool(compute, cluster, tags, image_preload, eks_cluster, node_role, subnets, charts)
         self.info = ComputeInfo(
             control_plane=control_plane,
             node_role=node_role,
@@ -118,6 +123,7 @@ class KarpenterGpuCompute(Construct):
     def _gpu_pool(
         self,
         compute: KarpenterCompute,
+        cluster: ClusterConfig,
         tags: dict[str, str],
         image_preload: ImagePreload,
         eks_cluster: eks.Cluster,
@@ -131,10 +137,11 @@ class KarpenterGpuCompute(Construct):
             compute=compute,
             node_role_name=node_role.role_name,
             subnet_ids=[subnet.subnet_id for subnet in subnets],
-            security_group_ids=[eks_cluster.cluster_security_group_id],
+            security_group_ids=gpu_node_security_groups(cluster, eks_cluster),
             tags=tags,
             image_preload=image_preload,
             data_volume_snapshot_id=self.image_snapshot.snapshot_id if self.image_snapshot else None,
+            existing_cluster=cluster.existing is not None,
         )
         # After the Karpenter chart, which installs the NodePool and EC2NodeClass CRDs (an existing Karpenter has).
         after = [self.karpenter.chart] if self.karpenter is not None else []

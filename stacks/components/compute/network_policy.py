@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import cdk8s
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -23,10 +24,11 @@ from stacks.components.source import applies_objects, cluster_ref
 class AutoModeNetworkPolicy(Construct):
     """The ConfigMap's chart, applied where warmstart applies the cluster's objects (else rendered to dist/<env>/)."""
 
-    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, charts: cdk8s.App) -> None:
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.Cluster, charts: cdk8s.App, keep: bool) -> None:
         super().__init__(scope, id)
         self.chart = AutoModeNetworkPolicyController(charts, "NetworkPolicyController")
-        # Applied, not created: the ConfigMap may exist already (the docs `kubectl apply` it too).
+        # Applied, not created: the ConfigMap may exist already (the docs `kubectl apply` it too). `keep`: in a
+        # cluster warmstart did not create, destroying warmstart must not turn the cluster's enforcement off.
         self.config_map = (
             eks.KubernetesManifest(
                 self,
@@ -34,6 +36,7 @@ class AutoModeNetworkPolicy(Construct):
                 cluster=cluster_ref(cluster),
                 overwrite=True,
                 manifest=self.chart.to_json(),
+                removal_policy=RemovalPolicy.RETAIN if keep else None,
             )
             if applies_objects(cluster)
             else None

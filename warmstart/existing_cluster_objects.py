@@ -1,0 +1,357 @@
+"""What runs inside an existing cluster, against the config: its add-ons (the EKS add-on, or the DaemonSet a team
+installed another way), its NVIDIA device plugin, its Karpenter, and the access its nodes' role has.
+
+Pure functions over the AWS CLI's and the cluster API's answers, read as untrusted (a field of the wrong type is
+"not what the config says"). `None` for an answer means it could not be read: that is a note, never a pass and never
+a finding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from contracts.pod_labels import GPU_POOL_LABEL
+from warmstart.config import EnvironmentConfig, KarpenterCompute
+
+# Karpenter's label on every node it launches, from the instance type (karpenter-provider-aws v1.14.1 labels.go).
+GPU_MANUFACTURER_LABEL = "karpenter.k8s.aws/instance-gpu-manufacturer"
+DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"  # nvcr.io/nvidia/k8s-device-plugin, NVIDIA's chart and the GPU Operator's
+
+
+@dataclass(frozen=True)
+class Finding:
+    what: str
+    fix: str
+
+
+def field(document: Any, *path: str) -> Any:
+    for key in path:
+        document = document.get(key) if isinstance(document, dict) else None
+    return document
+
+
+def _items(answer: Any) -> list[dict]:
+    items = field(answer, "items")
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _containers(item: dict) -> list[dict]:
+    containers = field(item, "spec", "template", "spec", "containers")
+    return [c for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
+
+
+def _named(daemonsets: Any, namespace: str, name: str) -> bool:
+    return any(
+        field(d, "metadata", "namespace") == namespace and field(d, "metadata", "name") == name
+        for d in _items(daemonsets)
+    )
+
+
+def pod_identity_findings(config: EnvironmentConfig, addon: Any, daemonsets: Any) -> tuple[list[Finding], list[str]]:
+    """addon: DescribeAddon's `addon`, {} when there is no such EKS add-on, None when unreadable."""
+    existing = config.cluster.existing
+    assert existing is not None
+    name, region = config.cluster.name, config.region
+    if addon is None:
+        return [], ["could not read the eks-pod-identity-agent add-on; its check was skipped"]
+    as_daemonset = _named(daemonsets, "kube-system", "eks-pod-identity-agent") if daemonsets is not None else None
+    there = bool(addon) or bool(as_daemonset)
+    if existing.pod_identity_agent == "add" and there:
+        how = "EKS add-on" if addon else "DaemonSet kube-system/eks-pod-identity-agent"
+        return [
+            Finding(
+                f"cluster {name} runs the Pod Identity agent already ({how}): a second install fails the deploy",
+                "set cluster.existing.pod_identity_agent: present",
+            )
+        ], []
+    if existing.pod_identity_agent != "present" or there:
+        return [], []
+    if as_daemonset is None:
+        return [], [f"cluster {name} has no eks-pod-identity-agent EKS add-on, and its DaemonSets could not be read"]
+    return [
+        Finding(
+            f"cluster {name} runs no Pod Identity agent: no warmstart pod (agent, models) would get its AWS role",
+            "set cluster.existing.pod_identity_agent: add, or aws eks create-addon --cluster-name "
+            f"{name} --region {region} --addon-name eks-pod-identity-agent",
+        )
+    ], []
+
+
+def _policy_switch(values: Any) -> bool:
+    """`enableNetworkPolicy` of the vpc-cni add-on's configuration values (JSON or YAML, as EKS takes both)."""
+    if not isinstance(values, str):
+        return False
+    try:
+        parsed = yaml.safe_load(values)
+    except yaml.YAMLError:
+        return False
+    return str(field(parsed, "enableNetworkPolicy")).lower() == "true"
+
+
+def _aws_node_enforces(daemonsets: Any) -> bool | None:
+    """The self-managed VPC CNI's `aws-network-policy-agent --enable-network-policy=true`; None: no aws-node."""
+    aws_node = [d for d in _items(daemonsets) if field(d, "metadata", "name") == "aws-node"]
+    if not aws_node:
+        return None
+    for container in _containers(aws_node[0]):
+        args = container.get("args")
+        if isinstance(args, list) and "--enable-network-policy=true" in args:
+            return True
+    return False
+
+
+def network_policy_findings(config: EnvironmentConfig, addon: Any, daemonsets: Any) -> tuple[list[Finding], list[str]]:
+    """addon: DescribeAddon's `addon` for vpc-cni, {} when there is none, None when unreadable."""
+    name, region = config.cluster.name, config.region
+    if addon is None:
+        return [], ["could not read the vpc-cni add-on; NetworkPolicy enforcement was not checked"]
+    ignored = (
+        f"cluster {name}'s VPC CNI does not enforce NetworkPolicy: warmstart's policies (who may call the models, "
+        "scrape the agent) would be written and ignored"
+    )
+    if addon:
+        if _policy_switch(field(addon, "configurationValues")):
+            return [], []
+        fix = (
+            f"aws eks update-addon --cluster-name {name} --region {region} --addon-name vpc-cni "
+            '--configuration-values \'{"enableNetworkPolicy": "true"}\' (with your other values: they are replaced)'
+        )
+        return [Finding(ignored, fix)], []
+    if daemonsets is None:
+        return [], [
+            "vpc-cni is not an EKS add-on here, and the DaemonSets could not be read: check your CNI enforces"
+            " NetworkPolicy"
+        ]
+    enforced = _aws_node_enforces(daemonsets)
+    if enforced is None:
+        return [], [
+            "the cluster's CNI is not the VPC CNI (no aws-node DaemonSet): check that it enforces NetworkPolicy"
+        ]
+    if enforced:
+        return [], []
+    fix = "run aws-node's aws-network-policy-agent container with --enable-network-policy=true (VPC CNI 1.14 or later)"
+    return [Finding(ignored, fix)], []
+
+
+def _tolerates_gpu_taint(pod_spec: Any) -> bool:
+    for toleration in field(pod_spec, "tolerations") or []:
+        if not isinstance(toleration, dict) or toleration.get("effect") not in (None, "", "NoSchedule"):
+            continue
+        key, operator = toleration.get("key"), toleration.get("operator", "Equal")
+        if (key in (None, "") and operator == "Exists") or (key == "nvidia.com/gpu" and operator == "Exists"):
+            return True
+    return False
+
+
+def _matches(expression: Any, labels: dict[str, str]) -> bool:
+    key, operator, values = field(expression, "key"), field(expression, "operator"), field(expression, "values") or []
+    if operator == "In":
+        return labels.get(key) in values
+    if operator == "NotIn":
+        return labels.get(key) not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    return False  # Gt, Lt or unknown: not assumed to hold
+
+
+def runs_on(pod_spec: Any, labels: dict[str, str]) -> bool:
+    """Whether a pod template schedules on a node with these labels: its nodeSelector and its required node
+    affinity (any term; every expression of a term), as the scheduler's NodeAffinity filter reads them."""
+    selector = field(pod_spec, "nodeSelector") or {}
+    if not isinstance(selector, dict) or any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    terms = field(
+        pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
+    )
+    if not terms:
+        return True
+    return any(
+        isinstance(term, dict) and all(_matches(e, labels) for e in term.get("matchExpressions") or [])
+        for term in terms
+    )
+
+
+def gpu_node_labels(config: EnvironmentConfig) -> dict[str, str]:
+    """The labels every warmstart GPU node has (the pool's template label, Karpenter's well-known labels)."""
+    return {
+        GPU_POOL_LABEL[0]: GPU_POOL_LABEL[1],
+        GPU_MANUFACTURER_LABEL: "nvidia",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": config.compute.gpu_pool.instance_types[0],
+        "karpenter.sh/capacity-type": config.compute.gpu_pool.capacity_types[0],
+    }
+
+
+def device_plugin_findings(config: EnvironmentConfig, daemonsets: Any) -> tuple[list[Finding], list[str]]:
+    existing = config.cluster.existing
+    assert existing is not None
+    if daemonsets is None:
+        return [], ["the cluster's DaemonSets could not be read: the NVIDIA device plugin was not checked"]
+    plugins = [
+        d
+        for d in _items(daemonsets)
+        if any(DEVICE_PLUGIN_IMAGE in str(c.get("image")) for c in _containers(d))
+        or "nvidia-device-plugin" in str(field(d, "metadata", "name"))
+    ]
+    names = ", ".join(f"{field(d, 'metadata', 'namespace')}/{field(d, 'metadata', 'name')}" for d in plugins)
+    if existing.nvidia_device_plugin == "add" and plugins:
+        return [
+            Finding(
+                f"an NVIDIA device plugin runs already ({names}): a second would advertise the GPUs twice, and "
+                "warmstart's Helm release would take over one named nvidia-device-plugin",
+                "set cluster.existing.nvidia_device_plugin: present",
+            )
+        ], []
+    if existing.nvidia_device_plugin != "present":
+        return [], []
+    labels = gpu_node_labels(config)
+    if any(
+        _tolerates_gpu_taint(field(d, "spec", "template", "spec"))
+        and runs_on(field(d, "spec", "template", "spec"), labels)
+        for d in plugins
+    ):
+        return [], []
+    what = (
+        f"the NVIDIA device plugin ({names}) would not run on warmstart's GPU nodes (their nvidia.com/gpu:NoSchedule "
+        "taint, or a node affinity their labels do not meet)"
+        if plugins
+        else "no NVIDIA device plugin runs in the cluster"
+    )
+    return [
+        Finding(
+            f"{what}: no node would offer nvidia.com/gpu, and every model pod would stay Pending",
+            "set cluster.existing.nvidia_device_plugin: add (warmstart installs NVIDIA's chart with that toleration "
+            f"and node affinity), or give your plugin a toleration of nvidia.com/gpu:NoSchedule and node affinity "
+            f"that admits {GPU_MANUFACTURER_LABEL}=nvidia",
+        )
+    ], []
+
+
+def image_tag(image: Any) -> str:
+    """The tag of an image reference (registry[:port]/repository[:tag][@digest]); '' when it has none."""
+    if not isinstance(image, str):
+        return ""
+    name = image.split("@", 1)[0]
+    tag = name.rpartition(":")[2] if ":" in name else ""
+    return "" if "/" in tag else tag
+
+
+def _karpenter_controllers(deployments: Any) -> list[tuple[str, dict]]:
+    """(namespace, controller container) of every Karpenter Deployment."""
+    return [
+        (str(field(item, "metadata", "namespace")), container)
+        for item in _items(deployments)
+        if field(item, "metadata", "labels", "app.kubernetes.io/name") == "karpenter"
+        for container in _containers(item)
+        if container.get("name") == "controller"
+    ]
+
+
+def karpenter_findings(config: EnvironmentConfig, deployments: Any) -> tuple[list[Finding], list[str]]:
+    """The cluster's Karpenter Deployments (all namespaces) against compute.existing_controller, or, where warmstart
+    installs its own, that none runs."""
+    compute = config.compute
+    assert isinstance(compute, KarpenterCompute)
+    if deployments is None:
+        return [], ["the cluster's Deployments could not be read: Karpenter's version and settings were not checked"]
+    controllers = _karpenter_controllers(deployments)
+    said = compute.existing_controller
+    if said is None:
+        if not controllers:
+            return [], []
+        return [
+            Finding(
+                f"a Karpenter runs already (namespace {controllers[0][0]}): warmstart's own would take over its Helm "
+                "release or fight it for the same NodeClaims",
+                "describe it under compute.existing_controller (its version and node role) instead",
+            )
+        ], []
+    mine = [container for namespace, container in controllers if namespace == said.namespace]
+    if not mine:
+        return [
+            Finding(
+                f"no Karpenter controller in namespace {said.namespace} of cluster {config.cluster.name}",
+                "set compute.existing_controller.namespace to where it runs, or remove existing_controller to let "
+                "warmstart install its own",
+            )
+        ], []
+    return _controller_settings(config, compute, mine[0]), []
+
+
+def _controller_settings(config: EnvironmentConfig, compute: KarpenterCompute, container: dict) -> list[Finding]:
+    assert compute.existing_controller is not None
+    said = compute.existing_controller
+    image = container.get("image")
+    tag = image_tag(image).lstrip("v")
+    env_list = container.get("env")
+    env = {e.get("name"): e.get("value") for e in env_list if isinstance(e, dict)} if isinstance(env_list, list) else {}
+    found: list[Finding] = []
+    if tag != said.version:
+        found.append(
+            Finding(
+                f"the cluster runs Karpenter {tag or image}, and compute.existing_controller.version says "
+                f"{said.version}",
+                f"set compute.existing_controller.version: {tag or '<its version>'}",
+            )
+        )
+    if env.get("CLUSTER_NAME") not in (None, config.cluster.name):
+        found.append(
+            Finding(
+                f"the Karpenter in {said.namespace} manages cluster {env.get('CLUSTER_NAME')}",
+                "name the cluster it runs in under cluster.name",
+            )
+        )
+    gates = str(env.get("FEATURE_GATES") or "")
+    if "reserved" in compute.gpu_pool.capacity_types and "ReservedCapacity=false" in gates:
+        found.append(
+            Finding(
+                "the pool asks for reserved capacity, and the Karpenter controller runs with ReservedCapacity=false: "
+                "it would never launch into the reservations",
+                "turn the feature gate on (Helm value settings.featureGates.reservedCapacity: true), or remove "
+                "reserved from compute.gpu_pool.capacity_types",
+            )
+        )
+    return found
+
+
+def node_access_findings(
+    config: EnvironmentConfig, entry_type: Any, mode: Any, aws_auth: Any
+) -> tuple[list[Finding], list[str]]:
+    """The existing Karpenter's node role lets its nodes join: an EC2_LINUX access entry (entry_type: its type, ''
+    when the role has no entry, None when unreadable), or an aws-auth mapping where the mode allows the ConfigMap."""
+    compute = config.compute
+    assert isinstance(compute, KarpenterCompute) and compute.existing_controller is not None
+    role = compute.existing_controller.node_role_name
+    if entry_type is None:
+        return [], [f"could not read the access entries: node role {role} was not checked"]
+    if entry_type == "EC2_LINUX":
+        return [], []
+    if entry_type:
+        return [
+            Finding(
+                f"node role {role}'s access entry is of type {entry_type}: nodes need EC2_LINUX to join",
+                "recreate it with --type EC2_LINUX (aws eks delete-access-entry, then create-access-entry)",
+            )
+        ], []
+    if mode == "API_AND_CONFIG_MAP":
+        if aws_auth is None:
+            return [], [f"node role {role} has no access entry, and aws-auth could not be read: check its mapping"]
+        roles = field(aws_auth, "data", "mapRoles")
+        mapped = rf"rolearn:\s*arn:[^\s]*:role/(?:[^\s]*/)?{re.escape(role)}\s*$"
+        if isinstance(roles, str) and re.search(mapped, roles, re.MULTILINE):
+            return [], []
+    return [
+        Finding(
+            f"node role {role} has no access entry (nor an aws-auth mapping): the GPU nodes Karpenter launches for "
+            "warmstart would never join, and it would keep replacing them",
+            f"aws eks create-access-entry --cluster-name {config.cluster.name} --region {config.region} "
+            f"--principal-arn arn:aws:iam::{config.account}:role/{role} --type EC2_LINUX",
+        )
+    ], []
