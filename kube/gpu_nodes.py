@@ -23,6 +23,31 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
 EXISTING_CLUSTER_PREFIX = "warmstart-"
 
 
+def device_plugin_placement() -> dict[str, Any]:
+    """Where the NVIDIA device plugin must run: on every GPU node Karpenter launches (its GPU-manufacturer label;
+    the chart's default affinity needs Node Feature Discovery's labels), through the pool's taint."""
+    return {
+        "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "karpenter.k8s.aws/instance-gpu-manufacturer",
+                                    "operator": "In",
+                                    "values": ["nvidia"],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
 def gpu_node_class_name(*, existing_cluster: bool = False) -> str:
     return f"{EXISTING_CLUSTER_PREFIX if existing_cluster else ''}{GPU_NODE_CLASS}"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kube.gpu_nodes import device_plugin_placement
 from tests.synth import existing_auto_mode_config, existing_gitops_config
 from warmstart.existing_cluster_objects import image_tag, runs_on
 from warmstart.existing_preflight import read_existing, route_table_of_each_subnet
@@ -106,28 +107,9 @@ NVIDIA_CHART_DEFAULTS = {
         }
     },
 }
-# A device plugin installed as warmstart installs it: NVIDIA's image, the GPU taint tolerated, Karpenter's GPU label.
+# A device plugin installed as warmstart installs it (the placement its own Helm release gets).
 OUR_KIND_OF_PLUGIN = daemonset(
-    "nvdp-nvidia-device-plugin",
-    image="nvcr.io/nvidia/k8s-device-plugin:v0.19.0",
-    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    affinity={
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {
-                                "key": "karpenter.k8s.aws/instance-gpu-manufacturer",
-                                "operator": "In",
-                                "values": ["nvidia"],
-                            }
-                        ]
-                    }
-                ]
-            }
-        }
-    },
+    "nvdp-nvidia-device-plugin", image="nvcr.io/nvidia/k8s-device-plugin:v0.19.0", **device_plugin_placement()
 )
 VPC = "vpc-0a1b2c3d4e5f60718"
 # Auto Mode nodes join with the cluster security group only.

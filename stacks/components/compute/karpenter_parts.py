@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from kube.gpu_nodes import device_plugin_placement
 from stacks.components.compute.karpenter_policy import ControllerScope, controller_statements
 from stacks.components.nag import acknowledge, managed, wildcard
 from stacks.components.pod_identity import PodIdentity
@@ -257,24 +258,5 @@ class NvidiaDevicePlugin(Construct):
             release="nvidia-device-plugin",
             namespace="kube-system",
             create_namespace=False,
-            values={
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {
-                                            "key": "karpenter.k8s.aws/instance-gpu-manufacturer",
-                                            "operator": "In",
-                                            "values": ["nvidia"],
-                                        }
-                                    ]
-                                }
-                            ]
-                        }
-                    }
-                },
-            },
+            values=device_plugin_placement(),
         )
