@@ -41,8 +41,7 @@ KNOWN = (
     (
         r"not authorized to perform: sts:AssumeRole|AccessDenied\).*AssumeRole",
         "these credentials may not assume the role the kubeconfig names (--role-arn)",
-        "use credentials that may assume it, or write the kubeconfig for another role of "
-        "cluster.admin_role_arns: {kubeconfig}",
+        "use credentials that may assume it, or write the kubeconfig for another role of {admins}: {kubeconfig}",
     ),
     (
         r"Token has expired|SSO session .*expired|security token included in the request is expired|ExpiredToken|"
@@ -55,7 +54,7 @@ KNOWN = (
         # get-token signs locally: expired session keys still make a token, which the cluster then refuses.
         "the cluster refused these credentials: they have expired, or this IAM principal has no access entry",
         "check them with `aws sts get-caller-identity` (sign in again if it fails), and use a role with an access "
-        "entry on {cluster} (cluster.admin_role_arns): {kubeconfig}",
+        "entry on {cluster} ({admins}): {kubeconfig}",
     ),
     (
         r"is forbidden|\(Forbidden\)",
@@ -86,6 +85,11 @@ def diagnose(stderr: str, config: EnvironmentConfig) -> AccessProblem:
         "region": config.region,
         "account": config.account,
         "kubeconfig": update_kubeconfig(config),
+        # Who may read the cluster: the roles warmstart gave access, or, in a cluster it did not create, the
+        # access its owners manage.
+        "admins": "cluster.admin_role_arns"
+        if config.cluster.owned
+        else "an access entry the cluster's owners grant (aws eks create-access-entry)",
     }
     for pattern, what, fix in KNOWN:
         if re.search(pattern, stderr):

@@ -157,6 +157,16 @@ def test_a_cluster_status_cannot_read_is_explained_with_the_fix(case, starts, ca
     assert "%3D" not in err and "Traceback" not in err
 
 
+def test_in_a_cluster_warmstart_did_not_create_access_is_asked_of_its_owners(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("FAKE_KUBECTL_STDERR", KUBECTL_FAILURES["refused credentials"][0])
+    kubectl = f"{sys.executable} {FIXTURES / 'failing_kubectl.py'}"
+    assert main(["status", "--env", "existing", "--kubectl", kubectl]) == 3
+    err = capsys.readouterr().err
+    assert "aws eks update-kubeconfig --name ml-platform --region eu-west-1" in err and "--role-arn" not in err
+    assert "aws eks create-access-entry" in err and "admin_role_arns" not in err
+
+
 def test_without_kubectl_status_says_to_install_it(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["status", "--env", "dev", "--kubectl", "kubectl-that-is-not-installed"]) == 3
