@@ -631,13 +631,25 @@ class AgentMetricsAccess(Strict):
     scraper_namespaces: list[Annotated[str, Field(pattern=DNS_LABEL)]] = Field(default_factory=list)
 
 
+def _github_environment(value: str) -> str:
+    """GitHub's rule ("Managing environments for deployment"): at most 255 characters, any of them (spaces too);
+    warmstart also refuses what a reader could not see: control characters, and spaces at either end."""
+    if not 1 <= len(value) <= 255:
+        raise ValueError(f"has {len(value)} characters; fix: GitHub allows 1 to 255")
+    if value != value.strip():
+        raise ValueError("starts or ends with a space; fix: write the name as GitHub shows it, without them")
+    if any(not c.isprintable() for c in value):
+        raise ValueError("holds a control character; fix: write the name as GitHub shows it")
+    return value
+
+
 class GithubAccess(Strict):
     """Who may deploy this environment from GitHub Actions (OIDC, no stored keys): the CI access stack's roles."""
 
     repository: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$")  # owner/name
     # The deploy role trusts jobs of this GitHub environment (whose required reviewers gate the deploy) or,
     # without one, pushes to this branch.
-    environment: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,255}$")
+    environment: Annotated[str, AfterValidator(_github_environment)] | None = None
     branch: str = Field(default="main", pattern=r"^[A-Za-z0-9._/-]{1,255}$")
     # Pull requests of the repository may run `make diff` through a read-only role (the CDK lookup role).
     pull_request_diff: bool = True

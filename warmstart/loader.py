@@ -12,6 +12,7 @@ import datetime
 import difflib
 import json
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,13 @@ from warmstart.node_os import AMI_ALIAS_PATTERN, KARPENTER_NODE_OSES
 
 EXAMPLE = "config/dev.yaml"
 MODES: dict[str, type[BaseModel]] = dict(COMPUTE_MODES)
+
+# Why a list or mapping has the limit it has, where the reason is another system's.
+LIMIT_REASONS = {
+    "tags": " (EC2 allows 50 tags per resource; Karpenter adds 6 of its own to every GPU node: kubernetes.io/cluster/"
+    "<cluster>, karpenter.sh/nodepool, karpenter.sh/nodeclaim, karpenter.k8s.aws/ec2nodeclass, eks:eks-cluster-name "
+    "and Name, and Auto Mode its own eks: tags; warmstart keeps the rest for yours, with room to spare)",
+}
 
 # Each pattern of the config model, in words (tests/unit/test_config_messages.py checks that none is missing).
 PATTERN_WORDS = {
@@ -62,7 +70,6 @@ PATTERN_WORDS = {
     r"^[\w .:/=+\-@]*$": "an AWS tag: letters, digits, spaces and _ . : / = + - @",
     r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$": "s3://<bucket>/<prefix>/, ending with '/'",
     r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$": "a GitHub repository as owner/name",
-    r"^[A-Za-z0-9._-]{1,255}$": "a GitHub environment name: letters, digits, '.', '_' and '-'",
     r"^[A-Za-z0-9._/-]{1,255}$": "a branch name: letters, digits, '.', '_', '/' and '-'",
     r"^[a-z0-9]{1,10}$": "a CDK bootstrap qualifier: 1-10 lowercase letters and digits",
 }
@@ -119,25 +126,50 @@ class _DuplicateKey(Exception):
         self.problem = problem
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+ANCHOR_PREFIX = "x-"
+
+
 def _loader(name: str) -> type[yaml.SafeLoader]:
-    """A SafeLoader that refuses a key written twice in one mapping (YAML would silently keep the last)."""
+    """A SafeLoader that refuses a key written twice in one mapping (YAML would silently keep the last), counting
+    the keys a merge (`<<: *anchor`, or a list of anchors) brings in: a key written beside a merge that also brings
+    it, or brought by two merges, is refused too, since only one of the values would be kept."""
+
+    def duplicate(key: Any, first: str, second: str) -> _DuplicateKey:
+        return _DuplicateKey(
+            Problem(
+                str(key),
+                f"given twice in one mapping ({name}: {first} and {second}); YAML would silently keep only one value",
+                "keep one of them (to vary a shared block, leave the key out of the anchor and write it in each "
+                "mapping)",
+            )
+        )
 
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
+            seen: dict[Any, str] = {}
+            merges = []
+            for key_node, value_node in node.value:
+                if key_node.tag == MERGE_TAG:
+                    merges.append((key_node, value_node))
+                    continue
                 key = self.construct_object(key_node, deep=True)
-                line = key_node.start_mark.line + 1
+                where = f"line {key_node.start_mark.line + 1}"
                 if key in seen:
-                    raise _DuplicateKey(
-                        Problem(
-                            str(key),
-                            f"written twice in one mapping ({name} lines {seen[key]} and {line}); YAML would "
-                            "silently keep only the last value",
-                            "keep one of them",
-                        )
-                    )
-                seen[key] = line
+                    raise duplicate(key, seen[key], where)
+                seen[key] = where
+            for key_node, value_node in merges:
+                where = f"the merge on line {key_node.start_mark.line + 1}"
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    if not isinstance(source, yaml.MappingNode):
+                        continue  # flatten_mapping refuses it with YAML's own message
+                    self.flatten_mapping(source)  # the anchor's own merges first
+                    for merged_key_node, _ in source.value:
+                        key = self.construct_object(merged_key_node, deep=True)
+                        if key in seen:
+                            raise duplicate(key, seen[key], where)
+                        seen[key] = where
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeyLoader
@@ -157,8 +189,13 @@ def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None 
                 )
             ],
         )
+    # Top-level `x-` keys hold YAML anchors for the settings to merge in (`<<: *name`), as Compose files do; they
+    # are not settings.
+    settings = {
+        key: value for key, value in raw.items() if not (isinstance(key, str) and key.startswith(ANCHOR_PREFIX))
+    }
     try:
-        config = EnvironmentConfig.model_validate(raw)
+        config = EnvironmentConfig.model_validate(settings)
     except ValidationError as error:
         raise ConfigError(source, _problems(error)) from None
     problems = check_environment(config, catalog or default_catalog())
@@ -269,9 +306,10 @@ def _problem(field: str, error: dict) -> Problem:
             + " or ".join(f"{mode!r} ({settings.title})" for mode, settings in COMPUTE_MODES.items()),
         )
     if kind == "string_pattern_mismatch":
-        words = PATTERN_WORDS.get(ctx.get("pattern", ""))
-        rule = words or f"of the form {ctx.get('pattern')}"
-        return Problem(field, f"{value} is not {rule}", f"write {rule}")
+        pattern = ctx.get("pattern", "")
+        words = PATTERN_WORDS.get(pattern)
+        rule = words or f"of the form {pattern}"
+        return Problem(field, f"{value} is not {rule}{_why_not(error.get('input'), pattern)}", f"write {rule}")
     if kind == "literal_error":
         read = _yaml_read_as(error.get("input"))
         if read and isinstance(error.get("input"), bool):
@@ -295,7 +333,10 @@ def _problem(field: str, error: dict) -> Problem:
     if kind in ("too_short", "too_long"):
         limit = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
         words = "at least" if kind == "too_short" else "at most"
-        return Problem(field, f"{ctx.get('actual_length')} item(s); {words} {limit} allowed", f"give {words} {limit}")
+        given = error.get("input")
+        count = ctx.get("actual_length") or (len(given) if isinstance(given, (list, dict, str)) else "too many")
+        why = LIMIT_REASONS.get(field, "")
+        return Problem(field, f"{count} item(s); {words} {limit} allowed{why}", f"give {words} {limit}")
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         found = "nothing" if error.get("input") is None else f"a {_kind(error.get('input'))} ({value})"
         return Problem(
@@ -332,6 +373,20 @@ def _problem(field: str, error: dict) -> Problem:
             f"write it in quotes: {_quoted(error.get('input'))}",
         )
     return Problem(field, f"{value}: {_expected(error)} expected", f"write {_expected(error)}")
+
+
+def _why_not(given: Any, pattern: str) -> str:
+    """What in a refused text a reader would not see: a character outside ASCII (a look-alike letter, a
+    non-breaking space), by position and code point; or capitals where only lowercase is allowed."""
+    if not isinstance(given, str):
+        return ""
+    for position, character in enumerate(given, start=1):
+        if not character.isascii() or not character.isprintable():
+            name = unicodedata.name(character, "unnamed")
+            return f" (character {position}, {character!r}, is U+{ord(character):04X} {name}, not ASCII)"
+    if any(c.isupper() for c in given) and re.fullmatch(pattern, given.lower()):
+        return " (capital letters: write it in lowercase)"
+    return ""
 
 
 def _yaml_read_as(value: Any) -> str:

@@ -13,7 +13,7 @@ from tests.synth import ROOT, cdk_context
 from tests.unit.test_config import only_problem, raw
 from warmstart.__main__ import main
 from warmstart.config import EnvironmentConfig
-from warmstart.loader import PATTERN_WORDS
+from warmstart.loader import PATTERN_WORDS, parse_config
 from warmstart.naming import bucket_name_problems, moving_reference
 
 
@@ -51,7 +51,7 @@ FILE_CASES = [
     (
         "duplicate key",
         DEV.replace("  gpu_limit: 8", "  gpu_limit: 8\n    gpu_limit: 16"),
-        ["gpu_limit: written twice in one mapping", "fix: keep one of them"],
+        ["gpu_limit: given twice in one mapping", "fix: keep one of them"],
     ),
     (
         "bucket name with two dots",
@@ -403,7 +403,44 @@ ACCEPTANCE_CASES = [
         "expected a mapping of settings, found nothing",
         "'key: value' lines",
     ),
+    (
+        _set("tags", {f"team-{i}": "x" for i in range(51)}),
+        "tags",
+        "51 item(s); at most 40 allowed (EC2 allows 50 tags per resource; Karpenter adds 6 of its own",
+        "give at most 40",
+    ),
+    (
+        _set("name", "d\u0435v"),  # a Cyrillic e
+        "name",
+        "(character 2, 'е', is U+0435 CYRILLIC SMALL LETTER IE, not ASCII)",
+        "write lowercase letters",
+    ),
+    (
+        _set("deploy.github.environment", " dev"),
+        "deploy.github.environment",
+        "starts or ends with a space",
+        "",
+    ),
 ]
+
+# Valid by their owners' rules: a GitHub environment with spaces (GitHub, "Managing environments for deployment").
+OWNERS_RULES_ACCEPTED = [
+    _set("deploy.github.environment", "Production EU"),
+]
+
+
+@pytest.mark.parametrize("change", OWNERS_RULES_ACCEPTED)
+def test_names_valid_by_their_owners_rules_are_accepted(change):
+    document = raw()
+    change(document)
+    parse_config(document)
+
+
+def test_a_capacity_reservation_id_with_capitals_is_refused_saying_so():
+    document = raw("prod")
+    document["compute"]["gpu_pool"]["capacity_reservations"] = [{"id": "cr-0ABC123"}]
+    problem = only_problem(document)
+    assert "capital letters: write it in lowercase" in problem.message
 
 
 @pytest.mark.parametrize("change, field, message, fix", MODEL_ERROR_CASES + ACCEPTANCE_CASES)
@@ -478,3 +515,52 @@ def test_a_tab_in_yaml_says_to_indent_with_spaces(tmp_path, capsys):
     path.write_text(DEV.replace("  gpu_pool:", "\tgpu_pool:"))
     assert main(["plan", "--config", str(path)]) == 2
     assert "indent with spaces" in capsys.readouterr().err
+
+
+MERGED_MODELS = """
+x-qwen: &qwen
+  s3_uri: s3://warmstart-dev-models-123456789012/qwen3-4b/
+  size_gb: 10
+  weights_revision: "2025-04-29"
+  tensor_parallel_size: 1
+  image: vllm/vllm-openai:v0.21.0
+  torch_version: 2.11.0
+  replicas: 2
+"""
+
+
+def _with_merged_models(tmp_path, models: str):
+    text = (ROOT / "config" / "dev.yaml").read_text()
+    head, _, tail = text.partition("\nmodels:\n")
+    rest = tail[tail.index("\ncaches:") :]
+    path = tmp_path / "merged.yaml"
+    path.write_text(MERGED_MODELS + head + "\nmodels:\n" + models + rest)
+    return path
+
+
+def test_yaml_merge_keys_and_anchors_load_as_pyyaml_reads_them(tmp_path):
+    from warmstart.loader import load_config
+
+    path = _with_merged_models(tmp_path, "  - {<<: *qwen, name: qwen-a}\n  - <<: *qwen\n    name: qwen-b\n")
+    config = load_config(path)
+    assert [m.name for m in config.models] == ["qwen-a", "qwen-b"]
+    assert {m.replicas for m in config.models} == {2}
+
+
+@pytest.mark.parametrize(
+    "models, said",
+    [
+        # written beside a merge that brings it too
+        ("  - <<: *qwen\n    name: qwen-a\n    size_gb: 12\n", "size_gb: given twice in one mapping"),
+        # brought by two merges
+        ("  - <<: [*qwen, *qwen]\n    name: qwen-a\n", "s3_uri: given twice in one mapping"),
+        # written twice, deep in a merged model
+        ("  - <<: *qwen\n    name: qwen-a\n    vllm_env: {VLLM_A: '1', VLLM_A: '2'}\n", "VLLM_A: given twice"),
+    ],
+)
+def test_a_key_given_twice_is_refused_through_merges_too(tmp_path, models, said):
+    from warmstart.loader import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(_with_merged_models(tmp_path, models))
+    assert said in str(caught.value) and "keep one of them" in str(caught.value)
