@@ -1,6 +1,7 @@
 """Every refusal is one readable message, the same through `warmstart plan` and the CDK app (`cdk synth`):
 exit status 2, the field, the bad value, the rule in words, a fix that works (or none), and no traceback."""
 
+import copy
 import json
 import os
 import subprocess
@@ -277,15 +278,23 @@ def test_the_pause_image_must_be_pinned_too():
     assert only_problem(document).field == "caches.pause_image"
 
 
-def test_a_gpu_limit_below_every_instance_type_launches_nothing():
+def _fixed_limit(fix: str) -> int:
+    return int(fix.split("at least ", 1)[1].split(",")[0])
+
+
+def test_a_gpu_limit_below_every_instance_type_launches_nothing_and_its_fix_is_accepted():
     document = raw("prod")
     document["compute"]["gpu_pool"]["gpu_limit"] = 4  # p5.48xlarge has 8
     problem = only_problem(document)
     assert problem.field == "compute.gpu_pool.gpu_limit"
-    assert "could never launch a node" in problem.message and "at least 8" in problem.fix
+    assert "could never launch a node" in problem.message
+    # Not the smallest node's 8: the replicas and a rollout's spare node need 56, which the fix names.
+    assert problem.fix == "set gpu_limit to at least 56"
+    document["compute"]["gpu_pool"]["gpu_limit"] = _fixed_limit(problem.fix)
+    parse_config(document)
 
 
-def test_a_gpu_limit_below_the_replicas_and_the_surge_is_refused_with_the_number_that_works():
+def test_a_gpu_limit_below_the_replicas_and_the_surge_is_refused_with_fixes_that_work_on_their_own():
     document = raw("prod")
     # qwen: 2 replicas; llama autoscaled up to 4; each on its own 8-GPU node: 48 GPUs, + 8 for a surge.
     document["compute"]["gpu_pool"]["gpu_limit"] = 55
@@ -293,14 +302,20 @@ def test_a_gpu_limit_below_the_replicas_and_the_surge_is_refused_with_the_number
     assert "48 GPUs of nodes for every replica on its own node (autoscaled at max_replicas: llama-3-3-70b), plus 8" in (
         problem.message
     )
-    assert "at least 56" in problem.fix and "surge: false" in problem.fix and "max_replicas" in problem.fix
+    assert problem.fix == "set gpu_limit to at least 56, or set surge: false (rollouts then replace one pod at a time)"
+    for alternative in ({"gpu_limit": 56}, {"surge": False}):  # each alternative, applied alone, is accepted
+        fixed = copy.deepcopy(document)
+        fixed["compute"]["gpu_pool"].update(alternative)
+        parse_config(fixed)
+    # Below the replicas alone, turning surge off would not do: it is not offered.
+    document["compute"]["gpu_pool"]["gpu_limit"] = 40
+    problem = only_problem(document)
+    assert problem.fix == "set gpu_limit to at least 56"
     document["compute"]["gpu_pool"]["surge"] = False
     document["compute"]["gpu_pool"]["gpu_limit"] = 47
     problem = only_problem(document)
-    assert "at least 48" in problem.fix and "surge: false" not in problem.fix
-    document["compute"]["gpu_pool"]["gpu_limit"] = 48
-    from warmstart.loader import parse_config
-
+    assert problem.fix == "set gpu_limit to at least 48"
+    document["compute"]["gpu_pool"]["gpu_limit"] = _fixed_limit(problem.fix)
     assert parse_config(document).compute.gpu_pool.gpu_limit == 48
 
 
@@ -564,3 +579,65 @@ def test_a_key_given_twice_is_refused_through_merges_too(tmp_path, models, said)
     with pytest.raises(ConfigError) as caught:
         load_config(_with_merged_models(tmp_path, models))
     assert said in str(caught.value) and "keep one of them" in str(caught.value)
+
+
+def problems_of(document: dict) -> list:
+    from warmstart.loader import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        parse_config(document)
+    return caught.value.problems
+
+
+def _each_alternative_is_accepted(document: dict, alternatives: list[dict]) -> None:
+    """Applies each alternative a fix offers (settings by path) to the refused config: each is accepted alone."""
+    for alternative in alternatives:
+        fixed = copy.deepcopy(document)
+        for path, value in alternative.items():
+            node = fixed
+            *parents, last = path.split(".")
+            for key in parents:
+                node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+            if value is None:
+                node.pop(last, None)
+            else:
+                node[last] = value
+        parse_config(fixed)
+
+
+def test_min_replicas_above_max_offers_fixes_that_work_on_their_own():
+    document = raw()
+    document["compute"]["gpu_pool"]["gpu_limit"] = 64
+    document["models"][0]["autoscaling"] = {"min_replicas": 3, "max_replicas": 1}
+    (problem,) = [p for p in problems_of(document) if p.message.startswith("3 is above max_replicas")]
+    assert problem.fix == "set max_replicas to 3 or more, or min_replicas to 1"  # dev allows one replica's downtime
+    _each_alternative_is_accepted(
+        document, [{"models.0.autoscaling.max_replicas": 3}, {"models.0.autoscaling.min_replicas": 1}]
+    )
+    document["models"][0]["allow_single_replica_downtime"] = False
+    (problem,) = [p for p in problems_of(document) if p.message.startswith("3 is above max_replicas")]
+    assert problem.fix == "set max_replicas to 3 or more"  # min_replicas 1 would be refused for its downtime
+
+
+def test_a_system_node_group_min_above_max_offers_both_ways():
+    document = raw("prod")
+    document["compute"]["system_node_group"].update(min_size=3, max_size=1)
+    problem = only_problem(document)
+    assert problem.fix == "set max_size to 3 or more, or min_size to 1"
+    _each_alternative_is_accepted(
+        document, [{"compute.system_node_group.max_size": 3}, {"compute.system_node_group.min_size": 1}]
+    )
+
+
+def test_the_snapshot_on_al2023_offers_bottlerocket_without_what_it_would_refuse_next():
+    document = raw("prod")  # AL2023 with parallel_pull
+    document["image_preload"]["mode"] = "snapshot"
+    problem = only_problem(document)
+    assert "without parallel_pull" in problem.fix
+    _each_alternative_is_accepted(
+        document,
+        [
+            {"image_preload.mode": "prepull"},
+            {"compute.ami_alias": "bottlerocket@v1.50.0", "image_preload.parallel_pull": None},
+        ],
+    )

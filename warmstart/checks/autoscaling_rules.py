@@ -20,7 +20,13 @@ def _autoscaling(config: EnvironmentConfig) -> list[Problem]:
                 Problem(
                     f"{field}.min_replicas",
                     f"{scaling.min_replicas} is above max_replicas ({scaling.max_replicas})",
-                    "make min_replicas at most max_replicas",
+                    f"set max_replicas to {scaling.min_replicas} or more"
+                    # Lowering min_replicas works on its own only where one replica is allowed or max keeps two.
+                    + (
+                        f", or min_replicas to {scaling.max_replicas}"
+                        if scaling.max_replicas >= 2 or model.allow_single_replica_downtime
+                        else ""
+                    ),
                 )
             )
         if scaling.min_replicas == 1 and not model.allow_single_replica_downtime:

@@ -54,7 +54,7 @@ def _system_node_group(config: EnvironmentConfig) -> list[Problem]:
                 Problem(
                     "compute.system_node_group.min_size",
                     f"min_size {group.min_size} is above max_size {group.max_size}",
-                    "make min_size <= max_size",
+                    f"set max_size to {group.min_size} or more, or min_size to {group.max_size}",
                 )
             ]
     return []
@@ -180,13 +180,17 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     pool = config.compute.gpu_pool
     field = "compute.gpu_pool.gpu_limit"
     smallest = min(catalog.instance(t).gpu_count for t in pool.instance_types)
+    inside = not any(t not in pool.instance_types for m in config.models for t in (m.instance_types or []))
+    surge = max(node_gpus(m, config, catalog) for m in config.models) if pool.surge and inside else 0
+    # The limit the models' replicas (and a rollout's spare node) need: a fix that names less would be refused next.
+    needed = max(smallest, steady_pool_gpus(config, catalog) + surge) if inside else smallest
     if pool.gpu_limit < smallest:
         return [
             Problem(
                 field,
                 f"{pool.gpu_limit} is below the {smallest} GPUs of the smallest pool instance type: "
                 "Karpenter could never launch a node, and every pod would wait forever",
-                f"set gpu_limit to at least {smallest}",
+                f"set gpu_limit to at least {needed}",
             )
         ]
     problems = []
@@ -201,10 +205,9 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
                     f"raise {field}, or list smaller instance types",
                 )
             )
-    if any(t not in pool.instance_types for m in config.models for t in (m.instance_types or [])):
+    if not inside:
         return problems  # a model outside the pool is refused on its own; its GPUs are not the pool's
     steady = steady_pool_gpus(config, catalog)
-    surge = max(node_gpus(m, config, catalog) for m in config.models) if pool.surge else 0
     if steady + surge > pool.gpu_limit:
         scaled = [m.name for m in config.models if m.autoscaling]
         need = (
@@ -217,12 +220,12 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
                 field,
                 f"{pool.gpu_limit} is below what the models need: {need}",
                 f"set gpu_limit to at least {steady + surge}"
+                # Only an alternative that works on its own: without the spare node, the replicas must fit.
                 + (
                     ", or set surge: false (rollouts then replace one pod at a time)"
-                    if surge
-                    else ", or lower replicas"
-                )
-                + (", or lower max_replicas" if scaled else ""),
+                    if surge and steady <= pool.gpu_limit
+                    else ""
+                ),
             )
         )
     return problems

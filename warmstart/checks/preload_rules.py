@@ -38,11 +38,13 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
     obstacle = node_os.snapshot_obstacle()
     if obstacle is not None:
         pinned = " or ".join(f"compute.mode: karpenter with {hint}" for hint in snapshot_alias_hints())
+        # With a snapshot, parallel_pull is refused (below): an alternative that keeps it would be refused next.
+        also = " and without parallel_pull (the snapshot holds the images)" if preload.parallel_pull else ""
         return problems + [
             Problem(
                 "image_preload.mode",
                 f"nodes cannot start from an image snapshot {obstacle.where}: {obstacle.why}",
-                f"use image_preload.mode: prepull, or {pinned}",
+                f"use image_preload.mode: prepull, or {pinned}{also}",
             )
         ]
     refusal = node_os.snapshot_release_refusal()
