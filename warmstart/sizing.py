@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from warmstart.catalog import Catalog, GpuInstance
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute, ModelSpec
 
@@ -59,3 +61,15 @@ def ephemeral_storage_bytes(compute: AutoModeCompute) -> int:
 def ephemeral_storage_below_nvme(compute: AutoModeCompute, instance: GpuInstance) -> bool:
     """Auto Mode mounts instance store only when the requested root size is smaller than the NVMe."""
     return ephemeral_storage_bytes(compute) < instance.nvme_bytes
+
+
+# Share of a node's CPU and memory a GPU pod may request by default: the rest is kubelet/system reserve
+# and the warmstart DaemonSets.
+POD_SHARE_OF_NODE = 0.75
+
+
+def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tuple[float, int]:
+    """(cpu, memory GiB): the pod's GPU share of the smallest candidate instance, less the node reserve."""
+    cpu = min(i.vcpus * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
+    memory = min(i.memory_gib * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
+    return max(1.0, math.floor(cpu)), max(1, math.floor(memory))

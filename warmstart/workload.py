@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from contracts.cache_key import ModelFactors
 from contracts.node_layout import COMPILE_CACHE_CONTENT, model_cache_folder
-from warmstart.catalog import Catalog, GpuInstance
+from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig, ModelSpec
-from warmstart.sizing import candidate_instances, nvme_mount, tensor_parallel_size
+from warmstart.placement import rollout_placement
+from warmstart.sizing import candidate_instances, default_requests, nvme_mount, tensor_parallel_size
 
 VLLM_PORT = 8000
 # A pod leaving (scale-down, rollout, node replacement): the endpoint is removed while the preStop sleep runs
@@ -41,9 +42,6 @@ POD_RECORDS_MOUNT = "/warmstart-pods"
 # categories, but the Auto Mode policy is not published: a shared level keeps the agent's restored files and
 # vLLM's compiled ones readable to each other whatever the policy labels them (docs/upstream-facts.md).
 SHARED_SELINUX_LEVEL = "s0:c418,c711"
-# Share of a node's CPU and memory a GPU pod may request by default: the rest is kubelet/system reserve
-# and the warmstart DaemonSets.
-POD_SHARE_OF_NODE = 0.75
 
 
 def streamer_concurrency(size_gb: float, chunk_bytes: int, ceiling: int) -> int:
@@ -59,13 +57,6 @@ def streaming_processes(tensor_parallel: int) -> int:
 def streamer_buffer_bytes(concurrency: int, chunk_bytes: int, memory_limit_bytes: int, processes: int) -> int:
     """Host memory the streamer may hold at once: one chunk per stream, capped per process by its limit."""
     return processes * min(concurrency * chunk_bytes, memory_limit_bytes)
-
-
-def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tuple[float, int]:
-    """(cpu, memory GiB): the pod's GPU share of the smallest candidate instance, less the node reserve."""
-    cpu = min(i.vcpus * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
-    memory = min(i.memory_gib * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
-    return max(1.0, math.floor(cpu)), max(1, math.floor(memory))
 
 
 # Startup budget (the startup probe): weights streamed at a pessimistic rate per streaming process (HyperPod
@@ -87,17 +78,6 @@ def startup_budget_seconds(model: ModelSpec, tensor_parallel: int) -> int:
     load = model.size_gb / (STARTUP_STREAM_GB_PER_S * streaming_processes(tensor_parallel))
     start = STARTUP_EAGER_INIT_SECONDS if model.enforce_eager else STARTUP_COMPILE_AND_INIT_SECONDS
     return max(STARTUP_MINIMUM_SECONDS, math.ceil((load + start) * STARTUP_HEADROOM))
-
-
-def node_gpus(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> int:
-    """GPUs of the largest node a replica may take (replicas of a model run on separate nodes)."""
-    return max(i.gpu_count for i in candidate_instances(model, config, catalog))
-
-
-def steady_pool_gpus(config: EnvironmentConfig, catalog: Catalog) -> int:
-    """Node GPUs the models hold in the pool when every replica runs (one node per replica, at most; an
-    autoscaled model at its max_replicas)."""
-    return sum(m.most_replicas * node_gpus(m, config, catalog) for m in config.models)
 
 
 # Share of the instance-store NVMe warmstart plans to fill (the rest: filesystem overhead, kubelet, logs).
@@ -261,13 +241,12 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         warnings.append("enforce_eager: no torch.compile or CUDA graphs (lower throughput)")
     if not config.caches.compile:
         warnings.append("compile cache off: every pod compiles from scratch")
-    steady, extra = steady_pool_gpus(config, catalog), node_gpus(model, config, catalog)
-    # With surge on, the synth checks keep room in gpu_limit for one more node beside the steady ones.
+    # With surge on, the synth checks keep room in gpu_limit for every model's rollout pod at once.
     surge = config.compute.gpu_pool.surge
     if surge:
         rollout = (
-            f"new pod first (one more node of {extra} GPU(s): {steady + extra} of the pool's "
-            f"{config.compute.gpu_pool.gpu_limit} GPUs)"
+            f"new pod first (with every model's rollout pod placed: {rollout_placement(config, catalog).gpus} of "
+            f"the pool's {config.compute.gpu_pool.gpu_limit} GPUs)"
         )
     else:
         rollout = "one pod at a time (compute.gpu_pool.surge: false)"

@@ -288,35 +288,37 @@ def test_a_gpu_limit_below_every_instance_type_launches_nothing_and_its_fix_is_a
     problem = only_problem(document)
     assert problem.field == "compute.gpu_pool.gpu_limit"
     assert "could never launch a node" in problem.message
-    # Not the smallest node's 8: the replicas and a rollout's spare node need 56, which the fix names.
-    assert problem.fix == "set gpu_limit to at least 56"
+    # Not the smallest node's 8: the replicas and the rollouts' pods need 40, which the fix names.
+    assert problem.fix == "set gpu_limit to at least 40"
     document["compute"]["gpu_pool"]["gpu_limit"] = _fixed_limit(problem.fix)
     parse_config(document)
 
 
 def test_a_gpu_limit_below_the_replicas_and_the_surge_is_refused_with_fixes_that_work_on_their_own():
     document = raw("prod")
-    # qwen: 2 replicas; llama autoscaled up to 4; each on its own 8-GPU node: 48 GPUs, + 8 for a surge.
-    document["compute"]["gpu_pool"]["gpu_limit"] = 55
+    # On 8-GPU p5 nodes: llama up to 4 TP-4 replicas (autoscaled), each on its own node; qwen's 2 TP-2 replicas
+    # share two of them: 32 GPUs. With each model's rollout pod: a fifth node for llama's, qwen's beside a third: 40.
+    document["compute"]["gpu_pool"]["gpu_limit"] = 39
     problem = only_problem(document)
-    assert "48 GPUs of nodes for every replica on its own node (autoscaled at max_replicas: llama-3-3-70b), plus 8" in (
-        problem.message
+    assert problem.message == (
+        "39 is below what the models need: 40 GPUs of nodes, placed as the scheduler could: 3 x p5.48xlarge "
+        "(llama-3-3-70b x1 + qwen3-6-35b-a3b x1), 2 x p5.48xlarge (llama-3-3-70b x1) (autoscaled at max_replicas: "
+        "llama-3-3-70b), with the pod each model's rollout starts first"
     )
-    assert problem.fix == "set gpu_limit to at least 56, or set surge: false (rollouts then replace one pod at a time)"
-    for alternative in ({"gpu_limit": 56}, {"surge": False}):  # each alternative, applied alone, is accepted
+    assert problem.fix == "set gpu_limit to at least 40, or set surge: false (rollouts then replace one pod at a time)"
+    for alternative in ({"gpu_limit": 40}, {"surge": False}):  # each alternative, applied alone, is accepted
         fixed = copy.deepcopy(document)
         fixed["compute"]["gpu_pool"].update(alternative)
         parse_config(fixed)
     # Below the replicas alone, turning surge off would not do: it is not offered.
-    document["compute"]["gpu_pool"]["gpu_limit"] = 40
+    document["compute"]["gpu_pool"]["gpu_limit"] = 31
     problem = only_problem(document)
-    assert problem.fix == "set gpu_limit to at least 56"
+    assert problem.fix == "set gpu_limit to at least 40"
     document["compute"]["gpu_pool"]["surge"] = False
-    document["compute"]["gpu_pool"]["gpu_limit"] = 47
     problem = only_problem(document)
-    assert problem.fix == "set gpu_limit to at least 48"
+    assert problem.fix == "set gpu_limit to at least 32"
     document["compute"]["gpu_pool"]["gpu_limit"] = _fixed_limit(problem.fix)
-    assert parse_config(document).compute.gpu_pool.gpu_limit == 48
+    assert parse_config(document).compute.gpu_pool.gpu_limit == 32
 
 
 @pytest.mark.parametrize(

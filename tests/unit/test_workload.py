@@ -7,8 +7,8 @@ import pytest
 from tests.unit.test_config import only_problem, problems, raw
 from warmstart.config import GIB
 from warmstart.loader import ConfigError, parse_config
+from warmstart.sizing import default_requests
 from warmstart.workload import (
-    default_requests,
     is_under,
     plan_model,
     streamer_buffer_bytes,
@@ -302,16 +302,16 @@ def _plan_named(document, model_name):
 
 
 def test_rollout_surges_into_the_room_the_gpu_budget_keeps():
-    # prod: qwen's 2 replicas and llama's up to 4 (autoscaled), each on its own 8-GPU p5: 48 GPUs held, a surge
-    # needs 8 more.
-    roomy = _plan_named(_with_gpu_limit("prod", 56), "llama-3-3-70b")
-    assert roomy.surge and "56 of the pool's 56 GPUs" in roomy.rollout
-    with pytest.raises(ConfigError, match="set gpu_limit to at least 56"):
-        parse_config(_with_gpu_limit("prod", 55))
+    # prod on 8-GPU p5 nodes: llama's up to 4 TP-4 replicas on 4 nodes, qwen's 2 TP-2 replicas beside two of
+    # them (32 GPUs); each model's rollout pod at once: a fifth node for llama's, qwen's beside a third (40).
+    roomy = _plan_named(_with_gpu_limit("prod", 40), "llama-3-3-70b")
+    assert roomy.surge and "40 of the pool's 40 GPUs" in roomy.rollout
+    with pytest.raises(ConfigError, match="set gpu_limit to at least 40"):
+        parse_config(_with_gpu_limit("prod", 39))
 
 
 def test_without_surge_rollouts_replace_one_pod_at_a_time_and_say_what_it_costs():
-    document = _with_gpu_limit("prod", 48)
+    document = _with_gpu_limit("prod", 32)
     document["compute"]["gpu_pool"]["surge"] = False
     tight = _plan_named(document, "llama-3-3-70b")
     assert not tight.surge and "one pod at a time" in tight.rollout

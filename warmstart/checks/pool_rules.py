@@ -9,14 +9,13 @@ from warmstart.catalog import Catalog
 from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+from warmstart.placement import rollout_placement, steady_placement
 from warmstart.sizing import (
     ephemeral_storage_below_nvme,
 )
 from warmstart.workload import (
     NVME_USABLE,
-    node_gpus,
     nvme_need_gb,
-    steady_pool_gpus,
     weights_cached,
 )
 
@@ -181,9 +180,10 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     field = "compute.gpu_pool.gpu_limit"
     smallest = min(catalog.instance(t).gpu_count for t in pool.instance_types)
     inside = not any(t not in pool.instance_types for m in config.models for t in (m.instance_types or []))
-    surge = max(node_gpus(m, config, catalog) for m in config.models) if pool.surge and inside else 0
-    # The limit the models' replicas (and a rollout's spare node) need: a fix that names less would be refused next.
-    needed = max(smallest, steady_pool_gpus(config, catalog) + surge) if inside else smallest
+    steady = steady_placement(config, catalog) if inside else None
+    needed_at = rollout_placement(config, catalog) if inside and pool.surge else steady
+    # The limit the placement needs: a fix that names less would be refused next.
+    needed = max(smallest, needed_at.gpus) if needed_at else smallest
     if pool.gpu_limit < smallest:
         return [
             Problem(
@@ -205,25 +205,24 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
                     f"raise {field}, or list smaller instance types",
                 )
             )
-    if not inside:
+    if steady is None or needed_at is None:
         return problems  # a model outside the pool is refused on its own; its GPUs are not the pool's
-    steady = steady_pool_gpus(config, catalog)
-    if steady + surge > pool.gpu_limit:
+    if needed_at.gpus > pool.gpu_limit:
         scaled = [m.name for m in config.models if m.autoscaling]
         need = (
-            f"{steady} GPUs of nodes for every replica on its own node"
+            f"{needed_at.gpus} GPUs of nodes, placed as the scheduler could: {needed_at.describe()}"
             + (f" (autoscaled at max_replicas: {', '.join(scaled)})" if scaled else "")
-            + (f", plus {surge} for the node a rollout starts first" if surge else "")
+            + (", with the pod each model's rollout starts first" if pool.surge else "")
         )
         problems.append(
             Problem(
                 field,
                 f"{pool.gpu_limit} is below what the models need: {need}",
-                f"set gpu_limit to at least {steady + surge}"
-                # Only an alternative that works on its own: without the spare node, the replicas must fit.
+                f"set gpu_limit to at least {needed_at.gpus}"
+                # Only an alternative that works on its own: without the spare pods, the replicas must fit.
                 + (
                     ", or set surge: false (rollouts then replace one pod at a time)"
-                    if surge and steady <= pool.gpu_limit
+                    if pool.surge and steady.gpus <= pool.gpu_limit
                     else ""
                 ),
             )

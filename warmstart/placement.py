@@ -1,0 +1,114 @@
+"""Where every model's pods could run in the GPU pool, and so how many node GPUs the pool must allow.
+
+Karpenter's gpu_limit counts the GPUs of whole nodes. Replicas of different models may share a node (a TP 2 and a
+TP 4 pod on one 8-GPU node); replicas of one model may not, where its spread constraint keeps them on separate
+nodes (`kubernetes.io/hostname`, DoNotSchedule: from two replicas up). The pods are placed the way Karpenter's
+scheduler packs them: largest first, each on the first node with room (GPUs, CPU, memory) of a type the model may
+use, else on a new node of the smallest such type that holds it. The placement is a bound the scheduler can meet,
+not an optimum: a config is refused only when this placement does not fit the limit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from warmstart.catalog import Catalog, GpuInstance
+from warmstart.config import EnvironmentConfig, ModelSpec
+from warmstart.sizing import SizingError, candidate_instances, default_requests, tensor_parallel_size
+
+
+@dataclass(frozen=True)
+class Pod:
+    model: str
+    gpus: int
+    cpu: float
+    memory_gib: float
+    types: tuple[str, ...]
+    spread: bool  # replicas of the model on separate nodes
+
+
+@dataclass
+class Node:
+    instance: GpuInstance
+    pods: list[Pod] = field(default_factory=list)
+
+    def holds(self, pod: Pod) -> bool:
+        used_gpus = sum(p.gpus for p in self.pods)
+        used_cpu = sum(p.cpu for p in self.pods)
+        used_memory = sum(p.memory_gib for p in self.pods)
+        return (
+            self.instance.instance_type in pod.types
+            and used_gpus + pod.gpus <= self.instance.gpu_count
+            and used_cpu + pod.cpu <= self.instance.vcpus
+            and used_memory + pod.memory_gib <= self.instance.memory_gib
+            and not (pod.spread and any(p.model == pod.model for p in self.pods))
+        )
+
+
+@dataclass(frozen=True)
+class Placement:
+    nodes: tuple[Node, ...]
+
+    @property
+    def gpus(self) -> int:
+        """Node GPUs the placement holds (what gpu_limit counts)."""
+        return sum(node.instance.gpu_count for node in self.nodes)
+
+    def describe(self) -> str:
+        """'2 x p5.48xlarge (qwen x1 + llama x1), 1 x p5.48xlarge (llama x1)': nodes grouped by what they run."""
+        shapes = Counter(
+            (
+                node.instance.instance_type,
+                " + ".join(f"{m} x{n}" for m, n in sorted(Counter(p.model for p in node.pods).items())),
+            )
+            for node in self.nodes
+        )
+        return ", ".join(f"{count} x {kind} ({pods})" for (kind, pods), count in shapes.items())
+
+
+def model_pods(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog, count: int) -> list[Pod]:
+    instances = candidate_instances(model, config, catalog)
+    try:
+        tensor_parallel = tensor_parallel_size(model, config, catalog)
+    except SizingError:  # refused by its own rule; here it takes a whole node of the largest type
+        tensor_parallel = max(i.gpu_count for i in instances)
+    default_cpu, default_memory = default_requests(instances, tensor_parallel)
+    pod = Pod(
+        model=model.name,
+        gpus=tensor_parallel,
+        cpu=model.cpu or default_cpu,
+        memory_gib=model.memory_gib or default_memory,
+        types=tuple(i.instance_type for i in instances),
+        spread=model.least_replicas >= 2,
+    )
+    return [pod] * count
+
+
+def place(pods: list[Pod], catalog: Catalog) -> Placement:
+    nodes: list[Node] = []
+    for pod in sorted(pods, key=lambda p: (-p.gpus, -p.memory_gib, p.model)):
+        node = next((n for n in nodes if n.holds(pod)), None)
+        if node is None:
+            fitting = sorted(
+                (catalog.instance(t) for t in pod.types),
+                key=lambda i: (i.gpu_count, i.memory_gib, i.instance_type),
+            )
+            node = next((Node(i) for i in fitting if Node(i).holds(pod)), Node(fitting[-1]))
+            nodes.append(node)
+        node.pods.append(pod)
+    return Placement(tuple(nodes))
+
+
+def steady_placement(config: EnvironmentConfig, catalog: Catalog) -> Placement:
+    """Every model at its most replicas (an autoscaled one at max_replicas)."""
+    pods = [pod for m in config.models for pod in model_pods(m, config, catalog, m.most_replicas)]
+    return place(pods, catalog)
+
+
+def rollout_placement(config: EnvironmentConfig, catalog: Catalog) -> Placement:
+    """The steady placement with the extra pod each model's rollout starts first (surge), all at once: a deploy
+    applies one model stack after another without waiting for their rollouts, so a new image rolls every model
+    while the ones before it still surge."""
+    pods = [pod for m in config.models for pod in model_pods(m, config, catalog, m.most_replicas + 1)]
+    return place(pods, catalog)
