@@ -10,7 +10,7 @@ not an optimum: a config is refused only when this placement does not fit the li
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from warmstart.catalog import Catalog, GpuInstance
@@ -32,18 +32,27 @@ class Pod:
 class Node:
     instance: GpuInstance
     pods: list[Pod] = field(default_factory=list)
+    # Running totals, so that a placement of thousands of pods stays linear in the nodes it scans.
+    gpus: int = 0
+    cpu: float = 0.0
+    memory_gib: float = 0.0
+    models: set[str] = field(default_factory=set)
 
     def holds(self, pod: Pod) -> bool:
-        used_gpus = sum(p.gpus for p in self.pods)
-        used_cpu = sum(p.cpu for p in self.pods)
-        used_memory = sum(p.memory_gib for p in self.pods)
         return (
-            self.instance.instance_type in pod.types
-            and used_gpus + pod.gpus <= self.instance.gpu_count
-            and used_cpu + pod.cpu <= self.instance.vcpus
-            and used_memory + pod.memory_gib <= self.instance.memory_gib
-            and not (pod.spread and any(p.model == pod.model for p in self.pods))
+            self.gpus + pod.gpus <= self.instance.gpu_count
+            and self.cpu + pod.cpu <= self.instance.vcpus
+            and self.memory_gib + pod.memory_gib <= self.instance.memory_gib
+            and self.instance.instance_type in pod.types
+            and not (pod.spread and pod.model in self.models)
         )
+
+    def add(self, pod: Pod) -> None:
+        self.pods.append(pod)
+        self.gpus += pod.gpus
+        self.cpu += pod.cpu
+        self.memory_gib += pod.memory_gib
+        self.models.add(pod.model)
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,7 @@ def place(pods: list[Pod], catalog: Catalog) -> Placement:
             )
             node = next((Node(i) for i in fitting if Node(i).holds(pod)), Node(fitting[-1]))
             nodes.append(node)
-        node.pods.append(pod)
+        node.add(pod)
     return Placement(tuple(nodes))
 
 
@@ -106,7 +115,25 @@ def steady_placement(config: EnvironmentConfig, catalog: Catalog) -> Placement:
     return place(pods, catalog)
 
 
+# The last placements computed, with the configs they were computed for (held, so that an id is never reused
+# while it is a key): every model's plan asks for the same environment's placement.
+_RECENT: OrderedDict[tuple[int, int], tuple[EnvironmentConfig, Catalog, Placement]] = OrderedDict()
+_RECENT_SIZE = 8
+
+
 def rollout_placement(config: EnvironmentConfig, catalog: Catalog) -> Placement:
+    key = (id(config), id(catalog))
+    if key in _RECENT:
+        _RECENT.move_to_end(key)
+        return _RECENT[key][2]
+    placement = _rollout_placement(config, catalog)
+    _RECENT[key] = (config, catalog, placement)
+    if len(_RECENT) > _RECENT_SIZE:
+        _RECENT.popitem(last=False)
+    return placement
+
+
+def _rollout_placement(config: EnvironmentConfig, catalog: Catalog) -> Placement:
     """The steady placement with the extra pod each model's rollout starts first (surge), all at once: a deploy
     applies one model stack after another without waiting for their rollouts, so a new image rolls every model
     while the ones before it still surge."""
