@@ -71,7 +71,8 @@ CHANGES: dict[str, dict[str, Callable[[dict], None]]] = {
         "node security groups": lambda raw: raw["cluster"]["existing"].update(node_security_group_ids=[]),
     },
 }
-# The environments whose first change switches the compute mode (a cluster warmstart created).
+# The environments whose first change switches the compute mode (a cluster warmstart created); an existing
+# cluster's mode is the cluster's own, which warmstart never switches.
 MODE_SWITCHES = ("prod", "dev")
 
 
@@ -109,10 +110,9 @@ def test_every_change_applies_over_the_deployed_environment(deployed, tmp_path_f
     assert not refused, refused
 
 
+@pytest.mark.parametrize("shipped", MODE_SWITCHES, indirect=True, scope="module")
 def test_the_other_modes_pool_applies_beside_the_deployed_one_and_both_stay(deployed, tmp_path_factory):
     shipped, api = deployed
-    if shipped.name not in MODE_SWITCHES:
-        pytest.skip("an existing cluster's compute mode is the cluster's own: warmstart never switches it")
     (name, change), *_ = CHANGES[shipped.name].items()
     config = _changed(shipped.name, change)
     objects = rendered_objects(
@@ -123,11 +123,10 @@ def test_the_other_modes_pool_applies_beside_the_deployed_one_and_both_stay(depl
     assert pools == {gpu_node_pool_name(shipped.config.compute.mode), gpu_node_pool_name(config.compute.mode)}
 
 
+@pytest.mark.parametrize("shipped", MODE_SWITCHES, indirect=True, scope="module")
 def test_under_one_name_the_server_refuses_the_switch(deployed, tmp_path_factory):
     """Why the pools have a name per mode: Karpenter's CEL rule on nodeClassRef, run by the real server."""
     shipped, api = deployed
-    if shipped.name not in MODE_SWITCHES:
-        pytest.skip("an existing cluster's compute mode is the cluster's own: warmstart never switches it")
     (_, change), *_ = CHANGES[shipped.name].items()
     config = _changed(shipped.name, change)
     objects = rendered_objects(

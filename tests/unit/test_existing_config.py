@@ -8,23 +8,13 @@ import pytest
 import yaml
 
 from tests.synth import ROOT, existing_auto_mode_config, existing_gitops_config
-from warmstart.loader import ConfigError, parse_config
+from tests.unit.test_config import only_problem, problems
+from tests.unit.test_config import raw as config_document
+from warmstart.loader import parse_config
 
 
 def raw(name: str = "existing") -> dict:
-    return yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
-
-
-def problems(document: dict) -> list:
-    with pytest.raises(ConfigError) as caught:
-        parse_config(document)
-    return caught.value.problems
-
-
-def only_problem(document: dict):
-    found = problems(document)
-    assert len(found) == 1, [str(p) for p in found]
-    return found[0]
+    return config_document(name)
 
 
 def test_the_example_and_its_variants_load():
