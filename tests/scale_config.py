@@ -12,6 +12,10 @@ from warmstart.loader import parse_config
 
 
 def many_models(count: int) -> EnvironmentConfig:
+    return parse_config(many_models_settings(count), source=f"prod with {count} models")
+
+
+def many_models_settings(count: int) -> dict:
     raw = yaml.safe_load((ROOT / "config" / "prod.yaml").read_text())
     base = raw["models"][0]
     raw["models"] = [
@@ -19,4 +23,4 @@ def many_models(count: int) -> EnvironmentConfig:
         for i in range(count)
     ]
     raw["compute"]["gpu_pool"]["gpu_limit"] = count * 2 * 8 + 8  # every replica on its own node, and a surge
-    return parse_config(raw, source=f"prod with {count} models")
+    return raw

@@ -72,19 +72,23 @@ def synthesize_shipped(name: str, outdir: Path) -> Synthesized:
     return synthesize(load_config(ROOT / "config" / f"{name}.yaml"), outdir, name)
 
 
-def bottlerocket_snapshot_config() -> EnvironmentConfig:
+def _shipped_raw(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+
+
+def bottlerocket_snapshot_raw() -> dict:
     """prod on Bottlerocket with image_preload snapshot: the path no shipped environment takes (yet), checked by
     the same environment-wide tests (cdk-nag, cfn-lint, condition keys, manifest schemas)."""
-    raw = yaml.safe_load((ROOT / "config" / "prod.yaml").read_text())
+    raw = _shipped_raw("prod")
     raw["compute"]["ami_alias"] = "bottlerocket@v1.50.0"
     raw["image_preload"] = {"mode": "snapshot"}
-    return parse_config(raw, source="prod, Bottlerocket, image snapshot")
+    return raw
 
 
-def existing_auto_mode_config() -> EnvironmentConfig:
+def existing_auto_mode_raw() -> dict:
     """The existing-cluster example on an EKS Auto Mode cluster with a public endpoint and an S3 gateway endpoint
     already on its route tables: the other compute mode of the same path."""
-    raw = yaml.safe_load((ROOT / "config" / "existing.yaml").read_text())
+    raw = _shipped_raw("existing")
     raw["network"]["existing"]["s3_gateway_endpoint"] = "present"
     raw["cluster"]["endpoint_access"] = "public_and_private"
     raw["cluster"]["existing"] = {"security_group_id": raw["cluster"]["existing"]["security_group_id"]}
@@ -94,24 +98,36 @@ def existing_auto_mode_config() -> EnvironmentConfig:
         "node_role_name": "AmazonEKSAutoNodeRole",
         "cluster_role_name": "AmazonEKSAutoClusterRole",
     }
-    return parse_config(raw, source="existing, on an Auto Mode cluster")
+    return raw
 
 
-def existing_gitops_config() -> EnvironmentConfig:
+def existing_gitops_raw() -> dict:
     """The existing-cluster example for a team whose GitOps tool applies the Kubernetes objects: the stacks hold
     the AWS parts, dist/<env>/ the rest."""
-    raw = yaml.safe_load((ROOT / "config" / "existing.yaml").read_text())
+    raw = _shipped_raw("existing")
     raw["cluster"]["existing"].update(
         kubernetes_objects="gitops", pod_identity_agent="add", nvidia_device_plugin="present"
     )
     raw["deploy"] = {"agent_image": f"345678901234.dkr.ecr.eu-west-1.amazonaws.com/warmstart-agent@sha256:{'ab' * 32}"}
-    return parse_config(raw, source="existing, Kubernetes objects by GitOps")
+    return raw
+
+
+# Each variant's settings, as a file would hold them, and what it stands for.
+VARIANT_SETTINGS = {
+    "prod-bottlerocket-snapshot": (bottlerocket_snapshot_raw, "prod, Bottlerocket, image snapshot"),
+    "existing-auto-mode": (existing_auto_mode_raw, "existing, on an Auto Mode cluster"),
+    "existing-gitops": (existing_gitops_raw, "existing, Kubernetes objects by GitOps"),
+}
+
+
+def settings_of(name: str) -> dict:
+    """An environment's settings as its file holds them (a variant's made from its shipped file)."""
+    return VARIANT_SETTINGS[name][0]() if name in VARIANT_SETTINGS else _shipped_raw(name)
 
 
 VARIANTS = {
-    "prod-bottlerocket-snapshot": bottlerocket_snapshot_config,
-    "existing-auto-mode": existing_auto_mode_config,
-    "existing-gitops": existing_gitops_config,
+    name: (lambda build=build, source=source: parse_config(build(), source=source))
+    for name, (build, source) in VARIANT_SETTINGS.items()
 }
 EVERY_ENVIRONMENT = [*SHIPPED_ENVIRONMENTS, *VARIANTS]
 

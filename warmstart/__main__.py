@@ -20,6 +20,8 @@ from pathlib import Path
 
 from contracts.start_record import STARTS_PATH
 from warmstart.catalog import default_catalog
+from warmstart.checks.fix import fix_record
+from warmstart.checks.problem import Problem
 from warmstart.cluster_access import diagnose, kubectl_missing
 from warmstart.estimate import estimate_environment, render_estimates
 from warmstart.loader import ConfigError, load_config
@@ -108,6 +110,16 @@ def preflight_command(config, args: argparse.Namespace) -> int:
     return 0
 
 
+def problem_record(problem: Problem) -> dict:
+    """A refusal as JSON: where, what, the fix in words, and each alternative fix as data."""
+    return {
+        "field": problem.field,
+        "message": problem.message,
+        "fix": problem.fix,
+        "fixes": [fix_record(fix) for fix in problem.fixes],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="warmstart")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--estimate", action="store_true", help="predict each phase of a pod start in three cases")
     plan.add_argument("--nodes", type=int, help="new nodes scaling out at once (share the NAT; default: config)")
     plan.add_argument("--plot", type=Path, help="with --estimate: write a stacked-bar chart (PNG) here")
+    plan.add_argument(
+        "--problems-json",
+        action="store_true",
+        help="on a refused config, also print each problem and its fixes as JSON on stdout (for tools)",
+    )
     preflight = commands.add_parser("preflight", help="the checks the make deploy targets run first")
     preflight.add_argument("--for", dest="action", choices=ACTIONS, help="the make target about to run")
     preflight.add_argument("--assembly", type=Path, help="the synthesized cloud assembly (cdk.out/<env>)")
@@ -137,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(path)
     except ConfigError as error:
         print(error, file=sys.stderr)
+        if getattr(args, "problems_json", False):
+            print(json.dumps([problem_record(p) for p in error.problems], indent=2, default=str))
         return 2
     if args.command == "plan":
         return plan_command(config, args, str(path))

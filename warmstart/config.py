@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from warmstart.checks.fix import UNSET, Edit, Fix, Refused, removing, setting, together
 from warmstart.node_os import AMI_ALIAS_PATTERN, AUTO_MODE_OS, DEFAULT_AMI_ALIAS, NodeOs, karpenter_node_os
 from warmstart.preload_modes import PRELOAD_MODES, PreloadMode
 
@@ -39,20 +40,33 @@ else:
 SUPPORTED_KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")
 
 
+def _once(items: list) -> list:
+    """The list with each item's later repeats left out."""
+    return list(dict.fromkeys(items))
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def ipv4_cidr(value: str) -> ipaddress.IPv4Network:
-    """An IPv4 block written as its network address (the VPC and EKS public endpoint take IPv4 here)."""
+EXAMPLE_CIDR = "10.20.0.0/16"
+
+
+def ipv4_cidr(value: str, replacement: object = UNSET) -> ipaddress.IPv4Network:
+    """An IPv4 block written as its network address (the VPC and EKS public endpoint take IPv4 here). A block
+    that is not one is refused with `replacement` as its fix's value (by default: removed, so that the setting's
+    default applies or the list item goes)."""
+    instead = setting("", replacement)
     try:
         network = ipaddress.ip_network(value, strict=False)
     except ValueError:
-        raise ValueError("is not a CIDR block; fix: write an IPv4 block such as 10.20.0.0/16") from None
+        raise Refused("is not a CIDR block", f"write an IPv4 block such as {EXAMPLE_CIDR}", instead) from None
     if network.version != 4:
-        raise ValueError("is an IPv6 block; fix: write an IPv4 block such as 10.20.0.0/16 (IPv6 is not supported)")
+        raise Refused(
+            "is an IPv6 block", f"write an IPv4 block such as {EXAMPLE_CIDR} (IPv6 is not supported)", instead
+        )
     if str(network) != value:
-        raise ValueError(f"has host bits set; fix: write the block's network address, {network}")
+        raise Refused("has host bits set", f"write the block's network address, {network}", setting("", str(network)))
     return network
 
 
@@ -61,13 +75,21 @@ def _cidr_block(value: str) -> str:
     return value
 
 
+def _required_cidr_block(value: str) -> str:
+    ipv4_cidr(value, replacement=EXAMPLE_CIDR)
+    return value
+
+
 def _role_arn(value: str) -> str:
     if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", value):
-        raise ValueError("is not an IAM role ARN; fix: write arn:aws:iam::<account>:role/<name>")
+        raise Refused(
+            "is not an IAM role ARN", "write arn:aws:iam::<account>:role/<name>, or remove it", setting("", UNSET)
+        )
     return value
 
 
 CidrBlock = Annotated[str, AfterValidator(_cidr_block)]
+RequiredCidrBlock = Annotated[str, AfterValidator(_required_cidr_block)]
 RoleArn = Annotated[str, AfterValidator(_role_arn)]
 
 
@@ -86,7 +108,7 @@ class ExistingVpc(Strict):
 
     vpc_id: str = Field(pattern=r"^vpc-[0-9a-f]{8,17}$")
     # The VPC's primary CIDR: the node agent's default scrapers (Amazon Managed Prometheus' collector).
-    vpc_cidr: CidrBlock
+    vpc_cidr: RequiredCidrBlock
     # The subnets of the cluster's GPU nodes (and of the kubectl handler, with a private endpoint).
     private_subnets: list[ExistingSubnet] = Field(min_length=1)
     # present: an S3 gateway endpoint is already on every route table above (make preflight checks it); add:
@@ -96,8 +118,11 @@ class ExistingVpc(Strict):
     @field_validator("private_subnets")
     @classmethod
     def _distinct_subnets(cls, value: list[ExistingSubnet]) -> list[ExistingSubnet]:
-        if len({subnet.id for subnet in value}) != len(value):
-            raise ValueError("a subnet is listed twice; fix: list each subnet once")
+        once = list({subnet.id: subnet for subnet in reversed(value)}.values())[::-1]
+        if len(once) != len(value):
+            raise Refused(
+                "a subnet is listed twice", "list each subnet once", setting("", [s.model_dump() for s in once])
+            )
         return value
 
     @property
@@ -123,9 +148,12 @@ class NetworkConfig(Strict):
     def _vpc_size(cls, value: str) -> str:
         network = ipv4_cidr(value)
         if not 16 <= network.prefixlen <= 20:
-            raise ValueError(
-                f"a /{network.prefixlen} block is outside /16 to /20; fix: use a /16 to /20 block, so that "
-                "each AZ gets room for GPU pods"
+            size = min(max(network.prefixlen, 16), 20)
+            within = ipaddress.ip_network(f"{network.network_address}/{size}", strict=False)
+            raise Refused(
+                f"a /{network.prefixlen} block is outside /16 to /20",
+                f"use a /16 to /20 block, such as {within}, so that each AZ gets room for GPU pods",
+                setting("", str(within)),
             )
         return value
 
@@ -133,7 +161,11 @@ class NetworkConfig(Strict):
     @classmethod
     def _distinct_azs(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
-            raise ValueError("an availability zone is listed twice; fix: list each zone once")
+            once = _once(value)
+            # The VPC needs two: the next zones of the same region where only one is left.
+            region = once[0][:-1]
+            once += [z for z in (f"{region}a", f"{region}b", f"{region}c") if z not in once][: max(0, 2 - len(once))]
+            raise Refused("an availability zone is listed twice", "list each zone once", setting("", once))
         return value
 
     @model_validator(mode="after")
@@ -141,15 +173,11 @@ class NetworkConfig(Strict):
         if self.existing is not None:
             given = [name for name in OWNED_VPC_SETTINGS if name in self.model_fields_set]
             if given:
-                raise ValueError(
-                    f"{', '.join(given)} beside existing: they describe a VPC warmstart creates; fix: remove them "
-                    "(the existing VPC's CIDR goes in existing.vpc_cidr)"
+                raise Refused(
+                    f"{', '.join(given)} beside existing: they describe a VPC warmstart creates",
+                    "remove them (the existing VPC's CIDR goes in existing.vpc_cidr)",
+                    removing(*given),
                 )
-        elif len(self.availability_zones) < 2:
-            raise ValueError(
-                "availability_zones needs at least 2 zones for the VPC warmstart creates; fix: list 2 or more "
-                "zones of the region, or describe a VPC you already have under existing"
-            )
         return self
 
     @property
@@ -213,9 +241,10 @@ class ClusterConfig(Strict):
     def _owned_settings(self) -> ClusterConfig:
         given = [name for name in ("public_access_cidrs", "admin_role_arns") if getattr(self, name)]
         if self.existing is not None and given:
-            raise ValueError(
-                f"{', '.join(given)} beside existing: they configure a cluster warmstart creates; fix: remove them "
-                "(grant access to your cluster where it is managed)"
+            raise Refused(
+                f"{', '.join(given)} beside existing: they configure a cluster warmstart creates",
+                "remove them (grant access to your cluster where it is managed)",
+                removing(*given),
             )
         return self
 
@@ -237,12 +266,18 @@ TAG_CHARACTERS = r"^[\w .:/=+\-@]*$"
 
 def _not_aws_reserved(value: str) -> str:
     if value.lower().startswith("aws:"):
-        raise ValueError("starts with 'aws:', which AWS reserves; fix: choose another key")
+        raise Refused(
+            "starts with 'aws:', which AWS reserves", "choose another key, or remove the tag", setting("", UNSET)
+        )
     return value
 
 
 TagKey = Annotated[str, Field(min_length=1, max_length=128, pattern=TAG_CHARACTERS), AfterValidator(_not_aws_reserved)]
 TagValue = Annotated[str, Field(max_length=256, pattern=TAG_CHARACTERS)]
+
+
+# Removing a reservation term may leave 'reserved' with nothing to select, which the pool's rule refuses in turn.
+TERM_REMOVED = Fix((Edit(""),), then_also=("compute.gpu_pool.capacity_types",))
 
 
 class CapacityReservationTerm(Strict):
@@ -255,12 +290,32 @@ class CapacityReservationTerm(Strict):
 
     @model_validator(mode="after")
     def _one_selector(self) -> CapacityReservationTerm:
-        if (self.id is None) == (self.tags is None):
-            raise ValueError("a reservation term needs exactly one selector; fix: give either id (cr-...) or tags")
+        if self.id is not None and self.tags is not None:
+            raise Refused(
+                "a reservation term with both id and tags",
+                "keep one: id (cr-...) or tags",
+                removing("tags"),
+                removing("id", "owner_id"),
+            )
+        if self.id is None and self.tags is None:
+            raise Refused(
+                "a reservation term with no selector",
+                "give either id (cr-...) or tags, or remove the term (then also remove 'reserved' from "
+                "capacity_types if no term is left)",
+                TERM_REMOVED,
+            )
         if self.id is not None and self.owner_id is not None:
-            raise ValueError("owner_id beside id; fix: owner_id goes with tags, not with id: remove it")
+            raise Refused("owner_id beside id", "owner_id goes with tags, not with id: remove it", removing("owner_id"))
         if self.tags and any(not k or not v for k, v in self.tags.items()):
-            raise ValueError("an empty tag key or value; fix: give every tag a key and a value")
+            kept = {k: v for k, v in self.tags.items() if k and v}
+            raise Refused(
+                "an empty tag key or value",
+                "give every tag a key and a value, or remove the empty ones"
+                + (
+                    "" if kept else " and the term (then also remove 'reserved' from capacity_types if no term is left)"
+                ),
+                setting("tags", kept) if kept else TERM_REMOVED,
+            )
         return self
 
 
@@ -287,7 +342,7 @@ class GpuPool(Strict):
     @classmethod
     def _distinct(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
-            raise ValueError("an instance type is listed twice; fix: list each type once")
+            raise Refused("an instance type is listed twice", "list each type once", setting("", _once(value)))
         return value
 
 
@@ -350,9 +405,10 @@ class KarpenterCompute(Strict):
     def _own_or_existing(self) -> KarpenterCompute:
         given = [name for name in OWN_KARPENTER_SETTINGS if name in self.model_fields_set]
         if self.existing_controller is not None and given:
-            raise ValueError(
-                f"{', '.join(given)} beside existing_controller: they configure the Karpenter warmstart installs; "
-                "fix: remove them (the existing controller's version goes in existing_controller.version)"
+            raise Refused(
+                f"{', '.join(given)} beside existing_controller: they configure the Karpenter warmstart installs",
+                "remove them (the existing controller's version goes in existing_controller.version)",
+                removing(*given),
             )
         return self
 
@@ -536,6 +592,10 @@ class StreamerTuning(Strict):
     process_headroom_gib: PositiveInt = 8
 
 
+# The image-cache DaemonSet's long-running container by default (tiny, pinned).
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
 class CacheSwitches(Strict):
     compile: bool = True
     weights: bool = False
@@ -552,15 +612,17 @@ class CacheSwitches(Strict):
     image_size_gb: float = Field(default=25, gt=0)
     compile_cache_reserve_gb: float = Field(default=10, ge=0)
     # The image-cache DaemonSet's long-running container (tiny, pinned).
-    pause_image: str = "registry.k8s.io/pause:3.10"
+    pause_image: str = PAUSE_IMAGE
 
     @model_validator(mode="before")
     @classmethod
     def _moved(cls, data: Any) -> Any:
         if isinstance(data, dict) and "image" in data:
-            raise ValueError(
-                "caches.image moved to image_preload.mode; fix: write image_preload: {mode: prepull} "
-                "(for true) or {mode: off} (for false)"
+            mode = "prepull" if data["image"] is True else "off"
+            raise Refused(
+                "caches.image moved to image_preload.mode",
+                "write image_preload: {mode: prepull} (for true) or {mode: off} (for false)",
+                together(Edit("image"), Edit("/image_preload.mode", mode)),
             )
         return data
 
@@ -607,10 +669,11 @@ class ImagePreload(Strict):
     @classmethod
     def _lazy(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("mode") == "lazy":
-            raise ValueError(
+            raise Refused(
                 "lazy loading is not available on EKS nodes: Bottlerocket's SOCI snapshotter runs in parallel-pull "
-                "mode only and the AL2023 AMI's FastImagePull turns lazy loading off (see README, Image preload); "
-                "fix: use mode: prepull or snapshot, with parallel_pull: true for faster pulls"
+                "mode only and the AL2023 AMI's FastImagePull turns lazy loading off (see README, Image preload)",
+                "use mode: prepull or snapshot, with parallel_pull: true for faster pulls",
+                setting("mode", "prepull"),
             )
         return data
 
@@ -634,12 +697,21 @@ class AgentMetricsAccess(Strict):
 def _github_environment(value: str) -> str:
     """GitHub's rule ("Managing environments for deployment"): at most 255 characters, any of them (spaces too);
     warmstart also refuses what a reader could not see: control characters, and spaces at either end."""
-    if not 1 <= len(value) <= 255:
-        raise ValueError(f"has {len(value)} characters; fix: GitHub allows 1 to 255")
+    if not value:
+        raise Refused("is empty", "give the environment's name, or remove environment", setting("", UNSET))
+    if len(value) > 255:
+        raise Refused(f"has {len(value)} characters", "GitHub allows 1 to 255", setting("", value[:255].strip()))
     if value != value.strip():
-        raise ValueError("starts or ends with a space; fix: write the name as GitHub shows it, without them")
+        raise Refused(
+            "starts or ends with a space", "write the name as GitHub shows it, without them", setting("", value.strip())
+        )
     if any(not c.isprintable() for c in value):
-        raise ValueError("holds a control character; fix: write the name as GitHub shows it")
+        shown = "".join(c for c in value if c.isprintable()).strip()
+        raise Refused(
+            "holds a control character",
+            "write the name as GitHub shows it",
+            setting("", shown) if shown else setting("", UNSET),
+        )
     return value
 
 

@@ -13,14 +13,17 @@ import difflib
 import json
 import re
 import unicodedata
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from warmstart import model_fixes
 from warmstart.catalog import Catalog, default_catalog
 from warmstart.checks.environment import check_environment
+from warmstart.checks.fix import UNSET, Edit, Fix, Refused, join, removing, setting, together
 from warmstart.checks.problem import Problem
 from warmstart.config import COMPUTE_MODES, DNS_LABEL, DURATION, S3_BUCKET_NAME, EnvironmentConfig
 from warmstart.node_os import AMI_ALIAS_PATTERN, KARPENTER_NODE_OSES
@@ -197,7 +200,7 @@ def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None 
     try:
         config = EnvironmentConfig.model_validate(settings)
     except ValidationError as error:
-        raise ConfigError(source, _problems(error)) from None
+        raise ConfigError(source, _problems(error, settings)) from None
     problems = check_environment(config, catalog or default_catalog())
     if problems:
         raise ConfigError(source, problems)
@@ -237,8 +240,9 @@ def _path(loc: tuple) -> str:
     return text or "<root>"
 
 
-def _problems(error: ValidationError) -> list[Problem]:
-    """One problem per error; the branches of a union (a number or 'auto') fail together and make one."""
+def _problems(error: ValidationError, settings: dict) -> list[Problem]:
+    """One problem per error, with its fix as data; the branches of a union (a number or 'auto') fail together and
+    make one."""
     by_field: dict[str, list[Any]] = {}
     for detail in error.errors():
         by_field.setdefault(_path(detail["loc"]), []).append(detail)
@@ -247,10 +251,97 @@ def _problems(error: ValidationError) -> list[Problem]:
         union = len(details) > 1 and any(_is_branch(part) for d in details for part in d["loc"])
         if union:
             forms = " or ".join(_expected(d) for d in details)
-            problems.append(Problem(field, f"{_echo(details[0].get('input'))} is not {forms}", f"write {forms}"))
+            problem = Problem(field, f"{_echo(details[0].get('input'))} is not {forms}", f"write {forms}")
+            problems.append(replace(problem, fixes=_fixes(field, details[0], settings), rule="config:union"))
         else:
-            problems += [_problem(field, d) for d in details]
+            problems += [
+                replace(problem, fixes=problem.fixes or _fixes(field, d, settings), rule=_origin(d))
+                for d in details
+                for problem in [_problem(field, d, settings)]
+            ]
     return problems
+
+
+def _origin(detail: dict) -> str:
+    error = detail.get("ctx", {}).get("error")
+    return f"config:{error.origin}" if isinstance(error, Refused) else f"config:{detail['type']}"
+
+
+def _settings_path(loc: tuple) -> list[str | int]:
+    """An error location without pydantic's union branch names: the path into the file's settings."""
+    return [part for part in loc if not _is_branch(part) and part != "[key]"]
+
+
+def _has_default(loc: tuple) -> bool:
+    parent, _ = _model_for(loc[:-1])
+    field = parent.model_fields.get(loc[-1]) if parent and isinstance(loc[-1], str) else None
+    return field is not None and not field.is_required()
+
+
+def _fixes(field: str, detail: dict, settings: dict) -> tuple[Fix, ...]:
+    """The fix, as data, of one of the model's own refusals (warmstart/model_fixes.py)."""
+    kind, ctx, given = detail["type"], detail.get("ctx", {}), detail.get("input")
+    loc = tuple(part for part in detail["loc"] if not _is_branch(part))
+    path = _settings_path(detail["loc"])
+    if "[key]" in detail["loc"]:
+        entries = _node(settings, path[:-1])
+        return model_fixes.key_fixes(field, given, ctx.get("pattern"), entries)
+    default = _has_default(loc) if loc else False
+    if kind == "value_error":
+        return model_fixes.refused_fixes(ctx.get("error"), field)
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        return model_fixes.mode_fixes(settings.get("compute"), MODES)
+    if kind == "string_pattern_mismatch":
+        found = model_fixes.pattern_fixes(field, given, ctx.get("pattern", ""))
+        if found:
+            return found
+    if kind == "literal_error":
+        value = model_fixes.literal_choice(given, str(ctx.get("expected", "")))
+        if value is not UNSET:
+            return (setting(field, value),)
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") and not default:
+        value = model_fixes.range_value(kind, next(iter(ctx.values())), given)
+        if value is not UNSET:
+            return (setting(field, value),)
+    if kind == "too_long" and isinstance(given, (list, dict)):
+        limit = ctx.get("max_length")
+        kept = given[:limit] if isinstance(given, list) else dict(list(given.items())[:limit])
+        return (setting(field, kept),)
+    if kind == "string_too_long" and isinstance(given, str):
+        return (setting(field, given[: ctx.get("max_length")]),)
+    if kind == "string_type" and given is not None and not isinstance(given, (dict, list)):
+        return (setting(field, _quoted(given)[1:-1]),)
+    if kind == "list_type" and isinstance(given, str):
+        return (setting(field, model_fixes.list_of(given, path)),)
+    if kind == "extra_forbidden":
+        return _unknown_setting_fixes(field, detail["loc"], settings)
+    return model_fixes.fallback(field, path, default)
+
+
+def _node(settings: dict, path: list[str | int]) -> Any:
+    """What the file's settings hold at a path (None where nothing)."""
+    node: Any = settings
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def _unknown_setting_fixes(field: str, loc: tuple, settings: dict) -> tuple[Fix, ...]:
+    """The setting under the name it was likely meant to have (where that one is not given too), else removed."""
+    key = loc[-1]
+    parent, mode = _model_for(loc[:-1])
+    if mode is None and parent is not None:
+        close = difflib.get_close_matches(str(key), list(parent.model_fields), n=1, cutoff=0.6)
+        node = _node(settings, _settings_path(loc[:-1]))
+        if close and isinstance(node, dict) and close[0] not in node:
+            value = node[key]
+            return (
+                together(Edit(field), Edit(join(field.rpartition(".")[0] if "." in field else "", close[0]), value)),
+            )
+    return (removing(field),)
 
 
 def _expected(detail: dict) -> str:
@@ -291,7 +382,7 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _problem(field: str, error: dict) -> Problem:
+def _problem(field: str, error: dict, settings: dict) -> Problem:
     kind, ctx, loc = error["type"], error.get("ctx", {}), error["loc"]
     value = _echo(error.get("input"))
     if kind == "extra_forbidden":
@@ -299,11 +390,15 @@ def _problem(field: str, error: dict) -> Problem:
     if kind == "missing":
         return Problem(field, "required setting is missing", f"add it (see {EXAMPLE} for an example)")
     if kind in ("union_tag_invalid", "union_tag_not_found"):
+        fitting = model_fixes.mode_fixes(settings.get("compute"), MODES)
+        modes = [fix.edits[0].value for fix in fitting] or list(COMPUTE_MODES)
         return Problem(
             field,
             f"compute.mode is {_echo(ctx.get('tag'))}, not one of {' or '.join(map(repr, COMPUTE_MODES))}",
             "set compute.mode to "
-            + " or ".join(f"{mode!r} ({settings.title})" for mode, settings in COMPUTE_MODES.items()),
+            + " or ".join(f"{mode!r} ({COMPUTE_MODES[mode].title})" for mode in modes)
+            + ("" if fitting else " (then also the settings that mode takes: they differ from those given)"),
+            fitting or tuple(Fix((Edit("compute.mode", mode),), then_also=("compute",)) for mode in modes),
         )
     if kind == "string_pattern_mismatch":
         pattern = ctx.get("pattern", "")
@@ -348,10 +443,13 @@ def _problem(field: str, error: dict) -> Problem:
     if kind == "value_error":
         text = str(ctx.get("error", error["msg"].removeprefix("Value error, ")))
         message, _, fix = text.partition("; fix: ")
-        if isinstance(error.get("input"), dict):
-            return Problem(field, message, fix)
-        joint = " " if message.split(" ", 1)[0] in ("is", "has", "starts") else ": "
-        return Problem(field, f"{value}{joint}{message}", fix)
+        # Where a validator's refusal is written (its raise), else here.
+        refused = ctx.get("error")
+        site = refused.site if isinstance(refused, Refused) else ""
+        if not isinstance(error.get("input"), dict):
+            joint = " " if message.split(" ", 1)[0] in ("is", "has", "starts") else ": "
+            message = f"{value}{joint}{message}"
+        return Problem(field, message, fix, site=site)
     if kind == "string_too_short":
         return Problem(
             field,
@@ -411,7 +509,7 @@ def _unknown_setting(field: str, loc: tuple) -> Problem:
             return Problem(
                 field,
                 f"'{key}' is a setting of compute.mode {' or '.join(others)} only (this environment is {mode})",
-                f"remove it, or set compute.mode: {others[0]}",
+                f"remove it (or move the environment to compute.mode: {others[0]}, whose settings differ)",
             )
     close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
     hint = f"did you mean '{close[0]}'? " if close else ""

@@ -5,6 +5,7 @@ import copy
 import pytest
 import yaml
 
+from tests.fixes import refused
 from tests.synth import ROOT, SHIPPED_ENVIRONMENTS
 from warmstart.catalog import Catalog
 from warmstart.config import AutoModeCompute, KarpenterCompute
@@ -17,9 +18,8 @@ def raw(name: str = "dev") -> dict:
 
 
 def problems(document: dict) -> list:
-    with pytest.raises(ConfigError) as caught:
-        parse_config(document)
-    return caught.value.problems
+    """The refusals, each fix applied and checked (tests/fixes.py)."""
+    return refused(document)
 
 
 def only_problem(document: dict):
@@ -66,12 +66,15 @@ def test_unknown_field_is_refused_with_the_allowed_ones():
     assert "ephemeral_storage_gib" in problem.fix
 
 
-def test_unknown_compute_mode_names_both_modes():
+def test_an_unknown_compute_mode_names_the_modes_whose_settings_were_given():
     document = raw()
     document["compute"]["mode"] = "fargate"
     problem = only_problem(document)
     assert problem.field == "compute"
-    assert "'auto'" in problem.fix and "'karpenter'" in problem.fix
+    # dev's compute settings are Auto Mode's (ephemeral_storage_gib): setting 'karpenter' would be refused next.
+    assert problem.fix == "set compute.mode to 'auto' (EKS Auto Mode)"
+    document["compute"] = {"mode": "fargate", "gpu_pool": document["compute"]["gpu_pool"]}
+    assert "'auto'" in only_problem(document).fix and "'karpenter'" in only_problem(document).fix
 
 
 def test_missing_field_is_named():
@@ -147,6 +150,7 @@ def test_nvme_rule_applies_only_with_the_weights_cache_on():
     document["caches"]["weights"] = False
     assert parse_config(document, catalog=catalog).models[0].size_gb == 300
     document["caches"]["weights"] = True
+    assert any("does not fit the 200 GB NVMe of small-disk.48xlarge" in p.message for p in refused(document, catalog))
     with pytest.raises(ConfigError, match="does not fit the 200 GB NVMe of small-disk.48xlarge"):
         parse_config(document, catalog=catalog)
 
@@ -157,7 +161,8 @@ def test_tensor_parallel_larger_than_the_gpus_is_refused():
     problem = only_problem(document)
     assert problem.field == "models[0].tensor_parallel_size"
     assert "larger than the 8 GPUs of p5.48xlarge" in problem.message
-    assert "[1, 2, 4, 8]" in problem.fix
+    # Only the sizes that also hold the 140 GB of weights (1 x 80 GB would not).
+    assert problem.fix == "use 2 or 4 or 8, or 'auto'"
 
 
 def test_tensor_parallel_not_dividing_the_gpus_is_refused():
@@ -257,6 +262,7 @@ def test_error_message_lists_field_and_fix(tmp_path):
     document = raw()
     document["compute"]["ephemeral_storage_gib"] = 500
     path.write_text(yaml.safe_dump(document))
+    refused(document)
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     text = str(caught.value)
@@ -293,7 +299,7 @@ def test_selected_reservations_without_reserved_capacity_are_refused():
     "term, message",
     [
         ({}, "either id"),
-        ({"id": "cr-0123456789abcdef0", "tags": {"a": "b"}}, "either id"),
+        ({"id": "cr-0123456789abcdef0", "tags": {"a": "b"}}, "keep one: id (cr-...) or tags"),
         ({"id": "cr-0123456789abcdef0", "owner_id": "123456789012"}, "owner_id goes with tags"),
         ({"id": "reservation-1"}, "cr-"),
         ({"tags": {"team": ""}}, "an empty tag key or value"),

@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from tests.synth import ROOT, existing_auto_mode_config, existing_gitops_config
+from tests.synth import ROOT, config_of
 from tests.unit.test_config import only_problem, problems
 from tests.unit.test_config import raw as config_document
 from warmstart.loader import parse_config
@@ -24,8 +24,8 @@ def test_the_example_and_its_variants_load():
     assert config.network.zones == ["eu-west-1a", "eu-west-1b"]
     assert config.network.existing.route_table_ids == ["rtb-0a1b2c3d4e5f60001", "rtb-0a1b2c3d4e5f60002"]
     assert config.cluster.applies_kubernetes_objects
-    assert existing_auto_mode_config().compute.mode == "auto"
-    assert not existing_gitops_config().cluster.applies_kubernetes_objects
+    assert config_of("existing-auto-mode").compute.mode == "auto"
+    assert not config_of("existing-gitops").cluster.applies_kubernetes_objects
 
 
 def test_no_gateway_endpoint_is_refused_with_the_command_that_adds_one():
@@ -64,7 +64,8 @@ def test_an_owned_vpc_still_needs_two_zones():
     document = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
     document["network"]["availability_zones"] = ["us-west-2a"]
     problem = only_problem(document)
-    assert problem.field == "network" and "at least 2 zones" in problem.message
+    assert problem.field == "network.availability_zones" and "at least 2 zones" in problem.message
+    assert problem.fix.startswith("list 2 or more zones of the region, e.g. us-west-2a and us-west-2b")
 
 
 @pytest.mark.parametrize(

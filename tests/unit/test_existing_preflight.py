@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kube.gpu_nodes import device_plugin_placement
-from tests.synth import existing_auto_mode_config, existing_gitops_config
+from tests.synth import config_of
 from warmstart.existing_cluster_objects import image_tag, runs_on
 from warmstart.existing_preflight import read_existing, route_table_of_each_subnet
 from warmstart.loader import load_config
@@ -250,7 +250,7 @@ def test_each_difference_of_the_cluster_is_a_finding_with_its_fix(change, said):
 
 
 def test_a_public_only_endpoint_limited_to_some_cidrs_cannot_take_the_handler_from_outside():
-    config = existing_auto_mode_config()  # endpoint_access: public_and_private
+    config = config_of("existing-auto-mode")  # endpoint_access: public_and_private
     auto = {
         "computeConfig__enabled": True,
         "computeConfig__nodeRoleArn": "arn:aws:iam::1:role/AmazonEKSAutoNodeRole",
@@ -278,7 +278,7 @@ def test_a_public_only_endpoint_limited_to_some_cidrs_cannot_take_the_handler_fr
 
 
 def test_the_gateway_endpoint_must_cover_every_listed_route_table_when_present():
-    config = existing_auto_mode_config()
+    config = config_of("existing-auto-mode")
     auto = cluster(
         computeConfig__enabled=True,
         roleArn="arn:aws:iam::1:role/AmazonEKSAutoClusterRole",
@@ -388,7 +388,7 @@ def test_reserved_capacity_with_the_feature_gate_off_is_a_finding():
 
 
 def test_an_agent_the_config_would_add_twice_is_a_finding():
-    config = existing_gitops_config()  # pod_identity_agent: add, nvidia_device_plugin: present
+    config = config_of("existing-gitops")  # pod_identity_agent: add, nvidia_device_plugin: present
     found, _ = findings(config, kubectl_daemonsets={"items": [OUR_KIND_OF_PLUGIN]})
     assert len(found) == 1 and "set cluster.existing.pod_identity_agent: present" in found[0]
 

@@ -37,3 +37,38 @@ def test_plan_warns_about_capped_concurrency(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "streamer concurrency   2 (capped)" in out
     assert "concurrency capped at 2 (size/chunk gives 3)" in out
+
+
+def _apply_record(document: dict, fix: dict) -> dict:
+    """Applies a fix as `plan --problems-json` prints it, knowing only the JSON (a tool's view)."""
+    from warmstart.checks.fix import UNSET, Ask, Edit, Fix, apply_fix
+
+    def value(item):
+        if isinstance(item, dict) and set(item) == {"ask", "example"}:
+            return Ask(item["ask"], item["example"])
+        if isinstance(item, dict):
+            return {key: value(inner) for key, inner in item.items()}
+        return [value(inner) for inner in item] if isinstance(item, list) else item
+
+    edits = [Edit(e["path"], UNSET if e.get("remove") else value(e["value"])) for e in fix["edits"]]
+    return apply_fix(document, Fix(tuple(edits)))
+
+
+def test_plan_prints_the_fixes_as_json_and_a_tool_can_apply_them(tmp_path, capsys):
+    import json
+
+    from warmstart.loader import parse_config
+
+    document = yaml.safe_load((ROOT / "config" / "existing.yaml").read_text())
+    document["compute"]["existing_controller"]["version"] = "1.10.2"  # below the CRDs warmstart follows
+    document["models"][0]["tensor_parallel_size"] = 3
+    path = tmp_path / "refused.yaml"
+    path.write_text(yaml.safe_dump(document))
+    assert main(["plan", "--config", str(path), "--problems-json"]) == 2
+    records = json.loads(capsys.readouterr().out)
+    assert [r["field"] for r in records] == ["compute.existing_controller.version", "models[0].tensor_parallel_size"]
+    asked = records[0]["fixes"][0]["edits"][0]["value"]
+    assert asked == {"ask": "the upgraded controller's version", "example": "1.14.1"}
+    for record in records:
+        document = _apply_record(document, record["fixes"][0])
+    parse_config(document)  # the first alternative of each, applied from the JSON alone, is accepted

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 
 from warmstart.catalog import Catalog
+from warmstart.checks.fix import Edit, removing, setting, together
 from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
@@ -33,15 +35,28 @@ def duration_hours(text: str) -> float:
 @rule()
 def _pool_instance_types(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     known = ", ".join(sorted(catalog.instances))
+    types = config.compute.gpu_pool.instance_types
     return [
         Problem(
             f"compute.gpu_pool.instance_types[{i}]",
             f"{name!r} is not in the GPU catalog, so its GPUs and NVMe size are unknown",
-            f"use one of: {known} (or add it to warmstart/catalog.yaml with its source)",
+            ("remove it, or " if len(types) > 1 else "") + f"use one of: {known} (or add it to "
+            "warmstart/catalog.yaml with its source)",
+            _unknown_type_fixes(types, i, catalog),
         )
-        for i, name in enumerate(config.compute.gpu_pool.instance_types)
+        for i, name in enumerate(types)
         if not catalog.knows(name)
     ]
+
+
+def _unknown_type_fixes(types: list[str], index: int, catalog: Catalog) -> tuple:
+    """The closest catalog name in its place (a typo), or the type left out where others remain."""
+    field = f"compute.gpu_pool.instance_types[{index}]"
+    if any(catalog.knows(t) for t in types if t != types[index]):
+        return (removing(field),)
+    # The only type: the catalog's closest name (a typo), which the other rules then judge as any pool type.
+    closest = difflib.get_close_matches(types[index], list(catalog.instances), n=1, cutoff=0.0)
+    return (setting(field, closest[0] if closest else min(catalog.instances)),)
 
 
 @rule()
@@ -54,6 +69,10 @@ def _system_node_group(config: EnvironmentConfig) -> list[Problem]:
                     "compute.system_node_group.min_size",
                     f"min_size {group.min_size} is above max_size {group.max_size}",
                     f"set max_size to {group.min_size} or more, or min_size to {group.max_size}",
+                    (
+                        setting("compute.system_node_group.max_size", group.min_size),
+                        setting("compute.system_node_group.min_size", group.max_size),
+                    ),
                 )
             ]
     return []
@@ -63,13 +82,18 @@ def _system_node_group(config: EnvironmentConfig) -> list[Problem]:
 def _capacity_reservations(config: EnvironmentConfig) -> list[Problem]:
     pool = config.compute.gpu_pool
     reserved = "reserved" in pool.capacity_types
+    types = "compute.gpu_pool.capacity_types"
+    # Without 'reserved' (on-demand where nothing else is left: the list takes at least one).
+    unreserved = Edit(types, [t for t in pool.capacity_types if t != "reserved"] or ["on-demand"])
     if isinstance(config.compute, AutoModeCompute):
         if reserved or pool.capacity_reservations:
             return [
                 Problem(
-                    "compute.gpu_pool.capacity_types",
+                    types,
                     "capacity reservations are wired for the Karpenter mode only (its EC2NodeClass selects them)",
-                    "remove 'reserved' and capacity_reservations, or use compute.mode: karpenter",
+                    "remove 'reserved' and capacity_reservations (or move the environment to compute.mode: "
+                    "karpenter, whose settings differ)",
+                    (together(unreserved, Edit("compute.gpu_pool.capacity_reservations")),),
                 )
             ]
         return []
@@ -81,6 +105,7 @@ def _capacity_reservations(config: EnvironmentConfig) -> list[Problem]:
                 "Karpenter only launches reserved capacity from reservations its EC2NodeClass selects, "
                 "so it would never use any",
                 "add compute.gpu_pool.capacity_reservations (an id: cr-... or tags: {...}), or remove 'reserved'",
+                (together(unreserved),),
             )
         ]
     if pool.capacity_reservations and not reserved:
@@ -90,6 +115,10 @@ def _capacity_reservations(config: EnvironmentConfig) -> list[Problem]:
                 "reservations are selected but 'reserved' is not "
                 "an allowed capacity type, so the pool never launches into them",
                 "add 'reserved' to compute.gpu_pool.capacity_types, or remove capacity_reservations",
+                (
+                    setting(types, [*pool.capacity_types, "reserved"]),
+                    removing("compute.gpu_pool.capacity_reservations"),
+                ),
             )
         ]
     return []
@@ -100,23 +129,37 @@ def _node_lifetime(config: EnvironmentConfig) -> list[Problem]:
     pool = config.compute.gpu_pool
     if not isinstance(config.compute, AutoModeCompute):
         return []
+    grace = duration_hours(pool.termination_grace_period)
+    most = AUTO_MODE_MAX_LIFETIME_HOURS - grace
+    # Auto Mode's default lifetime where it fits beside the grace period, else the longest that does; a grace
+    # period that leaves no hour goes back to its default too.
+    expire, fix = "compute.gpu_pool.expire_after", None
+    if most >= 336:
+        fix = setting(expire, "336h")
+    elif most >= 1:
+        fix = setting(expire, f"{math.floor(most)}h")
+    else:
+        fix = together(Edit(expire, "336h"), Edit("compute.gpu_pool.termination_grace_period"))
     if pool.expire_after == "Never":
         return [
             Problem(
-                "compute.gpu_pool.expire_after",
+                expire,
                 "Auto Mode nodes live at most 21 days; 'Never' is refused",
-                "use at most 480h (with the default 24h termination_grace_period), e.g. 336h",
+                f"use at most {max(most, 0):g}h with termination_grace_period {pool.termination_grace_period}, "
+                "e.g. 336h (Auto Mode's default)",
+                (fix,),
             )
         ]
-    total = duration_hours(pool.expire_after) + duration_hours(pool.termination_grace_period)
+    total = duration_hours(pool.expire_after) + grace
     if total > AUTO_MODE_MAX_LIFETIME_HOURS:
-        most = AUTO_MODE_MAX_LIFETIME_HOURS - duration_hours(pool.termination_grace_period)
         return [
             Problem(
-                "compute.gpu_pool.expire_after",
+                expire,
                 f"{pool.expire_after} plus termination_grace_period {pool.termination_grace_period} is "
                 f"{total:g}h; Auto Mode refuses node lifetimes above 21 days ({AUTO_MODE_MAX_LIFETIME_HOURS}h)",
-                f"use at most {most:g}h, e.g. 336h (Auto Mode's default)",
+                f"use at most {max(most, 0):g}h, e.g. 336h (Auto Mode's default)"
+                + ("" if most >= 1 else ", with a shorter termination_grace_period"),
+                (fix,),
             )
         ]
     return []
@@ -137,14 +180,32 @@ def _ephemeral_storage(config: EnvironmentConfig, catalog: Catalog) -> list[Prob
     smallest = min(too_big, key=lambda i: i.nvme_gb)
     largest_allowed = math.ceil(smallest.nvme_bytes / GIB) - 1
     names = ", ".join(f"{i.instance_type} ({i.nvme_gb} GB)" for i in too_big)
+    fewer = without_types(config, {i.instance_type for i in too_big})
     return [
         Problem(
             "compute.ephemeral_storage_gib",
             f"{compute.ephemeral_storage_gib} GiB is not below the NVMe capacity of {names}; Auto Mode would "
             "then put /mnt/.ephemeral on the root EBS volume (no RAID0 instance store, ~30x slower)",
-            f"set ephemeral_storage_gib to at most {largest_allowed}, or remove those instance types",
+            f"set ephemeral_storage_gib to at most {largest_allowed}"
+            + (", or remove those instance types" if fewer else ""),
+            (setting("compute.ephemeral_storage_gib", largest_allowed), *fewer),
         )
     ]
+
+
+def without_types(config: EnvironmentConfig, names: set[str]) -> tuple:
+    """The pool without some instance types, where others remain and no model is restricted to them alone."""
+    kept = [t for t in config.compute.gpu_pool.instance_types if t not in names]
+    if not kept:
+        return ()
+    edits = [Edit("compute.gpu_pool.instance_types", kept)]
+    for index, model in enumerate(config.models):
+        if model.instance_types is not None:
+            remaining = [t for t in model.instance_types if t not in names]
+            if not remaining:
+                return ()
+            edits.append(Edit(f"models[{index}].instance_types", remaining))
+    return (together(*edits),)
 
 
 @rule(needs=POOL_FACTS)
@@ -167,6 +228,7 @@ def _nvme_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
                     f"{instance.nvme_gb * NVME_USABLE:g} GB usable",
                     "turn the weights cache off for some models (weights_cache: false), or give them separate "
                     "instance types (instance_types)",
+                    (together(*(Edit(f"models[{config.models.index(m)}].weights_cache", False) for m in sharing[1:])),),
                 )
             )
     return problems
@@ -191,18 +253,21 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
                 f"{pool.gpu_limit} is below the {smallest} GPUs of the smallest pool instance type: "
                 "Karpenter could never launch a node, and every pod would wait forever",
                 f"set gpu_limit to at least {needed}",
+                (setting(field, needed),),
             )
         ]
     problems = []
     for index, model in enumerate(config.models):
         types = model.instance_types or pool.instance_types
         if all(catalog.instance(t).gpu_count > pool.gpu_limit for t in types):
+            least = max(needed, min(catalog.instance(t).gpu_count for t in types))
             problems.append(
                 Problem(
                     f"models[{index}].instance_types",
                     f"every instance type of {model.name} has more "
                     f"than the pool's {pool.gpu_limit} GPUs: its pods could never be placed",
-                    f"raise {field}, or list smaller instance types",
+                    f"raise {field} to at least {least}, or list smaller instance types",
+                    (setting(field, least),),
                 )
             )
     if steady is None or needed_at is None:
@@ -224,6 +289,14 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
                     ", or set surge: false (rollouts then replace one pod at a time)"
                     if pool.surge and steady.gpus <= pool.gpu_limit
                     else ""
+                ),
+                (
+                    setting(field, needed_at.gpus),
+                    *(
+                        [setting("compute.gpu_pool.surge", False)]
+                        if pool.surge and steady.gpus <= pool.gpu_limit
+                        else []
+                    ),
                 ),
             )
         )

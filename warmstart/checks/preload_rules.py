@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 
 from warmstart.catalog import Catalog
+from warmstart.checks.fix import Edit, removing, setting, together
+from warmstart.checks.pool_rules import without_types
 from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.checks.workload_rules import image_pinned
-from warmstart.config import GIB, EnvironmentConfig
+from warmstart.config import GIB, PAUSE_IMAGE, EnvironmentConfig, KarpenterCompute
 from warmstart.image_preload import (
     DATA_VOLUME_RESERVE_GB,
     KUBELET_IMAGE_GC_LOW_PERCENT,
@@ -16,12 +18,12 @@ from warmstart.image_preload import (
     data_volume_need_gb,
     is_private_ecr,
 )
-from warmstart.node_os import Refusal, snapshot_alias_hints
+from warmstart.node_os import Refusal, snapshot_aliases
 from warmstart.workload import serving_images
 
 
 def _problem(refusal: Refusal) -> Problem:
-    return Problem(refusal.field, refusal.message, refusal.fix)
+    return Problem(refusal.field, refusal.message, refusal.fix, refusal.fixes, site=refusal.site)
 
 
 @rule()
@@ -37,25 +39,22 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
         return problems
     obstacle = node_os.snapshot_obstacle()
     if obstacle is not None:
-        pinned = " or ".join(f"compute.mode: karpenter with {hint}" for hint in snapshot_alias_hints())
-        # With a snapshot, parallel_pull is refused (below): an alternative that keeps it would be refused next.
-        also = " and without parallel_pull (the snapshot holds the images)" if preload.parallel_pull else ""
-        return problems + [
-            Problem(
-                "image_preload.mode",
-                f"nodes cannot start from an image snapshot {obstacle.where}: {obstacle.why}",
-                f"use image_preload.mode: prepull, or {pinned}{also}",
-            )
-        ]
+        return problems + [_snapshot_obstacle(config, obstacle)]
     refusal = node_os.snapshot_release_refusal()
     if refusal:
         problems.append(_problem(refusal))
     if preload.parallel_pull:
+        # Pre-pulling instead keeps parallel pull only where the OS takes it outside a snapshot.
+        prepull = node_os.parallel_pull_refusal(preload.model_copy(update={"mode": "prepull"})) is None
         problems.append(
             Problem(
                 "image_preload.parallel_pull",
                 "the snapshot already holds the images; pulls are only the fallback",
-                "remove parallel_pull, or use image_preload.mode: prepull",
+                "remove parallel_pull" + (", or use image_preload.mode: prepull" if prepull else ""),
+                (
+                    removing("image_preload.parallel_pull"),
+                    *([setting("image_preload.mode", "prepull")] if prepull else []),
+                ),
             )
         )
     for index, model in enumerate(config.models):
@@ -68,6 +67,7 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
                     "the command history)",
                     "serve the image from a registry that allows anonymous pulls (e.g. "
                     "public.ecr.aws), or use image_preload.mode: prepull",
+                    (setting("image_preload.mode", "prepull"),),
                 )
             )
     need, have = data_volume_need_gb(config), data_volume_gb(config)
@@ -81,14 +81,38 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
                 f"({KUBELET_IMAGE_GC_LOW_PERCENT}%), which would otherwise delete them before any pod runs them; "
                 f"{have:g} GB given",
                 f"set data_volume_gib to at least {math.ceil(need * 10**9 / GIB)}",
+                (setting("image_preload.snapshot.data_volume_gib", math.ceil(need * 10**9 / GIB)),),
             )
         )
     return problems
 
 
+def _snapshot_obstacle(config: EnvironmentConfig, obstacle) -> Problem:
+    preload = config.image_preload
+    karpenter = isinstance(config.compute, KarpenterCompute)
+    aliases = snapshot_aliases()
+    pinned = " or ".join(f"ami_alias {alias} or later" for alias in aliases)
+    # With a snapshot, parallel_pull is refused: an alternative that keeps it would be refused next.
+    also = " and without parallel_pull (the snapshot holds the images)" if preload.parallel_pull else ""
+    instead = f"or {pinned}{also}" if karpenter else f"(a snapshot needs compute.mode: karpenter with {pinned})"
+    repinned = [
+        together(
+            Edit("compute.ami_alias", alias), *([Edit("image_preload.parallel_pull")] if preload.parallel_pull else [])
+        )
+        for alias in aliases
+        if karpenter
+    ]
+    return Problem(
+        "image_preload.mode",
+        f"nodes cannot start from an image snapshot {obstacle.where}: {obstacle.why}",
+        f"use image_preload.mode: prepull, {instead}",
+        (setting("image_preload.mode", "prepull"), *repinned),
+    )
+
+
 @rule()
 def _pause_image(config: EnvironmentConfig) -> list[Problem]:
-    return image_pinned(config.caches.pause_image, "caches.pause_image")
+    return image_pinned(config.caches.pause_image, "caches.pause_image", PAUSE_IMAGE)
 
 
 @rule(needs=POOL_FACTS)
@@ -104,11 +128,13 @@ def _fast_image_pull_nodes(config: EnvironmentConfig, catalog: Catalog) -> list[
     ]
     if not small:
         return []
+    fewer = without_types(config, set(small))
     return [
         Problem(
             "image_preload.parallel_pull",
             f"{', '.join(small)}: nodeadm silently skips FastImagePull below {vcpus} vCPUs or {memory_gib} GiB of "
             "memory",
-            "remove those instance types from the pool, or remove parallel_pull",
+            ("remove those instance types from the pool, or " if fewer else "") + "remove parallel_pull",
+            (*fewer, removing("image_preload.parallel_pull")),
         )
     ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from warmstart.catalog import Catalog
@@ -48,10 +48,13 @@ def rule(*, needs: Needs = Needs.NOTHING):
     def register(function: Callable[..., list[Problem]]) -> Callable[..., list[Problem]]:
         takes_catalog = len(inspect.signature(function).parameters) == 2
 
-        def check(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
-            return function(config, catalog) if takes_catalog else function(config)
+        name = f"{function.__module__}.{function.__name__}"
 
-        RULES.append(Rule(f"{function.__module__}.{function.__name__}", needs, check))
+        def check(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
+            found = function(config, catalog) if takes_catalog else function(config)
+            return [replace(problem, rule=name) for problem in found]
+
+        RULES.append(Rule(name, needs, check))
         return function
 
     return register

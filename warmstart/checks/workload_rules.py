@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
 from warmstart.catalog import Catalog
+from warmstart.checks.fix import Edit, Fix, removing, setting, together
 from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
-from warmstart.config import GIB, EnvironmentConfig
+from warmstart.config import GIB, EnvironmentConfig, GpuPool
 from warmstart.naming import moving_reference, reference_problem
 from warmstart.reserved_vllm_env import RESERVED_VLLM_ENV
 from warmstart.sizing import (
@@ -42,29 +44,45 @@ RESERVED_NAMESPACES = {
 }
 
 
-MAX_WEIGHTS_FRACTION = 0.95  # the config's upper bound on weights_memory_fraction
+MAX_WEIGHTS_FRACTION = 0.95
+# A pinned vLLM release, the fix for an image that moves (vLLM 0.21.0, whose code the real tier runs).
+SERVING_IMAGE_EXAMPLE = "vllm/vllm-openai:v0.21.0"  # the config's upper bound on weights_memory_fraction
 
 
 @rule()
 def _model_names(config: EnvironmentConfig) -> list[Problem]:
+    names = [model.name for model in config.models]
     seen: set[str] = set()
     problems = []
     for i, model in enumerate(config.models):
+        rename = (setting(f"models[{i}].name", _free_name(model.name, names)),)
         if model.name in seen:
             problems.append(
-                Problem(f"models[{i}].name", f"{model.name!r} is used twice", "give every model a unique name")
+                Problem(f"models[{i}].name", f"{model.name!r} is used twice", "give every model a unique name", rename)
             )
-        if model.name in RESERVED_NAMESPACES or model.name.startswith("kube-"):
+        if _reserved(model.name):
             problems.append(
                 Problem(
                     f"models[{i}].name",
                     f"{model.name!r} would make the model's namespace a system "
                     "namespace, which the stack would then own and delete with the model",
                     "choose another name",
+                    rename,
                 )
             )
         seen.add(model.name)
     return problems
+
+
+def _reserved(name: str) -> bool:
+    return name in RESERVED_NAMESPACES or name.startswith("kube-")
+
+
+def _free_name(name: str, taken: list[str]) -> str:
+    """A DNS label like the name that no model has and no system namespace is: model-<name>, then -2, -3..."""
+    base = f"model-{name}"[:58].rstrip("-")
+    candidates = (base if n == 1 else f"{base}-{n}" for n in range(1, len(taken) + 2))
+    return next(c for c in candidates if c not in taken and not _reserved(c))
 
 
 @rule()
@@ -77,6 +95,7 @@ def _single_replicas(config: EnvironmentConfig) -> list[Problem]:
             "drift to a new AMI, or leave room for no surge during a rollout",
             "use replicas: 2 or more (they run on separate nodes), or accept the downtime with "
             "allow_single_replica_downtime: true",
+            (setting(f"models[{i}].replicas", 2), setting(f"models[{i}].allow_single_replica_downtime", True)),
         )
         for i, model in enumerate(config.models)
         if model.replicas == 1 and not model.autoscaling and not model.allow_single_replica_downtime
@@ -102,9 +121,10 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                 f"bucket {model.bucket!r} is not the model bucket {config.buckets.models.name!r}; "
                 "the pods' read-only role covers the model bucket only",
                 f"use s3://{config.buckets.models.name}/<path>/",
+                (setting(f"{at}.s3_uri", f"s3://{config.buckets.models.name}/{model.prefix}"),),
             )
         )
-    problems += image_pinned(model.image, f"{at}.image")
+    problems += image_pinned(model.image, f"{at}.image", SERVING_IMAGE_EXAMPLE)
     problems += _vllm_env(model.vllm_env, f"{at}.vllm_env")
     pool = config.compute.gpu_pool.instance_types
     if model.instance_types is not None:
@@ -114,7 +134,8 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                 Problem(
                     f"{at}.instance_types",
                     f"{outside} are not in the GPU pool {pool}",
-                    "list only instance types of compute.gpu_pool.instance_types",
+                    "list only instance types of compute.gpu_pool.instance_types, or remove instance_types",
+                    _inside_pool(model.instance_types, pool, at),
                 )
             ]
     instances = candidate_instances(model, config, catalog)
@@ -130,9 +151,10 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                         f"old one, the image, the compile cache) of {instance.nvme_gb * NVME_USABLE:g} GB usable",
                         "turn the weights cache off for this model (weights_cache: false), or restrict the model "
                         "(instance_types) to instances with more NVMe",
+                        (setting(f"{at}.weights_cache", False),),
                     )
                 )
-    tensor_parallel_problems = _tensor_parallel(model, instances, at, catalog)
+    tensor_parallel_problems = _tensor_parallel(model, instances, at, catalog, config.compute.gpu_pool)
     if tensor_parallel_problems:
         return problems + tensor_parallel_problems
     return (
@@ -141,6 +163,11 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
         + _pod_memory(config, catalog, model, at)
         + _requests_fit(model, instances, at)
     )
+
+
+def _inside_pool(types: list[str], pool: list[str], at: str) -> tuple[Fix, ...]:
+    inside = [t for t in types if t in pool]
+    return ((setting(f"{at}.instance_types", inside),) if inside else ()) + (removing(f"{at}.instance_types"),)
 
 
 def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel: int, at: str) -> list[Problem]:
@@ -154,6 +181,7 @@ def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel: int, at: s
                 "enforce_eager forces vLLM's V0 path, which cannot stream weights distributed across "
                 "tensor-parallel ranks (an error, or a silent fallback to rank 0 loading everything)",
                 "remove enforce_eager, or set tensor_parallel_size: 1 if the model fits one GPU",
+                (removing(f"{at}.enforce_eager"),),
             )
         )
     if config.caches.compile:
@@ -163,6 +191,7 @@ def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel: int, at: s
                 "with enforce_eager vLLM never writes the torch.compile cache, so the compile cache would "
                 "have no effect",
                 "remove enforce_eager, or set caches.compile: false",
+                (removing(f"{at}.enforce_eager"), setting("caches.compile", False)),
             )
         )
     return problems
@@ -183,37 +212,52 @@ def _pod_memory(config: EnvironmentConfig, catalog: Catalog, model, at: str) -> 
             f"the streamer's buffers ({buffers} = {plan.streamer_buffer_bytes / GIB:.1f} GiB) plus "
             f"{config.streamer.process_headroom_gib} GiB for vLLM need {needed / GIB:.1f} GiB, more than the "
             f"pod's {plan.memory_gib} GiB request",
-            _memory_fix(config, catalog, model, math.ceil(needed / GIB)),
+            *_memory_fix(config, catalog, model, math.ceil(needed / GIB), at),
         )
     ]
 
 
-def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: int) -> str:
+def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: int, at: str) -> tuple:
     """Raise the request only where every candidate instance can allocate it; else name the pool's types that
-    can (a request above an instance's allocatable memory is refused in turn)."""
-    lower = "lower streamer.max_concurrency, streamer.chunk_bytes or streamer.memory_limit_bytes"
+    can (a request above an instance's allocatable memory is refused in turn). Lowering the streamer's buffers:
+    a memory limit that fits the request beside the headroom."""
+    plan = plan_model(model, config, catalog)
+    room = plan.memory_gib * GIB - config.streamer.process_headroom_gib * GIB
+    per_process = room // streaming_processes(plan.tensor_parallel)
+    lower = f"lower streamer.memory_limit_bytes to at most {per_process}"
+    lowered = (setting("streamer.memory_limit_bytes", per_process),) if per_process >= 1 else ()
+    if not lowered:
+        lower = "raise memory_gib"
     instances = candidate_instances(model, config, catalog)
+    raise_to = Edit(f"{at}.memory_gib", needed_gib)
     if all(needed_gib <= math.floor(i.memory_gib * NODE_ALLOCATABLE) for i in instances):
-        return f"raise memory_gib to at least {needed_gib}, or {lower}"
+        return f"raise memory_gib to at least {needed_gib}, or {lower}", (together(raise_to), *lowered)
     roomy = [
         t
         for t in config.compute.gpu_pool.instance_types
         if needed_gib <= math.floor(catalog.instance(t).memory_gib * NODE_ALLOCATABLE)
     ]
     if roomy:
-        return f"raise memory_gib to {needed_gib} with instance_types: {roomy} (they allocate it), or {lower}"
-    return lower
+        return (
+            f"raise memory_gib to {needed_gib} with instance_types: {roomy} (they allocate it), or {lower}",
+            (together(raise_to, Edit(f"{at}.instance_types", roomy)), *lowered),
+        )
+    return lower, lowered
 
 
 def _requests_fit(model, instances, at: str) -> list[Problem]:
     problems = []
+    # What every candidate can allocate: a request above it is refused on the smallest.
+    cpus = min(math.floor(i.vcpus * NODE_ALLOCATABLE) for i in instances)
+    memory = min(math.floor(i.memory_gib * NODE_ALLOCATABLE) for i in instances)
     for instance in instances:
         if model.cpu is not None and model.cpu > instance.vcpus * NODE_ALLOCATABLE:
             problems.append(
                 Problem(
                     f"{at}.cpu",
                     f"{model.cpu:g} CPUs cannot be allocated on {instance.instance_type} ({instance.vcpus} vCPUs)",
-                    f"request at most {math.floor(instance.vcpus * NODE_ALLOCATABLE)} or leave cpu unset",
+                    f"request at most {cpus} or leave cpu unset",
+                    (setting(f"{at}.cpu", cpus), removing(f"{at}.cpu")),
                 )
             )
         if model.memory_gib is not None and model.memory_gib > instance.memory_gib * NODE_ALLOCATABLE:
@@ -222,7 +266,8 @@ def _requests_fit(model, instances, at: str) -> list[Problem]:
                     f"{at}.memory_gib",
                     f"{model.memory_gib} GiB cannot be allocated on {instance.instance_type} "
                     f"({instance.memory_gib} GiB)",
-                    f"request at most {math.floor(instance.memory_gib * NODE_ALLOCATABLE)} or leave memory_gib unset",
+                    f"request at most {memory} or leave memory_gib unset",
+                    (setting(f"{at}.memory_gib", memory), removing(f"{at}.memory_gib")),
                 )
             )
     return problems
@@ -231,30 +276,36 @@ def _requests_fit(model, instances, at: str) -> list[Problem]:
 def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
     problems = []
     for name, value in env.items():
+        at = f"{field}.{name}" if name.isidentifier() else f"{field}[{json.dumps(name)}]"
+        remove = (removing(at),)
         if not re.fullmatch(r"VLLM_[A-Z0-9_]+", name):
-            problems.append(Problem(f"{field}.{name}", "only VLLM_* variables belong here", "rename or remove it"))
+            problems.append(Problem(at, "only VLLM_* variables belong here", "rename or remove it", remove))
         elif name in RESERVED_VLLM_ENV:
-            problems.append(Problem(f"{field}.{name}", f"not allowed here: {RESERVED_VLLM_ENV[name]}", "remove it"))
+            problems.append(Problem(at, f"not allowed here: {RESERVED_VLLM_ENV[name]}", "remove it", remove))
         elif "$(" in value:
             problems.append(
                 Problem(
-                    f"{field}.{name}",
+                    at,
                     "warmstart passes values to vLLM literally (no $(...) expansion), the same on every pod, as "
                     "the compile-cache key needs; a pod-specific value would make every pod hash differently",
-                    "use a literal value",
+                    "use a literal value, or remove it",
+                    remove,
                 )
             )
     return problems
 
 
-def image_pinned(image: str, field: str) -> list[Problem]:
+def image_pinned(image: str, field: str, example: str) -> list[Problem]:
+    """A fixed, well-formed image reference; the fix offers `example` (a pinned image of the same kind)."""
+    instead = (setting(field, example),)
     malformed = reference_problem(image)
     if malformed:
         return [
             Problem(
                 field,
                 f"{image!r} {malformed}",
-                "write registry/repository:tag or registry/repository@sha256:<64 hex>, e.g. vllm/vllm-openai:v0.21.0",
+                f"write registry/repository:tag or registry/repository@sha256:<64 hex>, e.g. {example}",
+                instead,
             )
         ]
     why = moving_reference(image)
@@ -265,46 +316,47 @@ def image_pinned(image: str, field: str) -> list[Problem]:
             field,
             f"{image!r} {why}: nodes would pull different images over time, and the image cache "
             "and the compile-cache key would not match what runs",
-            "pin a release tag (vllm/vllm-openai:v0.21.0) or a digest (...@sha256:<64 hex>)",
+            f"pin a release tag ({example}) or a digest (...@sha256:<64 hex>)",
+            instead,
         )
     ]
 
 
-def _tensor_parallel(model, instances, at: str, catalog: Catalog) -> list[Problem]:
+def _tensor_parallel(model, instances, at: str, catalog: Catalog, pool: GpuPool) -> list[Problem]:
     field = f"{at}.tensor_parallel_size"
     if model.tensor_parallel_size == "auto":
         try:
             smallest_tensor_parallel(model.size_gb, instances, model.weights_memory_fraction)
         except SizingError as error:
-            fix = _fit_fix(model, instances, catalog)
+            fix, fixes = _fit_fix(model, instances, catalog, at, pool)
             message = str(error) + (
                 ""
                 if fix
                 else "; no instance type of the catalog holds these weights on one "
                 "node (serving across nodes is out of scope)"
             )
-            return [Problem(field, message, fix)]
+            return [Problem(field, message, fix, fixes)]
         return []
     size = model.tensor_parallel_size
     problems = []
+    # Sizes that divide every candidate's GPUs and hold the weights on each: what the fix may offer.
+    fitting = [
+        s
+        for s in sorted(set.intersection(*(set(valid_tensor_parallel_sizes(i)) for i in instances)))
+        if all(weights_fit(model.size_gb, s, i, model.weights_memory_fraction) for i in instances)
+    ]
+    other_size = (
+        f"use {' or '.join(map(str, fitting))}, or 'auto'" if fitting else "use 'auto'",
+        tuple(setting(field, s) for s in [*fitting[:1], "auto"]),
+    )
     for instance in instances:
         valid = valid_tensor_parallel_sizes(instance)
         if size > instance.gpu_count:
-            problems.append(
-                Problem(
-                    field,
-                    f"{size} is larger than the {instance.gpu_count} GPUs of {instance.instance_type}",
-                    f"use one of {valid} or 'auto'",
-                )
-            )
+            what = f"{size} is larger than the {instance.gpu_count} GPUs of {instance.instance_type}"
+            problems.append(Problem(field, what, *other_size))
         elif size not in valid:
-            problems.append(
-                Problem(
-                    field,
-                    f"{size} does not divide the {instance.gpu_count} GPUs of {instance.instance_type}",
-                    f"use one of {valid} or 'auto'",
-                )
-            )
+            what = f"{size} does not divide the {instance.gpu_count} GPUs of {instance.instance_type}"
+            problems.append(Problem(field, what, *other_size))
         elif not weights_fit(model.size_gb, size, instance, model.weights_memory_fraction):
             problems.append(
                 Problem(
@@ -312,13 +364,15 @@ def _tensor_parallel(model, instances, at: str, catalog: Catalog) -> list[Proble
                     f"{model.size_gb:g} GB of weights on {size} x {instance.gpu_memory_gb} GB "
                     f"({instance.instance_type}) leaves less than {1 - model.weights_memory_fraction:.0%} "
                     "of GPU memory for the KV cache",
-                    _fit_fix(model, [instance], catalog, size),
+                    *_fit_fix(model, [instance], catalog, at, pool, size),
                 )
             )
     return problems
 
 
-def _fit_fix(model, instances, catalog: Catalog, size: int | None = None) -> str:
+def _fit_fix(
+    model, instances, catalog: Catalog, at: str, pool: GpuPool, size: int | None = None
+) -> tuple[str, tuple[Fix, ...]]:
     """A fix that makes the weights fit, or none: a larger tensor parallel size, a higher weights fraction (only
     where 0.95 is enough), or instance types that hold the weights (named from the catalog)."""
     fraction = model.weights_memory_fraction
@@ -329,7 +383,10 @@ def _fit_fix(model, instances, catalog: Catalog, size: int | None = None) -> str
             if s > size and weights_fit(model.size_gb, s, instances[0], fraction)
         ]
         if larger:
-            return f"raise tensor_parallel_size to {larger[0]} (or use 'auto')"
+            return (
+                f"raise tensor_parallel_size to {larger[0]} (or use 'auto')",
+                (setting(f"{at}.tensor_parallel_size", larger[0]), setting(f"{at}.tensor_parallel_size", "auto")),
+            )
     sizes = (
         [size]
         if size is not None
@@ -337,9 +394,11 @@ def _fit_fix(model, instances, catalog: Catalog, size: int | None = None) -> str
     )
     needed = min((max(model.size_gb / (s * i.gpu_memory_gb) for i in instances) for s in sizes), default=1.0)
     if needed <= MAX_WEIGHTS_FRACTION:
+        least = math.ceil(needed * 100) / 100
         return (
-            f"raise weights_memory_fraction to at least {math.ceil(needed * 100) / 100:g} (it leaves "
-            f"{1 - needed:.0%} of GPU memory for the KV cache), or use instance types with more GPU memory"
+            f"raise weights_memory_fraction to at least {least:g} (it leaves "
+            f"{1 - needed:.0%} of GPU memory for the KV cache), or use instance types with more GPU memory",
+            (setting(f"{at}.weights_memory_fraction", least),),
         )
     every = (catalog.instance(name) for name in catalog.instances)
     holders = sorted(
@@ -347,8 +406,18 @@ def _fit_fix(model, instances, catalog: Catalog, size: int | None = None) -> str
         key=lambda i: (i.total_gpu_memory_gb, i.instance_type),
     )
     if not holders:
-        return ""  # no single node in the catalog holds these weights: multi-node serving is out of scope
+        return "", ()  # no single node in the catalog holds these weights: multi-node serving is out of scope
+    holder = holders[0]
+    # The holder joins the pool, and this model keeps to it (the others stay where they are); its larger nodes
+    # may need a larger GPU limit, which the budget's own refusal then sizes.
+    edits = [
+        Edit("compute.gpu_pool.instance_types", list(dict.fromkeys([*pool.instance_types, holder.instance_type]))),
+        Edit(f"{at}.instance_types", [holder.instance_type]),
+    ]
+    larger = holder.gpu_count * (model.most_replicas + 1) > pool.gpu_limit
     return (
         f"use instance types whose GPUs hold {model.size_gb:g} GB at weights_memory_fraction {fraction:g}, "
         f"e.g. {', '.join(i.instance_type for i in holders[:3])}"
+        + (f" (then also raise gpu_limit for {model.most_replicas} of them and a rollout's)" if larger else ""),
+        (together(*edits, then_also=("compute.gpu_pool.gpu_limit",) if larger else ()),),
     )

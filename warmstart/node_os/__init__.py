@@ -28,9 +28,9 @@ def karpenter_node_os(alias: str) -> NodeOs:
     return KARPENTER_NODE_OSES[alias.split("@", 1)[0]](alias)
 
 
-def snapshot_alias_hints() -> list[str]:
-    """How to pin each OS that can boot from an image snapshot."""
-    return [hint for os in KARPENTER_NODE_OSES.values() if (hint := os.snapshot_alias_hint())]
+def snapshot_aliases() -> list[str]:
+    """The oldest ami_alias of each OS that can boot from an image snapshot."""
+    return [alias for os in KARPENTER_NODE_OSES.values() if (alias := os.snapshot_alias())]
 
 
 __all__ = [
@@ -43,5 +43,5 @@ __all__ = [
     "SnapshotObstacle",
     "karpenter_node_os",
     "release",
-    "snapshot_alias_hints",
+    "snapshot_aliases",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from warmstart.checks.fix import removing, setting
 from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted
 from warmstart.refusal import Refusal
 
@@ -56,6 +57,7 @@ class Al2023(NodeOs):
             "SOCI's store on the NVMe array (earlier releases lack FastImagePull or unpack every image onto the "
             "root EBS volume)",
             f"pin compute.ami_alias to al2023@v{dotted(FAST_IMAGE_PULL_SINCE)} or later, or remove parallel_pull",
+            (setting("compute.ami_alias", DEFAULT_AMI_ALIAS), removing("image_preload.parallel_pull")),
         )
 
     def snapshot_obstacle(self) -> SnapshotObstacle | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from warmstart.checks.fix import removing
 from warmstart.node_os.base import NodeOs, SnapshotObstacle
 from warmstart.node_os.bottlerocket import NVME_MOUNT
 from warmstart.refusal import Refusal
@@ -23,7 +24,9 @@ class AutoModeOs(NodeOs):
         return Refusal(
             "image_preload.parallel_pull",
             "Auto Mode has no setting for the container runtime's snapshotter (its NodeClass takes no user data)",
-            "remove parallel_pull, or use compute.mode: karpenter with an AL2023 ami_alias",
+            "remove parallel_pull (or move the environment to compute.mode: karpenter with an AL2023 ami_alias, "
+            "whose settings differ)",
+            (removing("image_preload.parallel_pull"),),
         )
 
     def snapshot_obstacle(self) -> SnapshotObstacle | None:

@@ -59,8 +59,8 @@ class NodeOs(ABC):
         """Why new nodes of this OS cannot start from an image snapshot; None where they can."""
 
     @classmethod
-    def snapshot_alias_hint(cls) -> str | None:
-        """How to pin this OS for image snapshots (an ami_alias and its oldest release); None where it cannot."""
+    def snapshot_alias(cls) -> str | None:
+        """The oldest ami_alias of this OS whose nodes boot from image snapshots; None where none does."""
         return None
 
     def snapshot_release_refusal(self) -> Refusal | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from warmstart.checks.fix import removing, setting
+from warmstart.node_os.al2023 import DEFAULT_AMI_ALIAS
 from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, release
 from warmstart.refusal import Refusal
 
@@ -54,7 +56,8 @@ class Bottlerocket(NodeOs):
             "not wired for Bottlerocket: its SOCI store would have to move onto the NVMe array with the rest of "
             "containerd's data, which this project has not verified",
             "remove parallel_pull (image_preload.mode: snapshot puts the images on disk before boot instead), "
-            "or use an AL2023 ami_alias",
+            f"or use an AL2023 ami_alias such as {DEFAULT_AMI_ALIAS}",
+            (removing("image_preload.parallel_pull"), setting("compute.ami_alias", DEFAULT_AMI_ALIAS)),
         )
 
     def snapshot_obstacle(self) -> SnapshotObstacle | None:
@@ -65,8 +68,8 @@ class Bottlerocket(NodeOs):
         return builder_ami_parameter(self.alias, kubernetes_version)
 
     @classmethod
-    def snapshot_alias_hint(cls) -> str | None:
-        return f"a Bottlerocket ami_alias (bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)} or later)"
+    def snapshot_alias(cls) -> str | None:
+        return f"bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)}"
 
     def snapshot_release_refusal(self) -> Refusal | None:
         if self.release >= BOOTSTRAP_COMMANDS_SINCE:
@@ -76,6 +79,7 @@ class Bottlerocket(NodeOs):
             f"{self.alias} predates Bottlerocket's bootstrap commands (v{dotted(BOOTSTRAP_COMMANDS_SINCE)}), "
             "which set up the NVMe array without moving the image store",
             f"pin bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)} or later",
+            (setting("compute.ami_alias", f"bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)}"),),
         )
 
     def karpenter_storage(
