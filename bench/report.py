@@ -27,6 +27,39 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def machine_load() -> dict:
+    """The machine's load averages (1, 5, 15 min) and the CPUs busy: recorded before and after a benchmark, so a
+    ratio measured on a loaded machine says so."""
+    one, five, fifteen = os.getloadavg()
+    return {"load_1m": one, "load_5m": five, "load_15m": fifteen, "cpus": os.cpu_count()}
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": median(values), "min": min(values), "max": max(values), "runs": len(values)}
+
+
+def paired_ratio(ours: list[float], theirs: list[float], *, higher_is_better: bool = False) -> dict:
+    """Ours against theirs, run by run (the runs interleave: A, B, A, B ...), as "how many times as fast": each
+    pair's ratio, their median, min and max, and whether the spread is wider than the gap to 1.0 (then the run does
+    not tell the two apart)."""
+    pairs = [(o / t if higher_is_better else t / o) for o, t in zip(ours, theirs, strict=True) if o > 0 and t > 0]
+    middle = median(pairs)
+    half_spread = (max(pairs) - min(pairs)) / 2
+    return {
+        "ratio": middle,
+        "min": min(pairs),
+        "max": max(pairs),
+        "pairs": pairs,
+        "noisy": half_spread > abs(middle - 1.0),
+    }
+
+
+def said(name: str, ratio: dict) -> str:
+    """A ratio with its spread, flagged where the spread exceeds the gap."""
+    flag = "  (spread wider than the gap: not told apart)" if ratio["noisy"] else ""
+    return f"{name}: {ratio['ratio']:.3f}x [{ratio['min']:.3f}-{ratio['max']:.3f}, {len(ratio['pairs'])} pairs]{flag}"
+
+
 def table(rows: list[dict], columns: list[str]) -> str:
     widths = {c: max(len(c), *(len(_cell(r.get(c))) for r in rows)) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns), "  ".join("-" * widths[c] for c in columns)]

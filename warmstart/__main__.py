@@ -19,11 +19,13 @@ import sys
 from pathlib import Path
 
 from contracts.start_record import STARTS_PATH
+from warmstart.calibrate import RecordsError, calibrate, calibrated_config, read_records, render_calibration
 from warmstart.catalog import default_catalog
 from warmstart.checks.fix import fix_record
 from warmstart.checks.problem import Problem
 from warmstart.cluster_access import diagnose, kubectl_missing
-from warmstart.estimate import estimate_environment, render_estimates
+from warmstart.estimate import estimate_environment
+from warmstart.estimate_report import render_estimates
 from warmstart.loader import ConfigError, load_config
 from warmstart.plan import render_plan
 from warmstart.preflight import ACTIONS, bootstrap_options, check, run_command, target
@@ -59,8 +61,8 @@ def kubectl_get(kubectl: list[str], path: str, config) -> dict:
 
 def plan_command(config, args: argparse.Namespace, source: str) -> int:
     if not args.estimate:
-        if args.plot or args.nodes:
-            print("warmstart plan: --nodes and --plot go with --estimate", file=sys.stderr)
+        if args.plot or args.nodes or args.calibrate:
+            print("warmstart plan: --nodes, --plot and --calibrate go with --estimate", file=sys.stderr)
             return 2
         print(render_plan(config, default_catalog(), source))
         return 0
@@ -74,13 +76,24 @@ def plan_command(config, args: argparse.Namespace, source: str) -> int:
             file=sys.stderr,
         )
         return 2
-    estimates = estimate_environment(config, default_catalog(), nodes=args.nodes)
+    catalog = default_catalog()
+    if args.calibrate:
+        try:
+            timelines = read_records(args.calibrate)
+        except RecordsError as error:
+            print(f"warmstart plan: {error}", file=sys.stderr)
+            return 2
+        calibration = calibrate(config, catalog, timelines)
+        print(render_calibration(config, catalog, calibration, timelines))
+        print()
+        config = calibrated_config(config, calibration)
+    estimates = estimate_environment(config, catalog, nodes=args.nodes)
     print(f"environment {config.name} ({source}): estimated pod start, seconds per phase")
-    print(render_estimates(estimates))
+    print(render_estimates(estimates, config, catalog))
     if args.plot:
         from warmstart.estimate_plot import plot_estimates
 
-        written = plot_estimates(estimates, args.plot, f"warmstart {config.name}: estimated pod start")
+        written = plot_estimates(estimates, args.plot, config.name)
         print(f"chart written to {written}")
     return 0
 
@@ -128,9 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--kubectl", default="kubectl", help="kubectl command (e.g. 'kubectl --context prod')")
     status.add_argument("--starts", action="store_true", help="the last pod starts per model, phase by phase")
     status.add_argument("--last", type=int, default=5, help="with --starts: starts shown per model (default 5)")
+    status.add_argument("--json", action="store_true", help="with --starts: every start record as JSON")
     plan.add_argument("--estimate", action="store_true", help="predict each phase of a pod start in three cases")
     plan.add_argument("--nodes", type=int, help="new nodes scaling out at once (share the NAT; default: config)")
     plan.add_argument("--plot", type=Path, help="with --estimate: write a stacked-bar chart (PNG) here")
+    plan.add_argument(
+        "--calibrate",
+        type=Path,
+        help="with --estimate: fit the estimate to a cluster's start records (status --starts --json, or the "
+        "agents' ConfigMaps as kubectl get -o json) and show it beside them",
+    )
     plan.add_argument(
         "--problems-json",
         action="store_true",
@@ -168,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         except ClusterUnreadable as error:
             print(f"warmstart status: cannot read cluster {config.cluster.name}: {error}", file=sys.stderr)
             return 3
+        if args.json:
+            print(json.dumps([t.to_dict() for t in starts], indent=2))
+            return 0
         print(render_starts(config, starts, last=max(1, args.last)))
         return 0
     try:

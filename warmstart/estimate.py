@@ -1,27 +1,33 @@
 """`warmstart plan --estimate`: each model's pod start, phase by phase, in three cases, before anything is deployed.
 
-- cold node, no warmstart: a new GPU node, the weights downloaded through the NAT gateway to the node's disk and
-  loaded from its root volume (no streamer), the image pulled, torch.compile from nothing;
-- new node, warmstart: a new GPU node, the weights streamed straight to the GPUs through the S3 gateway endpoint,
-  the compile cache restored, the image from the image snapshot where the environment builds one;
+- cold node, no warmstart: a new GPU node, the image pulled plainly, the weights downloaded through the NAT gateway
+  to the root volume and loaded with vLLM's default loader, torch.compile from nothing;
+- new node, warmstart: a new GPU node, the image from the image snapshot or pulled (in parallel where the node does),
+  the weights streamed straight to the GPUs through the S3 gateway endpoint, the compile cache restored;
 - warm node: a node that already ran the model: image present, the weights from the node copy (when the weights
   cache is on, else streamed from S3), the compile cache on the node.
 
-Pure functions of the config, its `estimate` settings and the GPU catalog; docs/estimate.md gives the origin of
-every default and the published figures they are calibrated against (tests/unit/test_estimate.py holds them).
+Each phase follows the physics of its path: bytes over the slowest of the rates on the way (a client's ceiling
+times the clients, the instance network, S3's per-prefix request rate, the disk). The rates are published
+measurements or limits (`estimate` settings, the node OS objects, the GPU catalog; docs/estimate.md cites each),
+and the concurrency and processes are the workload plan's, so the estimate and the manifest cannot disagree.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from warmstart.catalog import Catalog, GpuInstance
 from warmstart.config import EnvironmentConfig, ModelSpec, StartEstimate
-from warmstart.workload import plan_model
+from warmstart.workload import PROBE_PERIOD_SECONDS, plan_model
 
 PHASES = ("node", "image", "restore", "weights", "compile", "engine", "ready")
 CASES = ("cold node, no warmstart", "new node, warmstart", "warm node")
 BITS_PER_BYTE = 8
+MIB = 2**20
+# Where a figure comes from, for the table and the chart.
+MEASURED, PUBLISHED, MODELLED = "measured", "published", "modelled"
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,7 @@ class Phase:
     name: str
     seconds: float
     how: str  # the path and the rate behind the figure, for the table
+    basis: str = PUBLISHED  # measured (this cluster's starts), published (a cited figure), modelled (derived)
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,14 @@ class StartEstimateCase:
         return sum(phase.seconds for phase in self.phases)
 
     def seconds(self, name: str) -> float:
-        return next(phase.seconds for phase in self.phases if phase.name == name)
+        return self.phase(name).seconds
+
+    def phase(self, name: str) -> Phase:
+        return next(phase for phase in self.phases if phase.name == name)
+
+    @property
+    def dominant(self) -> Phase:
+        return max(self.phases, key=lambda phase: phase.seconds)
 
 
 @dataclass(frozen=True)
@@ -59,52 +73,85 @@ class ModelEstimate:
 
 
 def compile_seconds(model: ModelSpec, settings: StartEstimate, *, cached: bool) -> float:
-    """torch.compile: the model's measured times when the config has them, else the size-based defaults."""
+    """torch.compile: the model's measured times when the config has them, else the size-based figures."""
     if model.compile_seconds is not None:
         return model.compile_seconds.cached if cached else model.compile_seconds.cold
     if cached:
         return settings.compile_cached_seconds
-    return settings.compile_cold_base_seconds + settings.compile_cold_seconds_per_gb * model.size_gb
-
-
-def image_pull_seconds(model: ModelSpec, settings: StartEstimate, *, parallel_pull: bool) -> float:
-    size = model.image_size_gb or settings.image_size_gb
-    speedup = settings.parallel_pull_speedup if parallel_pull else 1.0
-    return size * settings.image_pull_seconds_per_gb / speedup
-
-
-def nat_share_gb_per_s(settings: StartEstimate, nodes: int) -> float:
-    """Each new node's share of the NAT gateway when `nodes` download at once."""
-    return settings.nat_gbit_per_s / BITS_PER_BYTE / nodes
+    return settings.compile_cold_base_seconds + settings.compile_cold_seconds_per_ln_gb * math.log(
+        max(model.size_gb, 1.0)
+    )
 
 
 def network_gb_per_s(instance: GpuInstance) -> float:
     return instance.network_gbit_per_s / BITS_PER_BYTE
 
 
-def baseline_weights_seconds(
-    size_gb: float, instance: GpuInstance, settings: StartEstimate, nodes: int
-) -> tuple[float, str]:
-    """Without warmstart: download through the NAT (shared by the nodes scaling out) to disk, then load."""
-    rate = min(settings.download_gb_per_s, network_gb_per_s(instance), nat_share_gb_per_s(settings, nodes))
-    seconds = size_gb / rate + size_gb / settings.root_volume_gb_per_s
-    return seconds, f"NAT {rate:.2f} GB/s then disk {settings.root_volume_gb_per_s:g} GB/s"
+def image_pull_seconds(size_gb: float, mb_per_s: float, instance: GpuInstance) -> tuple[float, float]:
+    """A pull at the runtime's rate, never faster than the instance network: (seconds, GB/s)."""
+    rate = min(mb_per_s / 1000, network_gb_per_s(instance))
+    return size_gb / rate, rate
+
+
+def s3_prefix_gb_per_s(settings: StartEstimate) -> float:
+    """S3's request rate per partitioned prefix times the part each request fetches."""
+    return settings.s3_prefix_gets_per_s * settings.s3_part_mib * MIB / 1e9
 
 
 def streamed_weights_seconds(
-    size_gb: float, instance: GpuInstance, settings: StartEstimate, *, concurrency: int, processes: int
+    size_gb: float, instance: GpuInstance, settings: StartEstimate, *, clients: int, processes: int, pods: int = 1
 ) -> tuple[float, str]:
-    """The Run:ai streamer through the S3 gateway endpoint: no NAT, each process with its own streams."""
-    rate = min(network_gb_per_s(instance), settings.s3_stream_gb_per_s * concurrency * processes)
-    return size_gb / rate, f"streamer via gateway {rate:.2f} GB/s"
+    """The Run:ai streamer through the S3 gateway endpoint: each process opens `clients` S3 clients, each up to
+    its throughput target; the instance network and S3's per-prefix rate bound them all, shared by the pods
+    streaming on the node at once."""
+    ceiling = clients * processes * settings.streamer_client_gbit_per_s / BITS_PER_BYTE
+    rate = min(ceiling, network_gb_per_s(instance) / pods, s3_prefix_gb_per_s(settings))
+    bound = min(
+        (ceiling, f"{clients} x {processes} clients"),
+        (network_gb_per_s(instance) / pods, "instance network"),
+        (s3_prefix_gb_per_s(settings), "S3 prefix request rate"),
+    )[1]
+    return size_gb / rate, f"streamer via gateway {rate:.2f} GB/s ({bound})"
 
 
-def node_copy_weights_seconds(size_gb: float, instance: GpuInstance, settings: StartEstimate) -> tuple[float, str]:
-    rate = instance.nvme_read_gb_per_s or settings.nvme_gb_per_s
-    return size_gb / rate, f"node copy on NVMe {rate:g} GB/s"
+def node_copy_weights_seconds(
+    size_gb: float, instance: GpuInstance, settings: StartEstimate, *, readers: int, processes: int
+) -> tuple[float, str]:
+    """The node copy on the RAID0 array, read by the streamer's readers (each at a local reader's rate)."""
+    disk = instance.nvme_read_gb_per_s or settings.nvme_gb_per_s
+    rate = min(disk, readers * processes * settings.local_reader_gb_per_s)
+    return size_gb / rate, f"node copy on NVMe {rate:.2f} GB/s"
+
+
+def baseline_weights_seconds(
+    size_gb: float, instance: GpuInstance, settings: StartEstimate, nodes: int
+) -> tuple[float, str]:
+    """Without warmstart: a download through the NAT (shared by the nodes scaling out) to the root volume, then
+    vLLM's default loader reads it."""
+    rate = min(
+        settings.download_connections * settings.s3_connection_mb_per_s / 1000,
+        settings.nat_gbit_per_s / BITS_PER_BYTE / nodes,
+        network_gb_per_s(instance),
+        settings.root_volume_gb_per_s,
+    )
+    seconds = size_gb / rate + size_gb / settings.loader_gb_per_s
+    return seconds, f"download {rate:.2f} GB/s, then loader {settings.loader_gb_per_s:g} GB/s"
+
+
+def ready_seconds() -> float:
+    """From the server listening to Ready: half the rendered probe period on average."""
+    return PROBE_PERIOD_SECONDS / 2
 
 
 # ---- the three cases ----
+
+
+def estimate_instance(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> GpuInstance:
+    """The largest candidate: what a scale-out usually gets for a model that needs the GPUs."""
+    return max(
+        (catalog.instance(name) for name in model.instance_types or config.compute.gpu_pool.instance_types),
+        key=lambda candidate: (candidate.gpu_count, candidate.network_gbit_per_s),
+    )
 
 
 def estimate_model(
@@ -113,33 +160,45 @@ def estimate_model(
     settings = config.estimate
     nodes = nodes or settings.scale_out_nodes
     plan = plan_model(model, config, catalog)
-    # The largest candidate: what a scale-out usually gets for a model that needs the GPUs.
-    instance = max(
-        (catalog.instance(name) for name in model.instance_types or config.compute.gpu_pool.instance_types),
-        key=lambda candidate: (candidate.gpu_count, candidate.network_gbit_per_s),
-    )
+    instance = estimate_instance(model, config, catalog)
     size = model.size_gb
     processes = plan.tensor_parallel if plan.distributed else 1
-    compile_cache = plan.compile_cache
-    eager = model.enforce_eager
-    pull = image_pull_seconds(model, settings, parallel_pull=config.image_preload.parallel_pull)
-    plain_pull = image_pull_seconds(model, settings, parallel_pull=False)
-    engine = Phase("engine", settings.engine_init_seconds, "KV-cache profiling, CUDA graphs")
-    ready = Phase("ready", settings.ready_seconds, "readiness probe")
+    node_os = config.compute.node_os
+    image_gb = model.image_size_gb or settings.image_size_gb
+    measured = MEASURED if model.compile_seconds is not None else PUBLISHED
+
+    parallel_mb = settings.parallel_pull_mb_per_s or node_os.parallel_pull_mb_per_s
+
+    def pulled(in_parallel: bool) -> Phase:
+        mb_per_s = parallel_mb if in_parallel else settings.plain_pull_mb_per_s
+        seconds, rate = image_pull_seconds(image_gb, mb_per_s, instance)
+        return Phase(
+            "image", seconds, f"{'parallel' if in_parallel else 'plain'} pull {rate * 1000:.0f} MB/s", MODELLED
+        )
+
+    # Without warmstart the node pulls as its OS does by itself (Auto Mode: in parallel on GPU instances).
+    unconfigured = config.image_preload.model_copy(update={"parallel_pull": False})
+    engine = (
+        Phase("engine", settings.engine_eager_seconds, "KV-cache profiling, warm-up (eager: no CUDA graphs)")
+        if model.enforce_eager
+        else Phase("engine", settings.engine_seconds, "KV-cache profiling, warm-up, CUDA graphs")
+    )
+    ready = Phase("ready", ready_seconds(), f"probe every {PROBE_PERIOD_SECONDS} s", MODELLED)
+    node = Phase("node", settings.node_ready_seconds, "launch, boot, join")
 
     def compiled(cached: bool, how: str) -> Phase:
-        if eager:
-            return Phase("compile", 0.0, "enforce_eager: no torch.compile")
-        return Phase("compile", compile_seconds(model, settings, cached=cached), how)
+        if model.enforce_eager:
+            return Phase("compile", 0.0, "enforce_eager: no torch.compile", MODELLED)
+        return Phase("compile", compile_seconds(model, settings, cached=cached), how, measured)
 
     weights_cold, how_cold = baseline_weights_seconds(size, instance, settings, nodes)
     cold = StartEstimateCase(
         CASES[0],
         (
-            Phase("node", settings.node_ready_seconds, "launch, boot, join"),
-            Phase("image", plain_pull, "pulled from the registry"),
-            Phase("restore", 0.0, "no compile cache"),
-            Phase("weights", weights_cold, how_cold),
+            node,
+            pulled(node_os.pulls_in_parallel(unconfigured, instance.instance_type)),
+            Phase("restore", 0.0, "no compile cache", MODELLED),
+            Phase("weights", weights_cold, how_cold, MODELLED),
             compiled(False, "compiled from nothing"),
             engine,
             ready,
@@ -147,23 +206,22 @@ def estimate_model(
     )
 
     streamed, how_streamed = streamed_weights_seconds(
-        size, instance, settings, concurrency=plan.concurrency, processes=processes
+        size, instance, settings, clients=plan.concurrency, processes=processes
     )
     if config.image_preload.strategy.boots_with_images:
         image_new = Phase("image", settings.image_present_seconds, "on the node's data volume (image snapshot)")
     else:  # a pre-pull DaemonSet pulls on a new node at the same time as the pod: no gain for its first pod
-        image_new = Phase(
-            "image", pull, "pulled" + (" (SOCI parallel pull)" if config.image_preload.parallel_pull else "")
-        )
+        image_new = pulled(node_os.pulls_in_parallel(config.image_preload, instance.instance_type))
+    compile_cache = plan.compile_cache
     new = StartEstimateCase(
         CASES[1],
         (
-            Phase("node", settings.node_ready_seconds, "launch, boot, join"),
+            node,
             image_new,
             Phase("restore", settings.restore_seconds, "compile cache from S3")
             if compile_cache
-            else Phase("restore", 0.0, "compile cache off"),
-            Phase("weights", streamed, how_streamed),
+            else Phase("restore", 0.0, "compile cache off", MODELLED),
+            Phase("weights", streamed, how_streamed, MODELLED),
             compiled(compile_cache, "restored cache" if compile_cache else "compiled from nothing"),
             engine,
             ready,
@@ -171,16 +229,18 @@ def estimate_model(
     )
 
     if plan.weights_cache:
-        weights_warm, how_warm = node_copy_weights_seconds(size, instance, settings)
+        weights_warm, how_warm = node_copy_weights_seconds(
+            size, instance, settings, readers=plan.concurrency, processes=processes
+        )
     else:
         weights_warm, how_warm = streamed, how_streamed
     warm = StartEstimateCase(
         CASES[2],
         (
-            Phase("node", 0.0, "already running"),
+            Phase("node", 0.0, "already running", MODELLED),
             Phase("image", settings.image_present_seconds, "present (the node ran the model)"),
-            Phase("restore", 0.0, "on the node"),
-            Phase("weights", weights_warm, how_warm),
+            Phase("restore", 0.0, "on the node", MODELLED),
+            Phase("weights", weights_warm, how_warm, MODELLED),
             compiled(True, "cache on the node"),
             engine,
             ready,
@@ -193,36 +253,3 @@ def estimate_environment(
     config: EnvironmentConfig, catalog: Catalog, *, nodes: int | None = None
 ) -> list[ModelEstimate]:
     return [estimate_model(model, config, catalog, nodes=nodes) for model in config.models]
-
-
-# ---- output ----
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-
-
-def render_estimates(estimates: list[ModelEstimate]) -> str:
-    lines = []
-    for estimate in estimates:
-        lines.append(
-            f"model {estimate.model} on {estimate.instance_type}, {estimate.nodes} node(s) scaling out at once"
-        )
-        header: tuple[str, ...] = ("case", *PHASES, "total")
-        rows: list[tuple[str, ...]] = [header]
-        for case in estimate.cases:
-            rows.append((case.case, *(f"{case.seconds(p):.0f}" for p in PHASES), _minutes(case.total_seconds)))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines += [
-            "  "
-            + "  ".join(
-                cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-            for row in rows
-        ]
-        cold, new, warm = (case.total_seconds for case in estimate.cases)
-        lines.append(f"  new node with warmstart: {cold / new:.1f}x faster than without; warm node {cold / warm:.1f}x")
-        how = {p.name: p.how for p in estimate.cases[1].phases if p.seconds}
-        lines.append("  new node paths: " + "; ".join(f"{name}: {text}" for name, text in how.items()))
-        lines.append("")
-    return "\n".join(lines)

@@ -238,8 +238,7 @@ CASES: list[tuple[str, str, dict, Catalog | None]] = [
     ("active-set parameter malformed", "dev", {"pruning.extra_active_set_parameters": ["/other/env"]}, None),
     ("caches.image moved", "dev", {"caches.image": True}, None),
     # image preload
-    ("parallel pull on Auto Mode", "dev", {"image_preload.parallel_pull": True}, None),
-    ("parallel pull on Bottlerocket", "prod", {"compute.ami_alias": "bottlerocket@v1.50.0"}, None),
+    ("parallel pull on an old Bottlerocket", "prod", {"compute.ami_alias": "bottlerocket@v1.45.0"}, None),
     ("parallel pull on an old AL2023", "prod", {"compute.ami_alias": "al2023@v20250101"}, None),
     ("snapshot on Auto Mode", "dev", {"image_preload.mode": "snapshot"}, None),
     ("snapshot on AL2023", "prod", {"image_preload.mode": "snapshot"}, None),

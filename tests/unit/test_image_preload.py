@@ -174,13 +174,18 @@ def test_snapshot_refuses_a_data_volume_the_image_gc_would_empty():
     assert "at least 41" in problem.fix
 
 
-def test_parallel_pull_is_refused_in_auto_mode_and_on_bottlerocket():
+def test_parallel_pull_is_what_auto_mode_does_and_bottlerocket_needs_the_release_that_binds_its_store():
     document = raw("dev")
     document["image_preload"] = {"mode": "prepull", "parallel_pull": True}
-    assert only_problem(document).field == "image_preload.parallel_pull"
+    parse_config(document)  # Auto Mode pulls in parallel on GPU instances by itself
     document = bottlerocket_snapshot()
     document["image_preload"] = {"mode": "prepull", "parallel_pull": True}
-    assert "Bottlerocket" in only_problem(document).message
+    config = parse_config(document)
+    storage = config.compute.node_os.karpenter_storage(config.compute, config.image_preload, None)
+    assert 'snapshotter = "soci"' in storage["userData"] and storage["instanceStorePolicy"] == "RAID0"
+    document["compute"]["ami_alias"] = "bottlerocket@v1.45.0"
+    problem = only_problem(document)
+    assert problem.field == "image_preload.parallel_pull" and "bottlerocket@v1.46.0" in problem.fix
 
 
 def test_parallel_pull_needs_an_al2023_release_that_unpacks_onto_the_nvme_array():

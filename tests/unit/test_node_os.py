@@ -27,7 +27,14 @@ def test_each_os_answers_where_the_array_is_and_what_it_allows():
     prepull, snapshot = ImagePreload(mode="prepull"), ImagePreload(mode="snapshot")
     assert al2023.parallel_pull_refusal(prepull) is None
     assert karpenter_node_os("al2023@v20251001").parallel_pull_refusal(prepull) is not None  # before SOCI on NVMe
-    assert bottlerocket.parallel_pull_refusal(prepull) is not None and AUTO_MODE_OS.parallel_pull_refusal(prepull)
+    # Bottlerocket from v1.46.0, whose RAID0 setup binds SOCI's store onto the array; Auto Mode does it itself.
+    assert bottlerocket.parallel_pull_refusal(prepull) is None and AUTO_MODE_OS.parallel_pull_refusal(prepull) is None
+    assert karpenter_node_os("bottlerocket@v1.45.0").parallel_pull_refusal(prepull) is not None
+    assert AUTO_MODE_OS.pulls_in_parallel(prepull, "g6e.xlarge") and AUTO_MODE_OS.pulls_in_parallel(
+        prepull, "p5.48xlarge"
+    )
+    assert not AUTO_MODE_OS.pulls_in_parallel(prepull, "m7i.xlarge")
+    assert not al2023.pulls_in_parallel(prepull, "p5.48xlarge")
     assert bottlerocket.parallel_pull_refusal(snapshot) is None  # the snapshot's own rule speaks there
     assert bottlerocket.snapshot_obstacle() is None
     assert al2023.snapshot_obstacle() is not None and AUTO_MODE_OS.snapshot_obstacle() is not None

@@ -265,7 +265,7 @@ def test_startup_budget_grows_with_the_weights_and_shrinks_with_parallel_streami
     config = parse_config(raw("prod"))
     llama = next(m for m in config.models if m.name == "llama-3-3-70b")
     # 140 GB over 4 streaming processes at 0.1 GB/s each, plus compile and engine start, with 1.5x headroom.
-    assert startup_budget_seconds(llama, 4) == round((140 / 0.4 + 180) * 1.5)
+    assert startup_budget_seconds(llama, 4) == round((140 / 0.4 + 190) * 1.5)
     assert startup_budget_seconds(llama, 1) > startup_budget_seconds(llama, 4)
     bigger = llama.model_copy(update={"size_gb": 280})
     assert startup_budget_seconds(bigger, 4) > startup_budget_seconds(llama, 4)
@@ -275,7 +275,7 @@ def test_startup_budget_has_a_floor_an_eager_discount_and_an_override():
     from warmstart.workload import STARTUP_MINIMUM_SECONDS, startup_budget_seconds
 
     model = parse_config(raw("dev")).models[0]  # 10 GB, one GPU
-    assert startup_budget_seconds(model, 1) == 420  # (100 s + 180 s) x 1.5
+    assert startup_budget_seconds(model, 1) == 435  # (100 s + 190 s) x 1.5
     eager = model.model_copy(update={"enforce_eager": True})
     assert startup_budget_seconds(eager, 1) == STARTUP_MINIMUM_SECONDS  # (100 + 60) x 1.5 = 240, below the floor
     assert startup_budget_seconds(model.model_copy(update={"startup_budget_seconds": 1500}), 1) == 1500

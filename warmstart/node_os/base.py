@@ -53,6 +53,14 @@ class NodeOs(ABC):
 
     # nodeadm-style minimum (vCPUs, GiB of memory) below which the OS silently skips parallel pull; None: no minimum.
     parallel_pull_min_node: tuple[int, float] | None = None
+    # A serving image's pull rate with SOCI parallel pull as this OS runs it (MB/s, a published measurement; each
+    # OS module cites its own), and whether its nodes pull that way whatever the config says (Auto Mode).
+    parallel_pull_mb_per_s: float
+    always_pulls_in_parallel: bool = False
+
+    def pulls_in_parallel(self, preload: ImagePreload, instance_type: str) -> bool:
+        """Whether a pull on this node uses SOCI parallel pull and unpack."""
+        return preload.parallel_pull
 
     @abstractmethod
     def snapshot_obstacle(self) -> SnapshotObstacle | None:
