@@ -13,11 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import boto3  # noqa: E402
-from botocore.config import Config  # noqa: E402
-
 from node_agent.runtime.log import EventLog  # noqa: E402
-from node_agent.runtime.s3_store import WeightsSource  # noqa: E402
+from node_agent.runtime.s3_store import WeightsSource, s3_client  # noqa: E402
 from node_agent.runtime.weights import WeightsCache, WeightsLayout  # noqa: E402
 
 
@@ -33,17 +30,13 @@ def main(
     buffer_bytes: int,
     pause_file: str | None = None,
 ) -> None:
-    client = boto3.client(
-        "s3",
+    # The agent's own client (its timeouts, retries and pool), pointed at the local server.
+    client = s3_client(
+        "us-east-1",
+        connections=2 * threads,
         endpoint_url=endpoint,
         aws_access_key_id=access_key,
         aws_secret_access_key=secret_key,
-        region_name="us-east-1",
-        config=Config(
-            s3={"addressing_style": "path"},
-            max_pool_connections=2 * threads,
-            retries={"mode": "standard", "max_attempts": 3},
-        ),
     )
     source = WeightsSource(client, bucket, part_bytes=part_mib * 2**20, threads=threads, buffer_bytes=buffer_bytes)
     cache = WeightsCache(

@@ -3,7 +3,9 @@ namespace) and `warmstart status --starts` reads. One definition for both sides,
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from contracts.agent_settings import AGENT_NAMESPACE
 
@@ -53,12 +55,55 @@ class StartTimeline:
 
     @classmethod
     def from_dict(cls, document: dict) -> StartTimeline | None:
-        """None for a record of another version or a malformed one (status skips it instead of failing)."""
+        """None for a record of another version or a malformed one (status and calibration skip it instead of
+        failing): a node's ConfigMap is untrusted, so every field must have its type, every time and phase be a
+        finite number (a phase from 0 to a day), and the texts be short."""
         if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
             return None
-        try:
-            fields = {name: document[name] for name in cls.__dataclass_fields__ if name in document}
-            fields["missing"] = tuple(fields.get("missing", ()))
-            return cls(**fields)
-        except TypeError:
+        fields: dict[str, Any] = {name: document.get(name) for name in cls.__dataclass_fields__}
+        texts = ("model", "namespace", "pod", "uid", "node", "outcome", "vllm_log_format")
+        optional_texts = ("image", "restore", "weights_source", "compile_cache")
+        if not all(_text(fields[name]) for name in texts) or not all(
+            fields[name] is None or _text(fields[name]) for name in optional_texts
+        ):
             return None
+        if not (_count(fields["start"]) and _time(fields["created"]) and isinstance(fields["new_node"], bool)):
+            return None
+        if fields["ready"] is not None and not (_time(fields["ready"]) and fields["ready"] >= fields["created"]):
+            return None
+        phases, missing = fields["phases"] or {}, fields["missing"] or []
+        if not isinstance(phases, dict) or not isinstance(missing, list) or len(phases) > len(TIMELINE_PHASES):
+            return None
+        if not all(name in TIMELINE_PHASES and (v is None or _seconds(v)) for name, v in phases.items()):
+            return None
+        if not all(_text(name) for name in missing) or len(missing) > 16:
+            return None
+        fields["missing"] = tuple(missing)
+        fields["phases"] = {name: float(v) if v is not None else None for name, v in phases.items()}
+        return cls(**fields)
+
+
+MAX_TEXT = 253  # a Kubernetes name at most
+DAY_SECONDS = 86_400
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_TEXT
+
+
+def _number(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) < 2**53 if isinstance(value, int) else math.isfinite(value)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def _time(value: object) -> bool:
+    return _number(value) and 0 <= value < 2**40  # type: ignore[operator]
+
+
+def _seconds(value: object) -> bool:
+    return _number(value) and 0 <= value <= DAY_SECONDS  # type: ignore[operator]

@@ -33,7 +33,7 @@ def assert_fixes_work(document: dict, problems: list[Problem], catalog: Catalog 
         # Words and data agree: a fix in words has one as data, and a refusal with no fix has neither.
         assert bool(problem.fixes) == bool(problem.fix), f"fix in words but not as data, or the reverse: {problem}"
         for fix in problem.fixes:
-            after = refusals(apply_fix(document, fix), catalog)
+            after = refusals(apply_fix(document, fix, use_examples=True), catalog)
             assert _key(problem) not in {_key(p) for p in after}, f"{problem}\n  still refused after {fix}"
             new = [
                 str(p)

@@ -80,7 +80,7 @@ def bottlerocket_snapshot_raw() -> dict:
     """prod on Bottlerocket with image_preload snapshot: the path no shipped environment takes (yet), checked by
     the same environment-wide tests (cdk-nag, cfn-lint, condition keys, manifest schemas)."""
     raw = _shipped_raw("prod")
-    raw["compute"]["ami_alias"] = "bottlerocket@v1.50.0"
+    raw["compute"]["ami_alias"] = "bottlerocket@v1.57.0"
     raw["image_preload"] = {"mode": "snapshot"}
     return raw
 

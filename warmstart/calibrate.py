@@ -6,7 +6,6 @@ estimate is shown beside the measurements, phase by phase."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +13,13 @@ from typing import Any
 
 from contracts.start_record import StartTimeline
 from warmstart.catalog import Catalog
-from warmstart.config import EnvironmentConfig, MeasuredCompile
+from warmstart.config import EnvironmentConfig, MeasuredCompile, StartEstimate
 from warmstart.estimate import BITS_PER_BYTE, CASES, PHASES, ModelEstimate, estimate_instance, estimate_model
-from warmstart.status import read_starts
+from warmstart.status import read_starts, strict_json
 from warmstart.workload import plan_model
+
+# A phase shorter than this measures nothing a rate can be fitted from (clock resolution, a cached read).
+MIN_SECONDS = 0.1
 
 
 class RecordsError(ValueError):
@@ -27,9 +29,12 @@ class RecordsError(ValueError):
 def read_records(path: Path) -> list[StartTimeline]:
     """Start records from a ConfigMap list (kubectl's JSON) or a JSON list of records; others are skipped."""
     try:
-        document = json.loads(path.read_text())
+        text = path.read_text()
     except (OSError, ValueError) as error:
         raise RecordsError(f"{path}: not a JSON file of start records ({error})") from None
+    document = strict_json(text)
+    if document is None:
+        raise RecordsError(f"{path}: not a JSON file of start records (not JSON, or NaN, Infinity, too deep)")
     if isinstance(document, dict):
         return read_starts(document)
     if isinstance(document, list):
@@ -92,7 +97,7 @@ def _pull_rates(config, catalog, ready, names) -> dict[str, float]:
     rates: dict[str, list[float]] = {"parallel_pull_mb_per_s": [], "plain_pull_mb_per_s": []}
     for t in ready:
         seconds = t.phases.get("image")
-        if t.image != "pulled" or not seconds:
+        if t.image != "pulled" or not seconds or seconds < MIN_SECONDS:
             continue
         model = names[t.model]
         instance = estimate_instance(model, config, catalog)
@@ -109,7 +114,7 @@ def _stream_rates(config, catalog, ready, names) -> dict[str, float]:
     reader: list[float] = []
     for t in ready:
         seconds = t.phases.get("weights")
-        if not seconds:
+        if not seconds or seconds < MIN_SECONDS:
             continue
         model = names[t.model]
         plan = plan_model(model, config, catalog)
@@ -130,7 +135,18 @@ def _stream_rates(config, catalog, ready, names) -> dict[str, float]:
 
 
 def calibrated_config(config: EnvironmentConfig, calibration: Calibration) -> EnvironmentConfig:
-    estimate = config.estimate.model_copy(update=calibration.settings)
+    """The config with the fitted settings, validated as the file would be (a value the model refuses is left
+    out, never used)."""
+    current = config.estimate.model_dump()
+    kept = {}
+    for name, value in calibration.settings.items():
+        try:
+            StartEstimate.model_validate({**current, name: value})
+        except ValueError:
+            continue
+        kept[name] = value
+    measured = sorted({*config.estimate.measured, *kept})
+    estimate = StartEstimate.model_validate({**current, **kept, "measured": measured})
     models = [
         m.model_copy(update={"compile_seconds": calibration.compile_seconds[m.name]})
         if m.name in calibration.compile_seconds

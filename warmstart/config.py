@@ -475,18 +475,18 @@ class StartEstimate(Strict):
     # S3's request rate per partitioned prefix (5,500 GET/s) times the CRT client's part size (8 MiB).
     s3_prefix_gets_per_s: PositiveInt = 5500
     s3_part_mib: PositiveInt = 8
-    # One streamer reader on a local disk (Run:ai benchmark: 15 GB in 47.56 s at concurrency 1, gp3).
-    local_reader_gb_per_s: PositiveFloat = 0.315
+    # One streamer reader on a local disk (Run:ai benchmark: Llama 3 8B, 16.06 GB, in 47.56 s at concurrency 1, gp3).
+    local_reader_gb_per_s: PositiveFloat = 0.3377
     # Instance-store read rate where the catalog has no published figure (assumption; see docs/estimate.md).
     nvme_gb_per_s: PositiveFloat = 2.0
     # Without warmstart: a downloader (the AWS CLI's 10 concurrent requests, S3's 85-90 MB/s per connection)
     # through a NAT gateway (up to 100 Gbit/s, shared by the nodes scaling out) to the root EBS volume (~1 GB/s),
-    # then vLLM's default safetensors loader (Run:ai benchmark: 15 GB in 47.99 s).
+    # then vLLM's default safetensors loader (Run:ai benchmark: the same 16.06 GB in 47.99 s).
     download_connections: PositiveInt = 10
     s3_connection_mb_per_s: PositiveFloat = 87.5
     nat_gbit_per_s: PositiveFloat = 100
     root_volume_gb_per_s: PositiveFloat = 1.0
-    loader_gb_per_s: PositiveFloat = 0.3126
+    loader_gb_per_s: PositiveFloat = 0.3347
     # How many new nodes start at once (they share the NAT without warmstart); `plan --estimate --nodes N`.
     scale_out_nodes: PositiveInt = 1
     # torch.compile from nothing: base + per ln(GB) (least squares on the EKS guide's 53 s at 60 GB, 60 s at 140 GB
@@ -501,6 +501,21 @@ class StartEstimate(Strict):
     # vLLM 0.22 on g6.4xlarge: 27.9 s and 4.0 s); with enforce_eager, no capture.
     engine_seconds: float = Field(default=31.9, ge=0)
     engine_eager_seconds: float = Field(default=27.9, ge=0)
+    # The settings above measured in this cluster (`plan --estimate --calibrate` writes them): their phases are
+    # marked as measured.
+    measured: list[str] = Field(default_factory=list)
+
+    @field_validator("measured")
+    @classmethod
+    def _known_settings(cls, value: list[str]) -> list[str]:
+        unknown = [name for name in value if name not in cls.model_fields or name == "measured"]
+        if unknown:
+            raise Refused(
+                f"names no estimate setting: {', '.join(unknown)}",
+                "list only the settings above",
+                setting("", [name for name in value if name not in unknown]),
+            )
+        return value
 
 
 class Autoscaling(Strict):

@@ -23,6 +23,11 @@ from warmstart.config import EnvironmentConfig, ModelSpec, StartEstimate
 from warmstart.workload import PROBE_PERIOD_SECONDS, plan_model
 
 PHASES = ("node", "image", "restore", "weights", "compile", "engine", "ready")
+# GPUs from which an instance is a multi-card P-class node (8 GPUs, EFA cards).
+LARGE_NODE_GPUS = 8
+# S3 traffic leaves through the primary ENA interface on network card 0; P5-class instances list the bandwidth of
+# all their cards (3,200 Gbit/s, EFA included), 100 Gbit/s per card (EC2 user guide, "Network cards").
+ENA_CARD_GBIT_PER_S = 100
 CASES = ("cold node, no warmstart", "new node, warmstart", "warm node")
 BITS_PER_BYTE = 8
 MIB = 2**20
@@ -84,7 +89,11 @@ def compile_seconds(model: ModelSpec, settings: StartEstimate, *, cached: bool) 
 
 
 def network_gb_per_s(instance: GpuInstance) -> float:
-    return instance.network_gbit_per_s / BITS_PER_BYTE
+    """What S3 traffic can use of the instance's network: one card's worth on multi-card P-class instances."""
+    gbit = instance.network_gbit_per_s
+    if instance.gpu_count >= LARGE_NODE_GPUS and gbit > ENA_CARD_GBIT_PER_S:
+        gbit = ENA_CARD_GBIT_PER_S
+    return gbit / BITS_PER_BYTE
 
 
 def image_pull_seconds(size_gb: float, mb_per_s: float, instance: GpuInstance) -> tuple[float, float]:
@@ -166,30 +175,50 @@ def estimate_model(
     node_os = config.compute.node_os
     image_gb = model.image_size_gb or settings.image_size_gb
     measured = MEASURED if model.compile_seconds is not None else PUBLISHED
+    fitted = set(settings.measured)
+
+    def basis(*names: str, otherwise: str = PUBLISHED) -> str:
+        """Measured where a setting behind the figure was fitted to this cluster's starts."""
+        return MEASURED if fitted.intersection(names) else otherwise
 
     parallel_mb = settings.parallel_pull_mb_per_s or node_os.parallel_pull_mb_per_s
 
     def pulled(in_parallel: bool) -> Phase:
         mb_per_s = parallel_mb if in_parallel else settings.plain_pull_mb_per_s
         seconds, rate = image_pull_seconds(image_gb, mb_per_s, instance)
-        return Phase(
-            "image", seconds, f"{'parallel' if in_parallel else 'plain'} pull {rate * 1000:.0f} MB/s", MODELLED
-        )
+        name = "parallel_pull_mb_per_s" if in_parallel else "plain_pull_mb_per_s"
+        how = f"{'parallel' if in_parallel else 'plain'} pull {rate * 1000:.0f} MB/s"
+        return Phase("image", seconds, how, basis(name, otherwise=MODELLED))
 
     # Without warmstart the node pulls as its OS does by itself (Auto Mode: in parallel on GPU instances).
     unconfigured = config.image_preload.model_copy(update={"parallel_pull": False})
     engine = (
-        Phase("engine", settings.engine_eager_seconds, "KV-cache profiling, warm-up (eager: no CUDA graphs)")
+        Phase(
+            "engine",
+            settings.engine_eager_seconds,
+            "KV-cache profiling, warm-up (eager: no CUDA graphs)",
+            basis("engine_eager_seconds"),
+        )
         if model.enforce_eager
-        else Phase("engine", settings.engine_seconds, "KV-cache profiling, warm-up, CUDA graphs")
+        else Phase(
+            "engine", settings.engine_seconds, "KV-cache profiling, warm-up, CUDA graphs", basis("engine_seconds")
+        )
     )
     ready = Phase("ready", ready_seconds(), f"probe every {PROBE_PERIOD_SECONDS} s", MODELLED)
-    node = Phase("node", settings.node_ready_seconds, "launch, boot, join")
+    # The published node times are of 1-GPU G instances; an 8-GPU P instance (EFA, NVSwitch) takes at least as long.
+    large = instance.gpu_count >= LARGE_NODE_GPUS
+    node = Phase(
+        "node",
+        settings.node_ready_seconds,
+        "launch, boot, join" + (" (a lower bound: no published figure for 8-GPU nodes)" if large else ""),
+        basis("node_ready_seconds", otherwise=MODELLED if large else PUBLISHED),
+    )
 
     def compiled(cached: bool, how: str) -> Phase:
         if model.enforce_eager:
             return Phase("compile", 0.0, "enforce_eager: no torch.compile", MODELLED)
-        return Phase("compile", compile_seconds(model, settings, cached=cached), how, measured)
+        source = basis("compile_cached_seconds", otherwise=measured) if cached else measured
+        return Phase("compile", compile_seconds(model, settings, cached=cached), how, source)
 
     weights_cold, how_cold = baseline_weights_seconds(size, instance, settings, nodes)
     cold = StartEstimateCase(
@@ -221,7 +250,7 @@ def estimate_model(
             Phase("restore", settings.restore_seconds, "compile cache from S3")
             if compile_cache
             else Phase("restore", 0.0, "compile cache off", MODELLED),
-            Phase("weights", streamed, how_streamed, MODELLED),
+            Phase("weights", streamed, how_streamed, basis("streamer_client_gbit_per_s", otherwise=MODELLED)),
             compiled(compile_cache, "restored cache" if compile_cache else "compiled from nothing"),
             engine,
             ready,
@@ -240,7 +269,14 @@ def estimate_model(
             Phase("node", 0.0, "already running", MODELLED),
             Phase("image", settings.image_present_seconds, "present (the node ran the model)"),
             Phase("restore", 0.0, "on the node", MODELLED),
-            Phase("weights", weights_warm, how_warm, MODELLED),
+            Phase(
+                "weights",
+                weights_warm,
+                how_warm,
+                basis(
+                    "local_reader_gb_per_s" if plan.weights_cache else "streamer_client_gbit_per_s", otherwise=MODELLED
+                ),
+            ),
             compiled(True, "cache on the node"),
             engine,
             ready,

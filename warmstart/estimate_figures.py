@@ -29,6 +29,12 @@ class Comparison:
     published_s: float
     estimate_s: float
     known_disagreement: str
+    not_counted: str = ""
+
+    @property
+    def organisation(self) -> str:
+        """Who published it, without the channel ("vLLM project (GitHub issue by a user)" -> "vLLM project")."""
+        return self.publisher.split(" (", 1)[0]
 
     @property
     def ratio(self) -> float:
@@ -40,7 +46,12 @@ class Comparison:
 
 
 def load_figures(path: Path = FIGURES) -> list[dict[str, Any]]:
-    return yaml.safe_load(path.read_text())
+    return yaml.safe_load(path.read_text())["figures"]
+
+
+def parameter_sources(path: Path = FIGURES) -> list[dict[str, Any]]:
+    """The measurements the parameters come from (none may be a validation figure)."""
+    return yaml.safe_load(path.read_text())["parameter_sources"]
 
 
 def _catalog(overrides: dict[str, dict]) -> Catalog:
@@ -69,6 +80,7 @@ def compare(figure: dict[str, Any]) -> Comparison:
         published_s=float(figure["published_s"]),
         estimate_s=sum(case.seconds(phase) for phase in wanted["phases"]),
         known_disagreement=figure.get("known_disagreement", ""),
+        not_counted=figure.get("not_counted", ""),
     )
 
 
@@ -77,6 +89,7 @@ def render_table(comparisons: list[Comparison]) -> str:
     lines = ["| figure | published | estimate | ratio | |", "| --- | ---: | ---: | ---: | --- |"]
     for c in comparisons:
         verdict = "agrees" if c.agrees else ("known disagreement" if c.known_disagreement else "DISAGREES")
+        verdict += " (not counted)" if c.not_counted else ""
         lines.append(f"| {c.id} | {c.published_s:g} s | {c.estimate_s:.1f} s | {c.ratio:.2f} | {verdict} |")
     return "\n".join(lines)
 

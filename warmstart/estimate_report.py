@@ -11,7 +11,7 @@ from warmstart.checks.environment import check_environment
 from warmstart.checks.fix import Edit, Fix, apply_fix
 from warmstart.config import EnvironmentConfig, KarpenterCompute
 from warmstart.estimate import CASES, MEASURED, PHASES, PUBLISHED, ModelEstimate, estimate_model
-from warmstart.node_os import snapshot_aliases
+from warmstart.node_os import alias_for_kubernetes, snapshot_aliases
 
 MARKS = {MEASURED: "*", PUBLISHED: "", "modelled": "~"}
 
@@ -32,7 +32,8 @@ def _candidates(config: EnvironmentConfig, phase: str, case: str) -> list[tuple[
     karpenter = isinstance(config.compute, KarpenterCompute)
     found: list[tuple[str, Fix]] = []
     if phase == "image" and karpenter and not preload.strategy.boots_with_images:
-        for alias in snapshot_aliases():
+        raised = (alias_for_kubernetes(alias, config.cluster.kubernetes_version) for alias in snapshot_aliases())
+        for alias in [a for a in raised if a is not None]:
             found.append(
                 (
                     f"compute.ami_alias: {alias} (or later) with image_preload.mode: snapshot",
@@ -67,7 +68,8 @@ WHY_NOT = {
     "node": "no setting shortens a node's launch; a warm node skips it (min_replicas, consolidate_after)",
     "engine": "vLLM's engine start (KV-cache profiling, CUDA graphs) is the same on every node",
     "weights": "bounded by the instance network and S3: instance types with more network bandwidth",
-    "image": "Auto Mode pulls in parallel already, and takes no image snapshot",
+    "image": "pulled in parallel already, and no image snapshot is possible here (Auto Mode, or no OS release for "
+    "this Kubernetes version)",
 }
 
 

@@ -3,7 +3,8 @@
 What each compute mode and node OS allows (each OS's answers live in warmstart/node_os/; sources in
 docs/upstream-facts.md, "Container images on new nodes"):
 - EKS Auto Mode: the NodeClass has no AMI, user data or block device mapping field (EKS user guide, "Create a
-  Node Class"), so nodes cannot start from an image snapshot and SOCI cannot be switched on: pre-pull only.
+  Node Class"), so nodes cannot start from an image snapshot: pre-pull only; Auto Mode itself pulls with SOCI
+  parallel pull on G, P and Trn instances with local NVMe (release notes, 2025-11-19), with no setting.
 - Karpenter + Bottlerocket: containerd keeps its store on the data volume (/dev/xvdb, mounted at /local;
   /var/lib/containerd is /local/var/lib/containerd), so a data volume made from a snapshot that holds pulled
   images boots with them (the aws-samples/bottlerocket-images-cache approach). Karpenter's

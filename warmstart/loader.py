@@ -13,6 +13,7 @@ import difflib
 import json
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,8 @@ def _is_branch(part: Any) -> bool:
 
 
 def _is_field(part: Any) -> bool:
-    return isinstance(part, str) and part.isidentifier() and part not in _BRANCH_TAGS
+    """A name the config's paths write bare (ASCII, as the fix paths parse it); any other key goes in quotes."""
+    return isinstance(part, str) and bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part)) and part not in _BRANCH_TAGS
 
 
 def _path(loc: tuple) -> str:
@@ -236,7 +238,7 @@ def _path(loc: tuple) -> str:
         elif _is_field(part):
             text += f".{part}" if text else part
         else:
-            text += f"[{json.dumps(part)}]"
+            text += f"[{json.dumps(part, ensure_ascii=False)}]"
     return text or "<root>"
 
 
@@ -318,7 +320,7 @@ def _fixes(field: str, detail: dict, settings: dict) -> tuple[Fix, ...]:
     return model_fixes.fallback(field, path, default)
 
 
-def _node(settings: dict, path: list[str | int]) -> Any:
+def _node(settings: Any, path: Sequence[str | int]) -> Any:
     """What the file's settings hold at a path (None where nothing)."""
     node: Any = settings
     for part in path:
@@ -334,13 +336,18 @@ def _unknown_setting_fixes(field: str, loc: tuple, settings: dict) -> tuple[Fix,
     key = loc[-1]
     parent, mode = _model_for(loc[:-1])
     if mode is None and parent is not None:
-        close = difflib.get_close_matches(str(key), list(parent.model_fields), n=1, cutoff=0.6)
         node = _node(settings, _settings_path(loc[:-1]))
+        where = _path(loc[:-1]) if loc[:-1] else ""
+        # A path written as one key (`image_preload.mode: off`): the value moves where the path points, if free.
+        nested = str(key).split(".")
+        if len(nested) > 1 and nested[0] in parent.model_fields and all(_is_field(p) for p in nested):
+            inner = _node(node, nested) if isinstance(node, dict) else None
+            holder = _node(node, nested[:-1]) if isinstance(node, dict) else None
+            if inner is None and (holder is None or isinstance(holder, dict)):
+                return (together(Edit(field), Edit(join(where, ".".join(nested)), node[key])),)
+        close = difflib.get_close_matches(str(key), list(parent.model_fields), n=1, cutoff=0.6)
         if close and isinstance(node, dict) and close[0] not in node:
-            value = node[key]
-            return (
-                together(Edit(field), Edit(join(field.rpartition(".")[0] if "." in field else "", close[0]), value)),
-            )
+            return (together(Edit(field), Edit(join(where, close[0]), node[key])),)
     return (removing(field),)
 
 
@@ -512,6 +519,10 @@ def _unknown_setting(field: str, loc: tuple) -> Problem:
                 f"remove it (or move the environment to compute.mode: {others[0]}, whose settings differ)",
             )
     close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+    nested = str(key).split(".")
+    if len(nested) > 1 and nested[0] in allowed:
+        written = "".join(f"{part}: {{" for part in nested[:-1]) + f"{nested[-1]}: ..." + "}" * (len(nested) - 1)
+        return Problem(field, f"unknown setting '{key}'", f"a path is written nested: {written}")
     hint = f"did you mean '{close[0]}'? " if close else ""
     listing = ", ".join(allowed) if allowed else f"see {EXAMPLE}"
     return Problem(field, f"unknown setting '{key}'", f"{hint}settings allowed here: {listing}")

@@ -93,11 +93,12 @@ def example_value(loc: list[str | int]) -> Any:
 
 
 def fallback(field: str, loc: list[str | int], has_default: bool) -> tuple[Fix, ...]:
-    """Remove the setting where it has a default (or is a list item or mapping entry); else the example's value."""
+    """Remove the setting where it has a default (or is a list item or mapping entry); else ask for the value (a
+    name, an account, a bucket are the user's own: the shipped example only shows its form)."""
     if has_default or (loc and isinstance(loc[-1], int)):
         return (setting(field, UNSET),)
     value = example_value(loc)
-    return () if value is UNSET else (setting(field, value),)
+    return () if value is UNSET else (setting(field, Ask(f"the value of {field}", value)),)
 
 
 def range_value(kind: str, bound: Any, given: Any) -> Any:

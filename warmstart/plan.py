@@ -16,6 +16,7 @@ from warmstart.image_preload import (
     snapshot_parameter_name,
     volume_initialization_seconds,
 )
+from warmstart.preload_modes.base import pulls_in_parallel
 from warmstart.sizing import candidate_instances
 from warmstart.workload import VLLM_PORT, ModelPlan, nvme_need_gb, plan_model
 
@@ -114,7 +115,7 @@ def scaling_rows(model, config: EnvironmentConfig, catalog: Catalog) -> list[tup
 
 def image_preload_lines(config: EnvironmentConfig) -> list[str]:
     preload = config.image_preload
-    line = f"image preload {preload.mode}" + (", SOCI parallel pull" if preload.parallel_pull else "")
+    line = f"image preload {preload.mode}" + (", SOCI parallel pull" if pulls_in_parallel(config) else "")
     if not preload.strategy.boots_with_images:
         return [line]
     snapshot = preload.snapshot

@@ -178,14 +178,29 @@ BAR_WIDTH = 40
 
 def read_starts(config_maps: dict) -> list[StartTimeline]:
     """Every node's published starts (records of another version skipped)."""
-    timelines = []
-    for item in config_maps.get("items", []):
-        try:
-            documents = json.loads(item.get("data", {}).get(STARTS_KEY, "[]"))
-        except ValueError:
+    timelines: list[StartTimeline] = []
+    items = config_maps.get("items", []) if isinstance(config_maps, dict) else []
+    for item in items if isinstance(items, list) else []:
+        data = item.get("data") if isinstance(item, dict) else None
+        text = data.get(STARTS_KEY, "[]") if isinstance(data, dict) else None
+        if not isinstance(text, str):
             continue
-        timelines += [t for t in (StartTimeline.from_dict(d) for d in documents) if t is not None]
+        documents = strict_json(text)
+        if isinstance(documents, list):
+            timelines += [t for t in (StartTimeline.from_dict(d) for d in documents) if t is not None]
     return timelines
+
+
+def strict_json(text: str) -> object:
+    """JSON a node wrote (untrusted): None where it is not JSON, holds NaN or Infinity, or nests too deep."""
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not a number")
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return None
 
 
 def start_bar(timeline: StartTimeline, scale: float) -> str:

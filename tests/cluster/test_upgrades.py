@@ -50,7 +50,7 @@ CHANGES: dict[str, dict[str, Callable[[dict], None]]] = {
         "serving image": _first_model(lambda m: m.update(image="vllm/vllm-openai:v0.21.1")),
         "weights cache off": lambda raw: raw["caches"].update(weights=False),
         "Bottlerocket with image snapshots": lambda raw: (
-            raw["compute"].update(ami_alias="bottlerocket@v1.50.0"),
+            raw["compute"].update(ami_alias="bottlerocket@v1.57.0"),
             raw.update(image_preload={"mode": "snapshot"}),
         ),
         "autoscaling off": lambda raw: raw["models"][1].pop("autoscaling") and raw["models"][1].update(replicas=2),

@@ -170,7 +170,7 @@ def test_the_workflow_builds_stops_snapshots_records_and_always_terminates(snaps
     definition = _state_machine(snapshot_env.template_json("cluster"))
     states = definition["States"]
     assert definition["StartAt"] == "ResolveAmi"
-    assert states["ResolveAmi"]["Parameters"]["Name"] == "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.50.0/image_id"
+    assert states["ResolveAmi"]["Parameters"]["Name"] == "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.57.0/image_id"
     launch = states["Launch"]["Parameters"]
     assert launch["MetadataOptions"]["HttpTokens"] == "required"
     data = launch["BlockDeviceMappings"][1]

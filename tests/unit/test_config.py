@@ -392,6 +392,6 @@ def test_the_compute_modes_are_read_from_the_union_once():
     assert COMPUTE_MODES == {"auto": AutoModeCompute, "karpenter": KarpenterCompute}
     pool = {"instance_types": ["p5.48xlarge"]}
     assert AutoModeCompute(mode="auto", gpu_pool=pool).node_os.name == "auto-mode"
-    bottlerocket = KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="bottlerocket@v1.50.0").node_os
-    assert (bottlerocket.name, bottlerocket.release) == ("bottlerocket", (1, 50, 0))
+    bottlerocket = KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="bottlerocket@v1.57.0").node_os
+    assert (bottlerocket.name, bottlerocket.release) == ("bottlerocket", (1, 57, 0))
     assert KarpenterCompute(mode="karpenter", gpu_pool=pool).node_os.name == "al2023"

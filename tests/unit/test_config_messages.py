@@ -637,6 +637,6 @@ def test_the_snapshot_on_al2023_offers_bottlerocket_without_what_it_would_refuse
         document,
         [
             {"image_preload.mode": "prepull"},
-            {"compute.ami_alias": "bottlerocket@v1.50.0", "image_preload.parallel_pull": None},
+            {"compute.ami_alias": "bottlerocket@v1.57.0", "image_preload.parallel_pull": None},
         ],
     )

@@ -22,7 +22,7 @@ from warmstart.checks.fix import UNSET, Edit, Fix, apply_fix
 
 EXISTING_VPC = settings_of("existing")["network"]["existing"]
 PRIVATE_ECR_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/vllm:v0.21.0"
-BOTTLEROCKET = {"compute.ami_alias": "bottlerocket@v1.50.0", "image_preload.mode": "snapshot"}
+BOTTLEROCKET = {"compute.ami_alias": "bottlerocket@v1.57.0", "image_preload.mode": "snapshot"}
 
 
 def _small_node_catalog() -> Catalog:
@@ -99,7 +99,7 @@ CASES: list[tuple[str, str, dict, Catalog | None]] = [
     (
         "GitOps and an image snapshot",
         "existing-gitops",
-        {"compute.ami_alias": "bottlerocket@v1.50.0", "image_preload.mode": "snapshot"},
+        {"compute.ami_alias": "bottlerocket@v1.57.0", "image_preload.mode": "snapshot"},
         None,
     ),
     ("GitOps without an agent image", "existing-gitops", {"deploy.agent_image": UNSET}, None),
@@ -238,11 +238,22 @@ CASES: list[tuple[str, str, dict, Catalog | None]] = [
     ("active-set parameter malformed", "dev", {"pruning.extra_active_set_parameters": ["/other/env"]}, None),
     ("caches.image moved", "dev", {"caches.image": True}, None),
     # image preload
-    ("parallel pull on an old Bottlerocket", "prod", {"compute.ami_alias": "bottlerocket@v1.45.0"}, None),
+    (
+        "Bottlerocket without an image of the cluster's Kubernetes",
+        "prod",
+        {"compute.ami_alias": "bottlerocket@v1.45.0"},
+        None,
+    ),
+    ("Bottlerocket alias of two parts", "prod", {"compute.ami_alias": "bottlerocket@v1.57"}, None),
+    (
+        "Bottlerocket and a Kubernetes no release ships",
+        "prod",
+        {"compute.ami_alias": "bottlerocket@v1.57.0", "cluster.kubernetes_version": "1.36"},
+        None,
+    ),
     ("parallel pull on an old AL2023", "prod", {"compute.ami_alias": "al2023@v20250101"}, None),
     ("snapshot on Auto Mode", "dev", {"image_preload.mode": "snapshot"}, None),
     ("snapshot on AL2023", "prod", {"image_preload.mode": "snapshot"}, None),
-    ("snapshot on an old Bottlerocket", "prod", {**BOTTLEROCKET, "compute.ami_alias": "bottlerocket@v1.20.0"}, None),
     ("snapshot with parallel pull", "prod", {**BOTTLEROCKET, "image_preload.parallel_pull": True}, None),
     (
         "snapshot of a private ECR image",
@@ -304,6 +315,9 @@ CASES: list[tuple[str, str, dict, Catalog | None]] = [
     ("too many tags", "dev", {"tags": {f"team-{i}": "x" for i in range(51)}}, None),
     # the model's own rules (pydantic), as the loader words them
     ("misspelt setting", "dev", {"modles": settings_of("dev")["models"], "models": UNSET}, None),
+    ("estimate measured names an unknown setting", "dev", {"estimate.measured": ["node_ready_seconds", "speed"]}, None),
+    ("a path written as one key", "dev", {'["image_preload.mode"]': "prepull", "image_preload": UNSET}, None),
+    ("a key outside ASCII", "dev", {'tags["\u043a\u043b\u044e\u0447"]': "x!"}, None),
     ("unknown setting", "dev", {"compute.gpu_pool.colour": "red"}, None),
     ("setting of the other compute mode", "dev", {"compute.karpenter_version": "1.14.1"}, None),
     ("missing setting", "dev", {"models[0].size_gb": UNSET}, None),

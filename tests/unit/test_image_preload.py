@@ -24,7 +24,7 @@ from warmstart.workload import nvme_need_gb
 def bottlerocket_snapshot(**preload) -> dict:
     """prod on Bottlerocket with the snapshot path (no shipped environment uses it yet)."""
     document = copy.deepcopy(raw("prod"))
-    document["compute"]["ami_alias"] = "bottlerocket@v1.50.0"
+    document["compute"]["ami_alias"] = "bottlerocket@v1.57.0"
     document["image_preload"] = {"mode": "snapshot", **preload}
     return document
 
@@ -60,7 +60,7 @@ def test_the_builder_runs_the_nodes_bottlerocket_release_standard_variant():
     config = parse_config(bottlerocket_snapshot())
     assert (
         builder_ami_parameter(config.compute.ami_alias, config.cluster.kubernetes_version)
-        == "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.50.0/image_id"
+        == "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.57.0/image_id"
     )
 
 
@@ -70,7 +70,7 @@ def test_image_set_key_changes_with_what_is_on_the_volume_and_nothing_else():
     changed_image = bottlerocket_snapshot()
     changed_image["models"][0]["image"] = "vllm/vllm-openai:v0.22.0"
     changed_release = bottlerocket_snapshot()
-    changed_release["compute"]["ami_alias"] = "bottlerocket@v1.51.0"
+    changed_release["compute"]["ami_alias"] = "bottlerocket@v1.57.1"
     bigger = bottlerocket_snapshot(snapshot={"data_volume_gib": 300})
     for document in (changed_image, changed_release, bigger):
         assert image_set_key(parse_config(document)) != key
@@ -148,11 +148,38 @@ def test_snapshot_is_refused_on_al2023():
     assert "bottlerocket@" in problem.fix
 
 
-def test_snapshot_needs_bottlerocket_bootstrap_commands():
+@pytest.mark.parametrize(
+    "alias, kubernetes, said, fix",
+    [
+        ("bottlerocket@v1.21.1", "1.35", "predates Bottlerocket's first aws-k8s-1.35 variant", "bottlerocket@v1.53.0"),
+        ("bottlerocket@v1.50.0", "1.35", "predates Bottlerocket's first aws-k8s-1.35 variant", "bottlerocket@v1.53.0"),
+        ("bottlerocket@v1.47.0", "1.34", None, None),  # the first aws-k8s-1.34 release
+        ("bottlerocket@v1.57", "1.35", "names no release", "bottlerocket@v1.57.0"),
+        ("bottlerocket@v1.57.0", "1.36", "no Bottlerocket release known to warmstart ships an aws-k8s-1.36", "al2023@"),
+    ],
+)
+def test_a_bottlerocket_alias_needs_a_release_with_the_clusters_kubernetes(alias, kubernetes, said, fix):
+    """Karpenter resolves /aws/service/bottlerocket/aws-k8s-<version>-nvidia/x86_64/<release>/image_id: a release
+    before the variant's first has no AMI, and no GPU node would ever launch."""
     document = bottlerocket_snapshot()
-    document["compute"]["ami_alias"] = "bottlerocket@v1.21.1"
+    document["compute"]["ami_alias"] = alias
+    document["cluster"]["kubernetes_version"] = kubernetes
+    if said is None:
+        parse_config(document)
+        return
     problem = only_problem(document)
-    assert problem.field == "compute.ami_alias" and "1.22.0" in problem.fix
+    assert problem.field == "compute.ami_alias" and said in problem.message and fix in problem.fix
+
+
+def test_every_release_with_an_image_has_the_bootstrap_commands_and_binds_socis_store():
+    """Why the older floors need no refusal of their own: every first release of a supported Kubernetes is later."""
+    from warmstart.node_os.bottlerocket import (
+        BOOTSTRAP_COMMANDS_SINCE,
+        FIRST_RELEASE_FOR_KUBERNETES,
+        SOCI_ON_ARRAY_SINCE,
+    )
+
+    assert min(FIRST_RELEASE_FOR_KUBERNETES.values()) >= max(BOOTSTRAP_COMMANDS_SINCE, SOCI_ON_ARRAY_SINCE)
 
 
 def test_snapshot_refuses_parallel_pull_beside_it():
@@ -183,9 +210,9 @@ def test_parallel_pull_is_what_auto_mode_does_and_bottlerocket_needs_the_release
     config = parse_config(document)
     storage = config.compute.node_os.karpenter_storage(config.compute, config.image_preload, None)
     assert 'snapshotter = "soci"' in storage["userData"] and storage["instanceStorePolicy"] == "RAID0"
-    document["compute"]["ami_alias"] = "bottlerocket@v1.45.0"
+    document["compute"]["ami_alias"] = "bottlerocket@v1.45.0"  # no aws-k8s-1.35 image, and SOCI's store on EBS
     problem = only_problem(document)
-    assert problem.field == "image_preload.parallel_pull" and "bottlerocket@v1.46.0" in problem.fix
+    assert problem.field == "compute.ami_alias" and "bottlerocket@v1.53.0" in problem.fix
 
 
 def test_parallel_pull_needs_an_al2023_release_that_unpacks_onto_the_nvme_array():

@@ -18,7 +18,7 @@ POOL = GpuPool(instance_types=["p5.48xlarge"])
 
 
 def test_each_os_answers_where_the_array_is_and_what_it_allows():
-    al2023, bottlerocket = karpenter_node_os("al2023@v20260930"), karpenter_node_os("bottlerocket@v1.50.0")
+    al2023, bottlerocket = karpenter_node_os("al2023@v20260930"), karpenter_node_os("bottlerocket@v1.57.0")
     assert (al2023.nvme_mount, bottlerocket.nvme_mount, AUTO_MODE_OS.nvme_mount) == (
         "/mnt/k8s-disks/0",
         "/mnt/.ephemeral",
@@ -29,7 +29,6 @@ def test_each_os_answers_where_the_array_is_and_what_it_allows():
     assert karpenter_node_os("al2023@v20251001").parallel_pull_refusal(prepull) is not None  # before SOCI on NVMe
     # Bottlerocket from v1.46.0, whose RAID0 setup binds SOCI's store onto the array; Auto Mode does it itself.
     assert bottlerocket.parallel_pull_refusal(prepull) is None and AUTO_MODE_OS.parallel_pull_refusal(prepull) is None
-    assert karpenter_node_os("bottlerocket@v1.45.0").parallel_pull_refusal(prepull) is not None
     assert AUTO_MODE_OS.pulls_in_parallel(prepull, "g6e.xlarge") and AUTO_MODE_OS.pulls_in_parallel(
         prepull, "p5.48xlarge"
     )
@@ -38,15 +37,15 @@ def test_each_os_answers_where_the_array_is_and_what_it_allows():
     assert bottlerocket.parallel_pull_refusal(snapshot) is None  # the snapshot's own rule speaks there
     assert bottlerocket.snapshot_obstacle() is None
     assert al2023.snapshot_obstacle() is not None and AUTO_MODE_OS.snapshot_obstacle() is not None
-    assert karpenter_node_os("bottlerocket@v1.21.0").snapshot_release_refusal() is not None
-    assert bottlerocket.snapshot_release_refusal() is None
+    assert karpenter_node_os("bottlerocket@v1.21.0").image_refusal("1.35", prepull) is not None
+    assert bottlerocket.image_refusal("1.35", prepull) is None and al2023.image_refusal("1.35", prepull) is None
     assert al2023.parallel_pull_min_node == (4, 7) and bottlerocket.parallel_pull_min_node is None
 
 
 def test_each_compute_modes_settings_know_their_os():
     assert AutoModeCompute(mode="auto", gpu_pool=POOL).node_os is AUTO_MODE_OS
-    pinned = KarpenterCompute(mode="karpenter", gpu_pool=POOL, ami_alias="bottlerocket@v1.50.0").node_os
-    assert pinned.name == "bottlerocket" and pinned.alias == "bottlerocket@v1.50.0"
+    pinned = KarpenterCompute(mode="karpenter", gpu_pool=POOL, ami_alias="bottlerocket@v1.57.0").node_os
+    assert pinned.name == "bottlerocket" and pinned.alias == "bottlerocket@v1.57.0"
 
 
 def test_the_ami_alias_pattern_and_the_storage_come_from_the_oses():
@@ -91,9 +90,9 @@ def test_a_new_module_registers_by_existing(tmp_path, monkeypatch):
 
 
 def test_only_bottlerocket_names_a_snapshot_builder():
-    bottlerocket = karpenter_node_os("bottlerocket@v1.50.0")
+    bottlerocket = karpenter_node_os("bottlerocket@v1.57.0")
     assert bottlerocket.snapshot_builder_ami_parameter("1.35") == (
-        "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.50.0/image_id"
+        "/aws/service/bottlerocket/aws-k8s-1.35/x86_64/1.57.0/image_id"
     )
     with pytest.raises(TypeError, match="do not boot from an image snapshot"):
         karpenter_node_os("al2023@v20260930").snapshot_builder_ami_parameter("1.35")

@@ -51,7 +51,7 @@ def _apply_record(document: dict, fix: dict) -> dict:
         return [value(inner) for inner in item] if isinstance(item, list) else item
 
     edits = [Edit(e["path"], UNSET if e.get("remove") else value(e["value"])) for e in fix["edits"]]
-    return apply_fix(document, Fix(tuple(edits)))
+    return apply_fix(document, Fix(tuple(edits)), use_examples=True)
 
 
 def test_plan_prints_the_fixes_as_json_and_a_tool_can_apply_them(tmp_path, capsys):

@@ -60,7 +60,7 @@ def test_nvme_mount_per_node_os():
         == "/mnt/k8s-disks/0"
     )
     assert (
-        nvme_mount(KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="bottlerocket@v1.50.0"))
+        nvme_mount(KarpenterCompute(mode="karpenter", gpu_pool=pool, ami_alias="bottlerocket@v1.57.0"))
         == "/mnt/.ephemeral"
     )
 

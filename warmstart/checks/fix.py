@@ -131,30 +131,33 @@ class FixError(ValueError):
     """A fix that cannot be applied to the document (a path through something that is not a mapping or list)."""
 
 
-def apply_fix(document: dict, fix: Fix, answers: dict[str, Any] | None = None) -> dict:
+def apply_fix(document: dict, fix: Fix, answers: dict[str, Any] | None = None, *, use_examples: bool = False) -> dict:
     """A copy of the file's settings with the fix's edits made (mappings on the way are created, and an index one
-    past a list's end adds an item); a value to ask for is the answer given for its path, else its example."""
+    past a list's end adds an item). A value to ask for is the answer given for its full path (a nested one too:
+    `network.existing.vpc_id`); unanswered, it is refused (FixError) unless `use_examples` (tests) takes its
+    example, which only has the value's form."""
     fixed = copy.deepcopy(document)
     sets = [e for e in fix.edits if e.value is not UNSET]
     # Removals last, the later list items first, so that removing one item does not move another's index.
     removals = sorted((e for e in fix.edits if e.value is UNSET), key=lambda e: _order(parts(e.path)), reverse=True)
     for edit in sets + removals:
-        _apply(fixed, parts(edit.path), _answered(edit, answers or {}))
+        filled = Edit(edit.path, _filled(edit.value, answers or {}, edit.path, use_examples))
+        _apply(fixed, parts(edit.path), filled)
     return fixed
 
 
-def _answered(edit: Edit, answers: dict[str, Any]) -> Edit:
-    return Edit(edit.path, _filled(edit.value, answers.get(edit.path)))
-
-
-def _filled(value: Any, answer: Any) -> Any:
-    """The value with each Ask in it (at any depth) replaced by the answer, or its example."""
+def _filled(value: Any, answers: dict[str, Any], path: str, use_examples: bool) -> Any:
+    """The value with each Ask in it (at any depth) replaced by the answer for its path."""
     if isinstance(value, Ask):
-        return value.example if answer is None else answer
+        if path in answers:
+            return answers[path]
+        if use_examples:
+            return value.example
+        raise FixError(f"{path}: {value.what} is needed (an example of its form: {value.example})")
     if isinstance(value, dict):
-        return {key: _filled(item, None) for key, item in value.items()}
+        return {key: _filled(item, answers, join(path, str(key)), use_examples) for key, item in value.items()}
     if isinstance(value, list):
-        return [_filled(item, None) for item in value]
+        return [_filled(item, answers, f"{path}[{index}]", use_examples) for index, item in enumerate(value)]
     return value
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from warmstart.catalog import Catalog
-from warmstart.checks.fix import Edit, removing, setting, together
+from warmstart.checks.fix import Edit, Fix, removing, setting, together
 from warmstart.checks.pool_rules import without_types
 from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
@@ -18,12 +18,32 @@ from warmstart.image_preload import (
     data_volume_need_gb,
     is_private_ecr,
 )
-from warmstart.node_os import Refusal, snapshot_aliases
+from warmstart.node_os import Refusal, alias_for_kubernetes, snapshot_aliases
 from warmstart.workload import serving_images
 
 
-def _problem(refusal: Refusal) -> Problem:
-    return Problem(refusal.field, refusal.message, refusal.fix, refusal.fixes, site=refusal.site)
+def _problem(config: EnvironmentConfig, refusal: Refusal) -> Problem:
+    """A node OS's refusal, the aliases its fixes set raised to a release that ships the cluster's Kubernetes."""
+    fixes = tuple(fix for fix in (raise_aliases(config, fix) for fix in refusal.fixes) if fix is not None)
+    fix = refusal.fix
+    for before, after in zip(refusal.fixes, fixes, strict=False):
+        for old, new in zip(before.edits, after.edits, strict=True):
+            if old.path == "compute.ami_alias" and old.value != new.value:
+                fix = fix.replace(str(old.value), str(new.value))
+    return Problem(refusal.field, refusal.message, fix, fixes, site=refusal.site)
+
+
+def raise_aliases(config: EnvironmentConfig, fix: Fix) -> Fix | None:
+    """The fix with any alias it sets raised to the cluster's Kubernetes floor (None: no release has an image)."""
+    edits = []
+    for edit in fix.edits:
+        if edit.path == "compute.ami_alias":
+            alias = alias_for_kubernetes(str(edit.value), config.cluster.kubernetes_version)
+            if alias is None:
+                return None
+            edit = Edit(edit.path, alias)
+        edits.append(edit)
+    return Fix(tuple(edits), fix.then_also)
 
 
 @rule()
@@ -34,15 +54,12 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
     if preload.parallel_pull:
         refusal = node_os.parallel_pull_refusal(preload)
         if refusal:
-            problems.append(_problem(refusal))
+            problems.append(_problem(config, refusal))
     if not preload.strategy.boots_with_images:
         return problems
     obstacle = node_os.snapshot_obstacle()
     if obstacle is not None:
         return problems + [_snapshot_obstacle(config, obstacle)]
-    refusal = node_os.snapshot_release_refusal()
-    if refusal:
-        problems.append(_problem(refusal))
     if preload.parallel_pull:
         # Pre-pulling instead keeps parallel pull only where the OS takes it outside a snapshot.
         prepull = node_os.parallel_pull_refusal(preload.model_copy(update={"mode": "prepull"})) is None
@@ -90,11 +107,15 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
 def _snapshot_obstacle(config: EnvironmentConfig, obstacle) -> Problem:
     preload = config.image_preload
     karpenter = isinstance(config.compute, KarpenterCompute)
-    aliases = snapshot_aliases()
+    kubernetes = config.cluster.kubernetes_version
+    aliases = [a for a in (alias_for_kubernetes(a, kubernetes) for a in snapshot_aliases()) if a is not None]
     pinned = " or ".join(f"ami_alias {alias} or later" for alias in aliases)
     # With a snapshot, parallel_pull is refused: an alternative that keeps it would be refused next.
     also = " and without parallel_pull (the snapshot holds the images)" if preload.parallel_pull else ""
-    instead = f"or {pinned}{also}" if karpenter else f"(a snapshot needs compute.mode: karpenter with {pinned})"
+    if not aliases:
+        instead = "(no OS of a snapshot has an image for this Kubernetes version)"
+    else:
+        instead = f"or {pinned}{also}" if karpenter else f"(a snapshot needs compute.mode: karpenter with {pinned})"
     repinned = [
         together(
             Edit("compute.ami_alias", alias), *([Edit("image_preload.parallel_pull")] if preload.parallel_pull else [])
@@ -108,6 +129,15 @@ def _snapshot_obstacle(config: EnvironmentConfig, obstacle) -> Problem:
         f"use image_preload.mode: prepull, {instead}",
         (setting("image_preload.mode", "prepull"), *repinned),
     )
+
+
+@rule()
+def _ami_has_an_image(config: EnvironmentConfig) -> list[Problem]:
+    compute = config.compute
+    if not isinstance(compute, KarpenterCompute):
+        return []
+    refusal = compute.node_os.image_refusal(config.cluster.kubernetes_version, config.image_preload)
+    return [_problem(config, refusal)] if refusal else []
 
 
 @rule()

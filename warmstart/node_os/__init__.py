@@ -28,6 +28,11 @@ def karpenter_node_os(alias: str) -> NodeOs:
     return KARPENTER_NODE_OSES[alias.split("@", 1)[0]](alias)
 
 
+def alias_for_kubernetes(alias: str, kubernetes_version: str) -> str | None:
+    """The alias, raised where its OS has no image of the cluster's Kubernetes version before some release."""
+    return KARPENTER_NODE_OSES[alias.split("@", 1)[0]].alias_for_kubernetes(alias, kubernetes_version)
+
+
 def snapshot_aliases() -> list[str]:
     """The oldest ami_alias of each OS that can boot from an image snapshot."""
     return [alias for os in KARPENTER_NODE_OSES.values() if (alias := os.snapshot_alias())]
@@ -39,6 +44,7 @@ __all__ = [
     "DEFAULT_AMI_ALIAS",
     "KARPENTER_NODE_OSES",
     "NodeOs",
+    "alias_for_kubernetes",
     "Refusal",
     "SnapshotObstacle",
     "karpenter_node_os",

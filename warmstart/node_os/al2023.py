@@ -45,7 +45,8 @@ spec:
 class Al2023(NodeOs):
     name = "al2023"
     # aws-samples/karpenter-blueprints, blueprints/soci-snapshotter (2026-06-08): the 9,354,342,327-byte vLLM 0.22.0
-    # DLC pulled in 39.553 s with FastImagePull on AL2023: 236 MB/s.
+    # DLC pulled in 39.553 s with FastImagePull on AL2023: 236 MB/s (on c/m/r instances: no GPU-node figure for
+    # AL2023 is published).
     parallel_pull_mb_per_s = 236
     alias_example = "al2023@v<release>"
     nvme_mount = NVME_MOUNT

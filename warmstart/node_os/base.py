@@ -71,8 +71,13 @@ class NodeOs(ABC):
         """The oldest ami_alias of this OS whose nodes boot from image snapshots; None where none does."""
         return None
 
-    def snapshot_release_refusal(self) -> Refusal | None:
-        """Why the pinned release cannot boot from an image snapshot (an OS without snapshots never gets here)."""
+    @classmethod
+    def alias_for_kubernetes(cls, alias: str, kubernetes_version: str) -> str | None:
+        """An alias of this OS that has an AMI for the cluster's Kubernetes version (None: no release has)."""
+        return alias
+
+    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Refusal | None:
+        """Why the pinned alias has no AMI for the cluster's Kubernetes version, or None."""
         return None
 
     def snapshot_builder_ami_parameter(self, kubernetes_version: str) -> str:

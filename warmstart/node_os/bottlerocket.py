@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from warmstart.checks.fix import removing, setting
+from warmstart.checks.fix import Edit, setting, together
+from warmstart.node_os.al2023 import DEFAULT_AMI_ALIAS
 from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, release
 from warmstart.refusal import Refusal
 
@@ -28,8 +29,15 @@ DATA_DEVICE = "/dev/xvdb"
 # (bottlerocket-core-kit v10.3.0), which Karpenter's RAID0 setup runs from Bottlerocket v1.46.0 (Karpenter v1.8.0,
 # pkg/providers/version SupportsDefaultBind); before it Karpenter bound only containerd, kubelet and pod logs.
 SOCI_ON_ARRAY_SINCE = (1, 46, 0)
-# The settings of aws-samples/karpenter-blueprints' Bottlerocket SOCI blueprint, whose pull time the estimate uses
-# (Bottlerocket's own defaults are 3 downloads and 1 unpack per image); Karpenter merges them with its own.
+# The first Bottlerocket release with an aws-k8s-<version> variant (bottlerocket-project-website data/variants,
+# read 2026-12): Karpenter resolves the alias to /aws/service/bottlerocket/aws-k8s-<version>[-nvidia]/x86_64/
+# <release>/image_id, which does not exist for an older release. A version missing here has no known release.
+FIRST_RELEASE_FOR_KUBERNETES = {"1.34": (1, 47, 0), "1.35": (1, 53, 0)}
+
+
+# The settings of aws-samples/karpenter-blueprints' Bottlerocket SOCI blueprint, which the AI-on-EKS workshop
+# measured on a GPU node (Bottlerocket's own defaults are 3 downloads and 1 unpack per image); Karpenter merges them
+# with its own settings.
 SOCI_PARALLEL_PULL = """[settings.container-runtime]
 snapshotter = "soci"
 
@@ -65,24 +73,64 @@ class Bottlerocket(NodeOs):
     name = "bottlerocket"
     alias_example = "bottlerocket@v<x.y.z>"
     nvme_mount = NVME_MOUNT
-    # aws-samples/karpenter-blueprints, blueprints/soci-snapshotter (2026-06-08), with the settings of
-    # SOCI_PARALLEL_PULL below: the 9,354,342,327-byte vLLM 0.22.0 DLC pulled in 23.229 s: 403 MB/s.
-    parallel_pull_mb_per_s = 403
+    # The AI-on-EKS startup workshop (arm C: g6.4xlarge, Bottlerocket 1.64.0, RAID0, the settings of
+    # SOCI_PARALLEL_PULL below): the 9.35 GB vLLM 0.22.0 DLC in 62 s, 151 MB/s. (aws-samples/karpenter-blueprints
+    # measured 403 MB/s with the same settings on c/m/r instances: a validation figure that disagrees.)
+    parallel_pull_mb_per_s = 151
 
     def parallel_pull_refusal(self, preload: ImagePreload) -> Refusal | None:
-        if preload.strategy.boots_with_images or self.release >= SOCI_ON_ARRAY_SINCE:
-            return None  # the snapshot's own rule says why parallel pull has no use there
-        since = f"bottlerocket@v{dotted(SOCI_ON_ARRAY_SINCE)}"
-        return Refusal(
-            "image_preload.parallel_pull",
-            f"{self.alias} predates v{dotted(SOCI_ON_ARRAY_SINCE)}, from which Karpenter's RAID0 setup binds "
-            "Bottlerocket's SOCI store (/var/lib/soci-snapshotter) onto the NVMe array; before it, every image "
-            "would be unpacked onto the EBS data volume",
-            f"pin compute.ami_alias to {since} or later, or remove parallel_pull",
-            (setting("compute.ami_alias", since), removing("image_preload.parallel_pull")),
-        )
+        # Every release with an image for a supported Kubernetes version binds SOCI's store onto the array
+        # (FIRST_RELEASE_FOR_KUBERNETES >= SOCI_ON_ARRAY_SINCE, checked by tests); older ones are refused there.
+        return None
 
     def snapshot_obstacle(self) -> SnapshotObstacle | None:
+        return None
+
+    @classmethod
+    def alias_for_kubernetes(cls, alias: str, kubernetes_version: str) -> str | None:
+        """The alias raised to the first release that ships the cluster's Kubernetes version (None: none known);
+        written x.y.z (Karpenter's default-bind check needs the three parts)."""
+        floor = FIRST_RELEASE_FOR_KUBERNETES.get(kubernetes_version)
+        if floor is None:
+            return None
+        wanted = max(release(alias), floor)
+        return f"bottlerocket@v{dotted(wanted + (0,) * (3 - len(wanted)))}"
+
+    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Refusal | None:
+        assert self.alias is not None
+        pinned = self.alias_for_kubernetes(self.alias, kubernetes_version)
+        if pinned is None:
+            newest = max(FIRST_RELEASE_FOR_KUBERNETES, key=lambda v: tuple(map(int, v.split("."))))
+            # AL2023 boots from no image snapshot: that mode goes with it.
+            al2023 = together(
+                Edit("compute.ami_alias", DEFAULT_AMI_ALIAS),
+                *([Edit("image_preload.mode", "prepull")] if preload.strategy.boots_with_images else []),
+            )
+            return Refusal(
+                "compute.ami_alias",
+                f"no Bottlerocket release known to warmstart ships an aws-k8s-{kubernetes_version} variant, so "
+                "Karpenter would find no AMI and launch no GPU node",
+                f"use an AL2023 ami_alias such as {DEFAULT_AMI_ALIAS}"
+                + (" (with image_preload.mode: prepull)" if preload.strategy.boots_with_images else "")
+                + f", or cluster.kubernetes_version {newest}",
+                (al2023, setting("cluster.kubernetes_version", newest)),
+            )
+        if len(self.release) != 3:
+            return Refusal(
+                "compute.ami_alias",
+                f"{self.alias} names no release: Bottlerocket's are x.y.z (and Karpenter binds SOCI's store onto "
+                "the array only for a full version)",
+                f"pin {pinned}",
+                (setting("compute.ami_alias", pinned),),
+            )
+        if self.release < FIRST_RELEASE_FOR_KUBERNETES[kubernetes_version]:
+            return Refusal(
+                "compute.ami_alias",
+                f"{self.alias} predates Bottlerocket's first aws-k8s-{kubernetes_version} variant: Karpenter would "
+                "find no AMI for it and launch no GPU node",
+                f"pin {pinned} or later",
+                (setting("compute.ami_alias", pinned),),
+            )
         return None
 
     def snapshot_builder_ami_parameter(self, kubernetes_version: str) -> str:
@@ -92,17 +140,6 @@ class Bottlerocket(NodeOs):
     @classmethod
     def snapshot_alias(cls) -> str | None:
         return f"bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)}"
-
-    def snapshot_release_refusal(self) -> Refusal | None:
-        if self.release >= BOOTSTRAP_COMMANDS_SINCE:
-            return None
-        return Refusal(
-            "compute.ami_alias",
-            f"{self.alias} predates Bottlerocket's bootstrap commands (v{dotted(BOOTSTRAP_COMMANDS_SINCE)}), "
-            "which set up the NVMe array without moving the image store",
-            f"pin bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)} or later",
-            (setting("compute.ami_alias", f"bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)}"),),
-        )
 
     def karpenter_storage(
         self, compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None

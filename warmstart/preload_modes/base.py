@@ -25,7 +25,14 @@ class PreloadMode(ABC):
 
 
 def faster(config: EnvironmentConfig) -> str:
-    return " with SOCI parallel pull and unpack" if config.image_preload.parallel_pull else ""
+    """How the GPU nodes pull, as their OS does it (Auto Mode in parallel whatever the setting)."""
+    return " with SOCI parallel pull and unpack" if pulls_in_parallel(config) else ""
+
+
+def pulls_in_parallel(config: EnvironmentConfig) -> bool:
+    """Whether the pool's nodes pull with SOCI parallel pull (every instance type of the pool)."""
+    node_os, preload = config.compute.node_os, config.image_preload
+    return all(node_os.pulls_in_parallel(preload, t) for t in config.compute.gpu_pool.instance_types)
 
 
 def rollout_gate(config: EnvironmentConfig) -> str:
