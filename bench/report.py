@@ -38,11 +38,10 @@ def spread(values: list[float]) -> dict:
     return {"median": median(values), "min": min(values), "max": max(values), "runs": len(values)}
 
 
-def paired_ratio(ours: list[float], theirs: list[float], *, higher_is_better: bool = False) -> dict:
-    """Ours against theirs, run by run (the runs interleave: A, B, A, B ...), as "how many times as fast": each
-    pair's ratio, their median, min and max, and whether the spread is wider than the gap to 1.0 (then the run does
-    not tell the two apart)."""
-    pairs = [(o / t if higher_is_better else t / o) for o, t in zip(ours, theirs, strict=True) if o > 0 and t > 0]
+def paired_ratio(top: list[float], bottom: list[float]) -> dict:
+    """top / bottom, run by run (the runs interleave: A, B, A, B ...): each pair's ratio, their median, min and max,
+    and whether the spread is wider than the gap to 1.0 (then the run does not tell the two apart)."""
+    pairs = [t / b for t, b in zip(top, bottom, strict=True) if t > 0 and b > 0]
     middle = median(pairs)
     half_spread = (max(pairs) - min(pairs)) / 2
     return {
@@ -50,7 +49,7 @@ def paired_ratio(ours: list[float], theirs: list[float], *, higher_is_better: bo
         "min": min(pairs),
         "max": max(pairs),
         "pairs": pairs,
-        "noisy": half_spread > abs(middle - 1.0),
+        "noisy": half_spread > abs(middle - 1),
     }
 
 

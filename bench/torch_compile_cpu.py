@@ -34,6 +34,7 @@ from node_agent.runtime.log import EventLog  # noqa: E402
 from node_agent.runtime.s3_store import CacheStore  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
 
+REPEATS = 5
 SEQUENCE = {8192: 64, 4096: 32}  # max_model_len factor -> the toy model's compiled sequence length
 # One absolute path for every run, as on every node (vLLM and Inductor hash the cache location).
 NODE_ROOT = Path("/tmp/warmstart-bench-node/compile-cache")
@@ -105,18 +106,36 @@ def main() -> None:
             clock=time.time,
             log=log,
         )
-        shutil.rmtree(NODE_ROOT)  # a new node: same absolute path, nothing on it
-        restored = restore(
-            store=store,
-            layout=layout,
-            key=key,
-            model=factors.model,
-            fingerprint=factors.fingerprint(),
-            node="node-b",
-            clock=time.time,
-            log=log,
-        )
-        warm = worker(folder, 8192)
+
+        def restored_node() -> tuple:
+            shutil.rmtree(NODE_ROOT)  # a new node: same absolute path, nothing on it
+            outcome = restore(
+                store=store,
+                layout=layout,
+                key=key,
+                model=factors.model,
+                fingerprint=factors.fingerprint(),
+                node="node-b",
+                clock=time.time,
+                log=log,
+            )
+            return outcome, worker(folder, 8192)
+
+        # Interleaved, the order alternating (A B, B A, ...): a second pod on a warm node against a new node's
+        # first pod after the agent's restore; the OS's caches and the machine's load fall on both alike.
+        load_before = report.machine_load()
+        locals_, warms, restores = [], [], []
+        for attempt in range(REPEATS):
+            for side in ("local", "restored") if attempt % 2 == 0 else ("restored", "local"):
+                if side == "local":
+                    locals_.append(worker(folder, 8192))
+                else:
+                    outcome, result = restored_node()
+                    restores.append(outcome)
+                    warms.append(result)
+        load_after = report.machine_load()
+        restored, warm = restores[-1], warms[len(warms) // 2]
+        local = locals_[len(locals_) // 2]
         changed_key = compile_cache_key(changed, gpu="cpu", architecture="sm_00")
         changed_folder = layout.model_dir(changed.model, changed.fingerprint())
         miss = restore(
@@ -167,6 +186,14 @@ def main() -> None:
         "warm_over_cold_process": warm["process_s"] / cold["process_s"],
         "restore_plus_warm_over_cold": (restored.seconds + warm["first_call_s"]) / cold["first_call_s"],
         "gpu_warm_over_cold_assumed": 6 / 53,
+        "restored_over_local_first_call": report.paired_ratio(
+            [w["first_call_s"] for w in warms], [x["first_call_s"] for x in locals_]
+        ),
+        "local_first_call_s": report.spread([x["first_call_s"] for x in locals_]),
+        "restored_first_call_s": report.spread([w["first_call_s"] for w in warms]),
+        "restore_s": report.spread([r.seconds for r in restores]),
+        "load_before": load_before,
+        "load_after": load_after,
     }
     print(f"torch.compile on {cold['device']} (torch {cold['torch']}): cold vs restored by the warmstart agent")
     print(report.table(rows, ["run", "first_call_s", "process_s", "restore_s", "archive_bytes"]))
@@ -174,6 +201,13 @@ def main() -> None:
         f"warm/cold first call: {figures['warm_over_cold_first_call']:.3f} "
         f"(with the restore itself: {figures['restore_plus_warm_over_cold']:.3f}; assumed on a GPU: 6/53 = 0.113)"
     )
+    print(
+        report.said(
+            "restored/warm-node first call (time ratio, below 1: the restored node is faster)",
+            figures["restored_over_local_first_call"],
+        )
+    )
+    print(f"load before {load_before['load_1m']:.2f}, after {load_after['load_1m']:.2f} ({load_after['cpus']} CPUs)")
     print("wrote", report.write("torch_compile_cpu", figures))
 
 

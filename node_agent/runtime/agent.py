@@ -139,10 +139,13 @@ class NodeAgent:
                 clock=self.clock,
                 log=self.log,
                 limits=self.limits,
+                touch=False,
             )
             outcomes[state.model.name] = outcome
             self.metrics.restored(state.model.name, outcome.status, outcome.bytes)
             self._finish(state, outcome)
+            if outcome.status == Status.RESTORED:  # for the pruner, after the marker the pods wait for
+                touch_last_use(store=self.store, key=state.key, node=self.node, clock=self.clock, log=self.log)
         return outcomes
 
     def _finish(self, state: ModelState, outcome: Outcome) -> None:

@@ -131,6 +131,25 @@ def _plain_files_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarI
     return tarfile.data_filter(member, destination)  # rejects absolute paths and '..' escapes
 
 
+class HashingReader:
+    """A byte stream read through: its SHA-256 and size as it passes (an archive unpacked straight from S3 is
+    checked against its manifest before the caller uses the folder)."""
+
+    def __init__(self, raw) -> None:
+        self._raw = raw
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self.sha256.update(data)
+        self.size += len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+
 def unpack(archive: Path, destination: Path, *, max_bytes: int | None = None, max_files: int | None = None) -> int:
     """Extracts into `destination` (which must be empty or absent); returns the number of files. Any node may
     have published the archive: more than `max_files` members or `max_bytes` unpacked (a compression bomb) is
@@ -139,22 +158,25 @@ def unpack(archive: Path, destination: Path, *, max_bytes: int | None = None, ma
     The filesystem is synced at the end, so the folder the caller then renames into place is complete on
     disk even if the node crashes right after (a reboot keeps instance-store data).
     """
+    with open(archive, "rb") as raw:
+        return unpack_stream(raw, destination, max_bytes=max_bytes, max_files=max_files)
+
+
+def unpack_stream(raw, destination: Path, *, max_bytes: int | None = None, max_files: int | None = None) -> int:
+    """unpack() from a readable stream (a file, or an S3 response read through a HashingReader)."""
     destination.mkdir(parents=True, exist_ok=True)
     files, members, total = 0, 0, 0
-    with open(archive, "rb") as raw:
-        decompressor = zstandard.ZstdDecompressor()
-        with decompressor.stream_reader(raw) as stream:
-            with tarfile.open(fileobj=stream, mode="r|") as tar:
-                for member in tar:
-                    members, total = members + 1, total + max(0, member.size)
-                    if (max_files is not None and members > 2 * max_files) or (
-                        max_bytes is not None and total > max_bytes
-                    ):
-                        raise UnsafeArchive(f"more than {max_files} files or {max_bytes} bytes unpacked")
-                    try:
-                        tar.extract(member, destination, filter=_plain_files_only)
-                    except tarfile.FilterError as error:
-                        raise UnsafeArchive(str(error)) from error
-                    files += member.isfile()
+    decompressor = zstandard.ZstdDecompressor()
+    with decompressor.stream_reader(raw, closefd=False) as stream:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                members, total = members + 1, total + max(0, member.size)
+                if (max_files is not None and members > 2 * max_files) or (max_bytes is not None and total > max_bytes):
+                    raise UnsafeArchive(f"more than {max_files} files or {max_bytes} bytes unpacked")
+                try:
+                    tar.extract(member, destination, filter=_plain_files_only)
+                except tarfile.FilterError as error:
+                    raise UnsafeArchive(str(error)) from error
+                files += member.isfile()
     sync_filesystem(destination)
     return files

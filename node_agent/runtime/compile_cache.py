@@ -23,7 +23,15 @@ from typing import TypeGuard
 
 from contracts.cache_key import CompileCacheKey
 from contracts.node_layout import COMPILE_CACHE_CONTENT
-from node_agent.runtime.archive import FACTORS_FILE, FACTORS_MAX_BYTES, UnsafeArchive, pack, unpack
+from node_agent.runtime.archive import (
+    FACTORS_FILE,
+    FACTORS_MAX_BYTES,
+    HashingReader,
+    UnsafeArchive,
+    pack,
+    unpack,
+    unpack_stream,
+)
 from node_agent.runtime.fs import remove_tree, rename_no_replace
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
@@ -203,7 +211,10 @@ def restore(
     log: EventLog,
     limits: CacheLimits = CacheLimits(),
     progress: Callable[[], None] = lambda: None,
+    touch: bool = True,
 ) -> Outcome:
+    """The key's cache restored into the node's folder, or why not. `touch`: record the key's last use for the
+    pruner here (the agent does it after writing the marker its pods wait for)."""
     done = _reporter("restore", model, key, clock, log)
     target = layout.model_dir(model, fingerprint)
 
@@ -223,18 +234,14 @@ def restore(
             if temp is not None:
                 remove_tree(temp)
             temp = layout.new_temp_dir()
-            archive = temp / "archive.tar.zst"
+            staged = temp / "cache"
             try:
-                store.download(manifest["archive"], archive, manifest["size"], on_part=lambda _: progress())
+                actual = _fetch_and_unpack(store, manifest, temp, staged, limits, progress)
             except MissingObject:  # written once, removed only by the pruner: the next manifest may do
                 log.event("archive-missing", model=model, key=key.prefix, manifest=candidate.name)
                 continue
-            actual = sha256_of(archive)
-            if actual != manifest["sha256"]:
+            if actual != manifest["sha256"]:  # the staged folder is never used: it goes with the temp folder
                 return done(Status.FAILED, f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
-            staged = temp / "cache"
-            unpack(archive, staged, max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
-            archive.unlink()
             target.parent.mkdir(parents=True, exist_ok=True)
             if not rename_no_replace(staged, target):
                 return done(
@@ -267,8 +274,33 @@ def restore(
     finally:
         if temp is not None:
             remove_tree(temp)
-    touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
+    if touch:
+        touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
     return done(Status.RESTORED, size=manifest["size"])
+
+
+def _fetch_and_unpack(store: CacheStore, manifest: dict, temp: Path, staged: Path, limits, progress) -> str:
+    """The archive unpacked into `staged`; returns the SHA-256 of the bytes that arrived (the caller compares it
+    with the manifest's before using the folder). An archive of one part is unpacked as it streams in (no file
+    written and read back: a small restore is then no slower than a plain download and untar); a larger one is
+    fetched in parallel ranges to a file first."""
+    if manifest["size"] <= store.part_bytes:
+        body = store.open_object(manifest["archive"])
+        with body:
+            reader = HashingReader(body)
+            unpack_stream(reader, staged, max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
+            # What the unpacker left (the end of the frame) counts too, up to one byte past the manifest's size.
+            while reader.size <= manifest["size"] and reader.read(min(1 << 20, manifest["size"] + 1 - reader.size)):
+                pass
+        progress()
+        return reader.sha256.hexdigest() if reader.size == manifest["size"] else f"{reader.size} bytes"
+    archive = temp / "archive.tar.zst"
+    store.download(manifest["archive"], archive, manifest["size"], on_part=lambda _: progress())
+    actual = sha256_of(archive)
+    if actual == manifest["sha256"]:
+        unpack(archive, staged, max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
+    archive.unlink()
+    return actual
 
 
 def publish(

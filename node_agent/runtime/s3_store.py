@@ -222,6 +222,15 @@ class CacheStore:
         except ClientError:
             pass
 
+    def open_object(self, key: str):
+        """The object's body as a stream (a small archive unpacked as it arrives); MissingObject if absent."""
+        try:
+            return self._s3.get_object(Bucket=self.bucket, Key=key)["Body"]
+        except ClientError as error:
+            if self._missing(error, key):
+                raise MissingObject(f"{key} is not in the bucket") from error
+            raise
+
     def download(self, key: str, destination: Path, size: int, on_part: Callable[[int], None] | None = None) -> None:
         """Parallel ranged GETs written in place (pwrite); raises on any short or failed part.
 

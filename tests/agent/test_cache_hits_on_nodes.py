@@ -182,13 +182,17 @@ def _race(world, tmp_path, name, *, vllm_first_during_download: bool):
     content = node.layout.model_dir(MODEL, fingerprint)
     if vllm_first_during_download:
         store = node.agent.store
-        download = store.download
+        download, open_object = store.download, store.open_object
 
-        def slow_download(*args, **kwargs):
-            _wait_for(content.exists)  # vLLM's config step made the folder meanwhile
-            return download(*args, **kwargs)
+        def slow(fetch):
+            def fetched(*args, **kwargs):
+                _wait_for(content.exists)  # vLLM's config step made the folder meanwhile
+                return fetch(*args, **kwargs)
 
-        store.download = slow_download
+            return fetched
+
+        # A small archive streams (open_object), a large one is fetched in ranges (download).
+        store.download, store.open_object = slow(download), slow(open_object)
     pod, process = _pod_held_after_config(world, node, tmp_path / f"hold-{name}")
     outcome = {}
     restorer = threading.Thread(target=lambda: outcome.update(node.agent.start()))
