@@ -289,3 +289,29 @@ def estimate_environment(
     config: EnvironmentConfig, catalog: Catalog, *, nodes: int | None = None
 ) -> list[ModelEstimate]:
     return [estimate_model(model, config, catalog, nodes=nodes) for model in config.models]
+
+
+def physical_floor(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> StartEstimateCase:
+    """What a new node's first pod cannot beat on its instance type: the node's launch (the published figure), the
+    image and the weights at the instance's own network rate (the weights at the slower of the network and the
+    NVMe array), the restore, a cached compile and the engine's start. The estimate's new-node case sits above it
+    by the software's rates (pulls, streams); this is the number warmstart is trying to reach."""
+    settings = config.estimate
+    instance = estimate_instance(model, config, catalog)
+    network = network_gb_per_s(instance)
+    image_gb = model.image_size_gb or settings.image_size_gb
+    disk = instance.nvme_read_gb_per_s or settings.nvme_gb_per_s
+    engine = settings.engine_eager_seconds if model.enforce_eager else settings.engine_seconds
+    return StartEstimateCase(
+        "physical floor",
+        (
+            Phase("node", settings.node_ready_seconds, "launch, boot, join"),
+            Phase("image", image_gb / network, f"at the network's {network:.2f} GB/s", MODELLED),
+            Phase("restore", settings.restore_seconds, "compile cache from S3"),
+            Phase("weights", model.size_gb / min(network, disk), f"at {min(network, disk):.2f} GB/s", MODELLED),
+            Phase("compile", 0.0 if model.enforce_eager else settings.compile_cached_seconds, "cached"),
+            Phase("engine", engine, "vLLM's engine start"),
+            Phase("ready", ready_seconds(), "probe", MODELLED),
+        ),
+    )
+

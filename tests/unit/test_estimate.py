@@ -365,3 +365,19 @@ def test_records_that_are_not_strict_json_are_refused(tmp_path, capsys, text):
     path.write_text(text)
     assert main(["plan", "--env", "dev", "--estimate", "--calibrate", str(path)]) == 2
     assert "start records" in capsys.readouterr().err
+
+
+def test_the_physical_floor_is_below_every_new_node_estimate_and_the_network_bounds_it():
+    from warmstart.estimate import physical_floor
+
+    for env in ("dev", "prod", "existing"):
+        config = load_config(ROOT / "config" / f"{env}.yaml")
+        for model in config.models:
+            floor = physical_floor(model, config, CATALOG)
+            new = estimate_model(model, config, CATALOG).case(CASES[1])
+            assert floor.total_seconds <= new.total_seconds
+            assert [p.name for p in floor.phases] == list(PHASES)
+    prod = load_config(ROOT / "config" / "prod.yaml")
+    llama = physical_floor(prod.models[1], prod, CATALOG)
+    assert llama.seconds("weights") == pytest.approx(140 / 12.5)  # one 100 Gbit/s card, below the 30 GB/s array
+    assert llama.seconds("image") == pytest.approx(10 / 12.5)
