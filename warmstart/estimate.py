@@ -314,4 +314,3 @@ def physical_floor(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog
             Phase("ready", ready_seconds(), "probe", MODELLED),
         ),
     )
-

@@ -406,3 +406,19 @@ def test_every_refusal_written_in_the_source_has_a_case_here():
     assert not missing, "refusals without a case (add one to CASES): " + ", ".join(
         f"{Path(s).relative_to(ROOT)}" for s in missing
     )
+
+
+def test_applying_a_fix_never_overwrites_what_the_user_wrote_on_the_way_and_asks_are_answered_by_path():
+    from warmstart.checks.fix import Ask, FixError
+
+    document = {"image_preload": "prepull", "models": {"a": 1}}
+    with pytest.raises(FixError):
+        apply_fix(document, Fix((Edit("image_preload.mode", "snapshot"),)))
+    with pytest.raises(FixError):
+        apply_fix(document, Fix((Edit("models[0].name", "x"),)))
+    asked = Fix((Edit("network.existing", {"vpc_id": Ask("the VPC's ID", "vpc-0123456789abcdef0")}),))
+    with pytest.raises(FixError, match="the VPC's ID is needed"):
+        apply_fix({}, asked)
+    answered = apply_fix({}, asked, {"network.existing.vpc_id": "vpc-0a1b2c3d4e5f60718"})
+    assert answered == {"network": {"existing": {"vpc_id": "vpc-0a1b2c3d4e5f60718"}}}
+    assert apply_fix({}, asked, use_examples=True)["network"]["existing"]["vpc_id"] == "vpc-0123456789abcdef0"

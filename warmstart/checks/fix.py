@@ -170,11 +170,13 @@ def _apply(node: Any, path: list[str | int], edit: Edit) -> None:
     for part in parents:
         if isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
-        elif isinstance(node, dict):
-            if not isinstance(node.get(part), (dict, list)):
+        elif isinstance(node, dict) and isinstance(part, str):
+            if node.get(part) is None:  # absent or empty: the mapping is made (a removal has nothing to do)
                 if edit.value is UNSET:
-                    return  # nothing there to remove
+                    return
                 node[part] = {}
+            elif not isinstance(node[part], (dict, list)):  # a value the user wrote is never overwritten on the way
+                raise FixError(f"{edit.path}: {part!r} holds {node[part]!r}, not settings")
             node = node[part]
         else:
             raise FixError(f"{edit.path}: {part!r} is not there")
@@ -185,7 +187,7 @@ def _apply(node: Any, path: list[str | int], edit: Edit) -> None:
             node[last] = copy.deepcopy(edit.value)
     elif isinstance(node, list) and last == len(node) and edit.value is not UNSET:
         node.append(copy.deepcopy(edit.value))  # the item after the last: added
-    elif isinstance(node, dict):
+    elif isinstance(node, dict) and isinstance(last, str):
         if edit.value is UNSET:
             node.pop(last, None)
         else:
