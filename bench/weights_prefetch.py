@@ -100,6 +100,13 @@ def dd_copy(source: Path, target: Path) -> dict:
     return {"wall_s": wall, "cpu_s": cpu, "peak_mb": None}
 
 
+def server_cpu(server: SeaweedS3) -> float:
+    """The S3 server's CPU seconds so far (user and system, /proc): what each client costs the server."""
+    assert server.process is not None
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def settle() -> None:
     """Each run starts with no dirty pages left by the one before (untimed)."""
     subprocess.run(["sync"], check=True)
@@ -135,9 +142,11 @@ def main() -> None:
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_REGION": "us-east-1",
         }
+        load_before = report.machine_load()
         for attempt in range(REPEATS):
             settle()
             ours_root = work / f"warmstart-{attempt}"
+            server_before = server_cpu(server)
             result = run_measured(
                 [
                     sys.executable,
@@ -153,6 +162,7 @@ def main() -> None:
                     str(BUFFER_BYTES),
                 ]
             )
+            result["server_cpu_s"] = server_cpu(server) - server_before
             outcome = json.loads(result.pop("stdout").strip().splitlines()[-1])
             assert outcome["status"] == "downloaded", outcome
             verified = outcome["bytes"] == total and tree_equal(source, Path(outcome["folder"]))
@@ -170,9 +180,11 @@ def main() -> None:
 
             settle()
             target = work / f"s5cmd-{attempt}"
+            server_before = server_cpu(server)
             result = run_measured(
                 [s5cmd, "--endpoint-url", server.endpoint, "cp", f"s3://{bucket}/model/*", f"{target}/"], env=env
             )
+            result["server_cpu_s"] = server_cpu(server) - server_before
             result.pop("stdout")
             # s5cmd returns with its bytes still in the page cache; what it takes to have them on disk:
             flushed = run_measured(["sync", "-f", str(target)])
@@ -203,6 +215,14 @@ def main() -> None:
             "cpu_s_per_gb": report.median([r["cpu_s"] for r in results]) / gb,
             "peak_mb": max(r["peak_mb"] for r in results) if results[0]["peak_mb"] is not None else None,
         }
+    walls = {tool: [r["wall_s"] for r in results] for tool, results in runs.items()}
+    spreads = {  # as fast as s5cmd: its time over ours, pair by pair (the runs interleave)
+        "warmstart_over_s5cmd": report.paired_ratio(walls["s5cmd"], walls["warmstart"]),
+        "warmstart_process_over_s5cmd": report.paired_ratio(walls["s5cmd"], walls["warmstart_process"]),
+    }
+    server_cpu_per_gb = {
+        tool: report.median([r["server_cpu_s"] for r in runs[tool]]) / gb for tool in ("warmstart_process", "s5cmd")
+    }
     ratios = {
         "warmstart_over_s5cmd": summary["warmstart"]["mb_per_s"] / summary["s5cmd"]["mb_per_s"],
         "warmstart_process_over_s5cmd": summary["warmstart_process"]["mb_per_s"] / summary["s5cmd"]["mb_per_s"],
@@ -222,6 +242,11 @@ def main() -> None:
         f"warmstart/dd: {ratios['warmstart_over_dd']:.3f}   "
         f"every byte verified: {all(r['verified'] for r in runs['warmstart'])}"
     )
+    for name, spread in spreads.items():
+        print(report.said(name, spread))
+    ours, theirs = server_cpu_per_gb["warmstart_process"], server_cpu_per_gb["s5cmd"]
+    print(f"server CPU s/GB: warmstart {ours:.3f}, s5cmd {theirs:.3f}")
+    print(f"load before {load_before['load_1m']:.2f}, after {report.machine_load()['load_1m']:.2f}")
     print(
         "wrote",
         report.write(
@@ -232,6 +257,9 @@ def main() -> None:
                 "part_mib": PART_MIB,
                 "summary": summary,
                 "ratios": ratios,
+                "spreads": spreads,
+                "server_cpu_s_per_gb": server_cpu_per_gb,
+                "load_before": load_before,
                 "runs": runs,
             },
         ),
