@@ -229,11 +229,30 @@ def main() -> None:
         f"{seconds['agent_holding_back_done_after']:.2f} s holding back"
     )
     print("   ".join(f"{name}: {value:.3f}" for name, value in ratios.items()))
+    # The cases of one attempt run one after the other: each ratio pair by pair, with its spread.
+    timed = {case: [r.get("seconds", r.get("sync_s")) for r in results] for case, results in runs.items()}
+    spreads = {
+        "pod_slowdown_when_agent_downloads": report.paired_ratio(timed["s3_while_agent_downloads"], timed["s3_alone"]),
+        "pod_slowdown_when_agent_holds_back": report.paired_ratio(
+            timed["s3_while_agent_holds_back"], timed["s3_alone"]
+        ),
+        "endpoint_over_local_paths": report.paired_ratio(timed["node_copy_endpoint"], timed["local_paths"]),
+        "endpoint_over_s3": report.paired_ratio(timed["node_copy_endpoint"], timed["s3_alone"]),
+    }
+    for name, spread in spreads.items():
+        print(report.said(name, spread))
     print(
         "wrote",
         report.write(
             "cold_node_streaming",
-            {"total_bytes": total, "streamer": STREAMER, "seconds": seconds, "ratios": ratios, "runs": runs},
+            {
+                "total_bytes": total,
+                "streamer": STREAMER,
+                "seconds": seconds,
+                "ratios": ratios,
+                "spreads": spreads,
+                "runs": runs,
+            },
         ),
     )
 
