@@ -30,6 +30,8 @@ MISSING = {"404", "NoSuchKey", "NotFound"}
 # The small JSON objects the agent reads (manifests, last-use records): a few kB each.
 JSON_MAX_BYTES = 2**20
 DENIED = {"403", "AccessDenied", "Forbidden"}
+# A compile archive's ranges are read into a per-thread buffer of this size and written from it.
+DOWNLOAD_CHUNK_BYTES = 2**20
 PAUSE_POLL_SECONDS = 1.0
 # 412: another writer created the key first; 409 ConditionalRequestConflict: one is creating it right now.
 PRECONDITION_FAILED = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}
@@ -97,6 +99,7 @@ class CacheStore:
         self.bucket = bucket
         self.part_bytes = part_bytes
         self.threads = threads
+        self._local = threading.local()
 
     def _missing(self, error: ClientError, key: str) -> bool:
         """Whether a failed GET/HEAD means the object is absent. S3 answers 404 only to a caller allowed to
@@ -251,11 +254,18 @@ class CacheStore:
                         raise MissingObject(f"{key} is not in the bucket") from error
                     raise
                 offset = start
-                for chunk in response["Body"].iter_chunks(chunk_size=1 << 20):
-                    if offset + len(chunk) > end + 1:
-                        raise OSError(f"{key}: more bytes than asked for in {start}-{end}")
-                    pwrite_all(descriptor, chunk, offset)
-                    offset += len(chunk)
+                buffer = getattr(self._local, "buffer", None)
+                if buffer is None:  # one per thread, reused: no allocation per chunk
+                    buffer = self._local.buffer = memoryview(bytearray(DOWNLOAD_CHUNK_BYTES))
+                with response["Body"] as body:
+                    read_into = _zero_copy_reader(body)
+                    while count := read_into(buffer):
+                        if offset + count > end + 1:
+                            raise OSError(f"{key}: more bytes than asked for in {start}-{end}")
+                        pwrite_all(descriptor, buffer[:count], offset)
+                        offset += count
+                    if offset == end + 1:
+                        _keep_connection(body)
                 if offset != end + 1:
                     raise OSError(f"short read of {key} bytes {start}-{end}: got {offset - start}")
                 if on_part:
@@ -523,6 +533,8 @@ class WeightsSource:
                     offset, filled = offset + filled, 0
             flush()
             offset += filled
+            if offset == end + 1:  # a short body's connection is not one to reuse
+                _keep_connection(body)
         if offset != end + 1:
             raise OSError(f"short read of {item.key} bytes {start}-{end}: got {offset - start}")
         digest = md5.digest() if md5 else (crc if crc_function else None)
@@ -580,16 +592,31 @@ def _spread(jobs: list) -> list:
     return merged
 
 
+def _http_layers(body) -> tuple[object, object]:
+    """The urllib3 response and the http.client response under a body: botocore's StreamingBody, or the urllib3
+    response that StreamingBody's `with` gives."""
+    response = getattr(body, "_raw_stream", body)
+    return response, getattr(response, "_fp", None)
+
+
 def _zero_copy_reader(body) -> Callable:
     """readinto straight from the HTTP response (socket into our buffer).
 
     urllib3's own readinto reads into a new bytes object and copies it: one allocation and one extra copy
     per buffer, a quarter of the agent's CPU per GB. The http.client response under it fills the buffer in
-    place; urllib3 still owns and releases the connection. Falls back to the public path if the layering
-    differs (another HTTP stack).
+    place. Falls back to the public path if the layering differs (another HTTP stack).
     """
-    raw = getattr(getattr(body, "_raw_stream", None), "_fp", None)
+    _, raw = _http_layers(body)
     return raw.readinto if raw is not None and hasattr(raw, "readinto") else body.readinto
+
+
+def _keep_connection(body) -> None:
+    """After a zero-copy read to the end, the connection goes back to urllib3's pool, as its own read would do;
+    otherwise the body's close drops it and every request opens a new connection (a TLS handshake on S3)."""
+    response, raw = _http_layers(body)
+    isclosed = getattr(raw, "isclosed", None)
+    if isclosed is not None and isclosed() and hasattr(response, "release_conn"):
+        response.release_conn()
 
 
 def _read_ranges(descriptor: int, ranges: list[tuple[int, int]], block: int = 8 * 2**20):

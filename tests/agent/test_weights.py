@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from node_agent.runtime.s3_store import Unverifiable, WeightsSource
+from node_agent.runtime.s3_store import CacheStore, Unverifiable, WeightsSource
 from node_agent.runtime.weights import WeightsCache, WeightsLayout, weights_key
 from tests.s3_server import SeaweedS3
 
@@ -413,3 +413,44 @@ def test_eviction_skips_a_model_that_is_being_filled_or_confirmed(tmp_path, s3_s
     release.set()
     holder.join(30)
     assert cache.evict(never_in_use) == [(MODEL, old)]
+
+
+def test_ranges_are_read_into_the_buffer_in_place_over_kept_connections(tmp_path, s3_server, model_bucket, monkeypatch):
+    """The agent's own client, weights and compile archives alike: each range streams from the socket into the
+    thread's buffer (urllib3's readinto, which copies through a new bytes object, is never called) and every
+    connection goes back to the pool after its body, as urllib3's own read would do (dropping it costs a TLS
+    handshake per range on S3)."""
+    import urllib3.response
+
+    from node_agent.runtime.s3_store import s3_client
+    from tests.s3_server import ACCESS_KEY, SECRET_KEY
+
+    def copying_readinto(self, buffer):
+        raise AssertionError("urllib3's copying readinto was used")
+
+    monkeypatch.setattr(urllib3.response.BaseHTTPResponse, "readinto", copying_readinto)
+    bucket, files = model_bucket
+    threads = 3
+    client = s3_client(
+        "us-east-1",
+        connections=threads,
+        endpoint_url=s3_server.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    )
+    source = WeightsSource(client, bucket, part_bytes=2**20, threads=threads, buffer_bytes=2**20)
+    destination = tmp_path / "out"
+    destination.mkdir()
+    items = source.list(PREFIX)
+    source.download_all(items, destination, PREFIX)
+    assert read_tree(destination) == files
+    # The compile archive's download (CacheStore) reads its ranges the same way.
+    largest = max(items, key=lambda item: item.size)
+    archive = tmp_path / "archive"
+    CacheStore(client, bucket, part_bytes=2**20, threads=threads).download(largest.key, archive, largest.size)
+    assert archive.read_bytes() == files[largest.key.removeprefix(PREFIX)]
+    pools = list(client._endpoint.http_session._manager.pools._container.values())
+    requests = sum(pool.num_requests for pool in pools)
+    opened = sum(pool.num_connections for pool in pools)
+    assert requests > len(items)  # a GET per object or range, the HEADs and the listing
+    assert opened <= 2 * threads  # the HEADs' pool and the downloads' pool at most
