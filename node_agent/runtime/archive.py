@@ -125,6 +125,30 @@ class UnsafeArchive(ValueError):
     """The archive holds something other than plain files and folders inside the target."""
 
 
+# tarfile reads a pax or GNU long-name header whole before the member it describes is seen: a few kB of zstd could
+# claim gigabytes there. warmstart's own headers hold a path or two (pack writes PAX_FORMAT).
+HEADER_MAX_BYTES = 2**20
+_HEADER_TYPES = (
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+)
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Refuses an extended header over HEADER_MAX_BYTES, and GNU sparse members (warmstart writes none), before
+    tarfile reads them."""
+
+    def _proc_member(self, tarfile_):
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise UnsafeArchive(f"{self.name!r} is a GNU sparse member")
+        if self.type in _HEADER_TYPES and self.size > HEADER_MAX_BYTES:
+            raise UnsafeArchive(f"an extended header of {self.size} bytes (at most {HEADER_MAX_BYTES})")
+        return super()._proc_member(tarfile_)
+
+
 def _plain_files_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo:
     if not (member.isfile() or member.isdir()):
         raise UnsafeArchive(f"{member.name!r} is not a regular file or folder")
@@ -168,7 +192,7 @@ def unpack_stream(raw, destination: Path, *, max_bytes: int | None = None, max_f
     files, members, total = 0, 0, 0
     decompressor = zstandard.ZstdDecompressor()
     with decompressor.stream_reader(raw, closefd=False) as stream:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as tar:
             for member in tar:
                 members, total = members + 1, total + max(0, member.size)
                 if (max_files is not None and members > 2 * max_files) or (max_bytes is not None and total > max_bytes):

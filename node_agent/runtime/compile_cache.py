@@ -285,7 +285,7 @@ def _fetch_and_unpack(store: CacheStore, manifest: dict, temp: Path, staged: Pat
     written and read back: a small restore is then no slower than a plain download and untar); a larger one is
     fetched in parallel ranges to a file first."""
     if manifest["size"] <= store.part_bytes:
-        body = store.open_object(manifest["archive"])
+        body = store.open_object(manifest["archive"], manifest["size"])
         with body:
             reader = HashingReader(body)
             unpack_stream(reader, staged, max_bytes=limits.max_archive_bytes, max_files=limits.max_files)

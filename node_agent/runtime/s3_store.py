@@ -233,14 +233,19 @@ class CacheStore:
         except ClientError:
             pass
 
-    def open_object(self, key: str):
-        """The object's body as a stream (a small archive unpacked as it arrives); MissingObject if absent."""
+    def open_object(self, key: str, size: int):
+        """The object's body as a stream (a small archive unpacked as it arrives); MissingObject if absent, and
+        ObjectChanged, before a byte is read, if it is not `size` bytes (what its manifest says)."""
         try:
-            return self._s3.get_object(Bucket=self.bucket, Key=key)["Body"]
+            response = self._s3.get_object(Bucket=self.bucket, Key=key)
         except ClientError as error:
             if self._missing(error, key):
                 raise MissingObject(f"{key} is not in the bucket") from error
             raise
+        if response["ContentLength"] != size:
+            response["Body"].close()
+            raise ObjectChanged(f"{key} is {response['ContentLength']} bytes, not the {size} its manifest says")
+        return response["Body"]
 
     def download(self, key: str, destination: Path, size: int, on_part: Callable[[int], None] | None = None) -> None:
         """Parallel ranged GETs written in place (pwrite); raises on any short or failed part.
@@ -525,7 +530,8 @@ class WeightsSource:
         with response["Body"] as body:
             read_into = _zero_copy_reader(body)
             while True:
-                count = read_into(buffer[filled:])
+                room = min(len(buffer) - filled, end + 1 - offset - filled)  # never past the range asked for
+                count = read_into(buffer[filled : filled + room]) if room else 0
                 if not count:
                     break
                 chunk = buffer[filled : filled + count]
@@ -541,8 +547,10 @@ class WeightsSource:
                     offset, filled = offset + filled, 0
             flush()
             offset += filled
-            if offset == end + 1:  # a short body's connection is not one to reuse
-                _keep_connection(body)
+            if offset == end + 1:
+                if read_into(bytearray(1)):  # a server that ignored the range: nothing past it was written
+                    raise OSError(f"{item.key}: more bytes than asked for in {start}-{end}")
+                _keep_connection(body)  # a short body's connection is not one to reuse
         if offset != end + 1:
             raise OSError(f"short read of {item.key} bytes {start}-{end}: got {offset - start}")
         digest = md5.digest() if md5 else (crc if crc_function else None)

@@ -128,7 +128,8 @@ def test_truncated_archive_is_never_used(tmp_path, store, clock, log):
     store._s3.put_object(Bucket=store.bucket, Key=archive, Body=content[: len(content) // 2])
     layout = node_layout(tmp_path, "b")
     outcome = _restore(store, layout, clock, log)
-    assert outcome.status == "failed"
+    # Refused on its size before a byte is unpacked.
+    assert outcome.status == "failed" and f"not the {len(content)} its manifest says" in outcome.reason
     _assert_nothing_partial(layout)
 
 

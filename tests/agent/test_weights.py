@@ -472,3 +472,34 @@ def test_the_agents_client_leaves_times_as_s3_sent_them(s3_server, model_bucket)
     listed = client.list_objects_v2(Bucket=bucket, Prefix=PREFIX)["Contents"]
     assert all(isinstance(item["LastModified"], str) for item in listed)
     assert isinstance(client.head_object(Bucket=bucket, Key=listed[0]["Key"])["LastModified"], str)
+
+
+def test_a_server_that_ignores_the_range_writes_nothing_past_it(tmp_path):
+    """A range answered with the whole object (a server that ignores Range) is refused, and not one byte beyond
+    the range reaches the file: the neighbouring range may already be there."""
+    import io
+
+    from botocore.response import StreamingBody
+
+    from node_agent.runtime.s3_store import ListedObject, _Check
+
+    data = bytes(range(256)) * 4096  # 1 MiB
+    item = ListedObject("model/a.safetensors", len(data), "etag")
+
+    class WholeObjectClient:
+        def get_object(self, **request):
+            return {"Body": StreamingBody(io.BytesIO(data), len(data))}
+
+    source = WeightsSource(WholeObjectClient(), "bucket", part_bytes=2**18, threads=1, buffer_bytes=2**16)
+    path = tmp_path / "a.safetensors"
+    neighbour = b"\xff" * (len(data) - 2**18)
+    path.write_bytes(bytes(2**18) + neighbour)
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        check = _Check("crc", "CRC64NVME", "unused", [])
+        with pytest.raises(OSError, match="more bytes than asked"):
+            source._fetch((item, 0, 2**18 - 1, False), {item: check}, {item: (descriptor, None)}, None)
+    finally:
+        os.close(descriptor)
+    written = path.read_bytes()
+    assert written[: 2**18] == data[: 2**18] and written[2**18 :] == neighbour

@@ -12,6 +12,7 @@ import tarfile
 import threading
 import time
 
+import pytest
 import zstandard
 
 from node_agent.runtime import s3_store
@@ -188,3 +189,38 @@ def test_an_oversized_last_use_record_is_no_reason_to_stop(hostile):
     store = CacheStore(hostile.world.client, hostile.world.config.buckets.compile_cache)
     store._s3.put_object(Bucket=store.bucket, Key=key.last_use_key, Body=json.dumps({"x": "y" * 3 * 2**20}).encode())
     hostile.node.agent.tick()  # touches last use (a write): the oversized object is never read
+
+
+def _gnu_header(name: str, kind: bytes, size: int) -> bytes:
+    """One ustar/GNU header block claiming `size` bytes of what follows."""
+    block = bytearray(512)
+    block[0 : len(name)] = name.encode()
+    block[100:108] = b"0000644\0"
+    block[124:136] = f"{size:011o}\0".encode()
+    block[148:156] = b" " * 8
+    block[156:157] = kind
+    block[257:265] = b"ustar  \0"
+    block[148:155] = f"{sum(block):06o}\0".encode()
+    return bytes(block)
+
+
+@pytest.mark.parametrize("kind", [b"x", b"L", b"S"], ids=["pax-header", "gnu-long-name", "gnu-sparse"])
+def test_an_archive_whose_extended_header_claims_gigabytes_is_refused_before_it_is_read(tmp_path, kind):
+    """tarfile reads a pax or GNU long-name header whole before any member: a few kB of zstd claiming 4 GB there
+    made the agent hold all that follows in memory. Headers over 1 MiB and sparse members are refused first."""
+    from node_agent.runtime.archive import UnsafeArchive, unpack_stream
+
+    tar = _gnu_header("././@Header", kind, 4 * 2**30) + bytes(32 * 2**20)  # zeros: 32 MiB in about 1 kB
+    body = zstandard.ZstdCompressor().compress(tar)
+    assert len(body) < 8 * 2**10
+    outcome = {}
+
+    def unpack() -> None:
+        try:
+            unpack_stream(io.BytesIO(body), tmp_path / "out", max_bytes=2**30, max_files=100)
+        except UnsafeArchive as error:
+            outcome["refused"] = str(error)
+
+    peak = peak_memory(unpack)
+    assert "refused" in outcome and peak < 8 * 2**20
+    assert not any((tmp_path / "out").iterdir())
