@@ -138,6 +138,11 @@ def main() -> None:
     for r in results:
         print(report.said(f"endpoint/local time on CPUs {r['cpus']}", r["ratio"]))
         print(f"  load before {r['load_before']['load_1m']:.2f}, after {r['load_after']['load_1m']:.2f}")
+    if report.free_page_reporting():
+        print(
+            "  this VM's balloon takes freed memory back (free page reporting): each run faults its new buffer in from "
+            "the host, which costs both sides alike and blurs the ratio"
+        )
     print("wrote", report.write("node_copy_endpoint", {"pairs": PAIRS, "results": results}))
 
 

@@ -14,7 +14,21 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> dict:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "machine": platform.machine()}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "free_page_reporting": free_page_reporting(),
+    }
+
+
+def free_page_reporting() -> bool:
+    """A VM whose balloon device takes free memory back (virtio-balloon free page reporting): there every fresh
+    buffer is faulted in again from the host, and the streamer's runs (a new 2 GB buffer each) vary by 2x or more
+    with what the machine freed just before. Said beside the figures that it blurs."""
+    return Path("/sys/module/page_reporting").exists() and any(
+        Path("/sys/bus/virtio/drivers/virtio_balloon").glob("virtio*")
+    )
 
 
 def timed(action: Callable[[], object]) -> tuple[float, object]:
