@@ -272,15 +272,10 @@ class CacheStore:
                     buffer = self._local.buffer = memoryview(bytearray(DOWNLOAD_CHUNK_BYTES))
                 with response["Body"] as body:
                     read_into = _zero_copy_reader(body)
-                    while count := read_into(buffer):
-                        if offset + count > end + 1:
-                            raise OSError(f"{key}: more bytes than asked for in {start}-{end}")
+                    while count := read_into(buffer[: min(len(buffer), end + 1 - offset)]):
                         pwrite_all(descriptor, buffer[:count], offset)
                         offset += count
-                    if offset == end + 1:
-                        _keep_connection(body)
-                if offset != end + 1:
-                    raise OSError(f"short read of {key} bytes {start}-{end}: got {offset - start}")
+                    _end_of_range(body, read_into, key, start, end, offset)
                 if on_part:
                     on_part(end + 1 - start)
                 return end + 1 - start
@@ -547,12 +542,7 @@ class WeightsSource:
                     offset, filled = offset + filled, 0
             flush()
             offset += filled
-            if offset == end + 1:
-                if read_into(bytearray(1)):  # a server that ignored the range: nothing past it was written
-                    raise OSError(f"{item.key}: more bytes than asked for in {start}-{end}")
-                _keep_connection(body)  # a short body's connection is not one to reuse
-        if offset != end + 1:
-            raise OSError(f"short read of {item.key} bytes {start}-{end}: got {offset - start}")
+            _end_of_range(body, read_into, item.key, start, end, offset)
         digest = md5.digest() if md5 else (crc if crc_function else None)
         return check, digest
 
@@ -624,6 +614,16 @@ def _zero_copy_reader(body) -> Callable:
     """
     _, raw = _http_layers(body)
     return raw.readinto if raw is not None and hasattr(raw, "readinto") else body.readinto
+
+
+def _end_of_range(body, read_into: Callable, key: str, start: int, end: int, offset: int) -> None:
+    """After a range's reads, which never go past it: more bytes from the server (it ignored the range) or fewer
+    are refused; a complete body's connection goes back to the pool (a short body's is not one to reuse)."""
+    if offset != end + 1:
+        raise OSError(f"short read of {key} bytes {start}-{end}: got {offset - start}")
+    if read_into(bytearray(1)):
+        raise OSError(f"{key}: more bytes than asked for in {start}-{end}")
+    _keep_connection(body)
 
 
 def _keep_connection(body) -> None:
