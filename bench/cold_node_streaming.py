@@ -105,16 +105,6 @@ def warm(folder: Path) -> None:
                 pass
 
 
-def drop_caches() -> bool:
-    """Cold reads: what the disk itself gives (root only; False where the kernel refuses)."""
-    subprocess.run(["sync"], check=True)
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return True
-    except OSError:
-        return False
-
-
 def main() -> None:
     from model_workload.runtime.node_copy_s3 import serve_in_background
 
@@ -180,9 +170,9 @@ def main() -> None:
             node_env = {**s3_env, "AWS_ENDPOINT_URL": endpoint.endpoint, "RUNAI_STREAMER_S3_UNSIGNED": "1"}
             runs["node_copy_endpoint"].append(finished(streamer(s3_paths, node_env)))
             runs["local_paths"].append(finished(streamer([str(copy / name) for name in names], s3_env)))
-            if drop_caches():
+            if report.drop_caches():
                 runs["node_copy_endpoint_cold"].append(finished(streamer(s3_paths, node_env)))
-                drop_caches()
+                report.drop_caches()
                 runs["s3_cold"].append(finished(streamer(s3_paths, s3_env)))
             endpoint.shutdown()
             shutil.rmtree(work / f"held-{attempt}")

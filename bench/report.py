@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +33,17 @@ def free_page_reporting() -> bool:
     )
 
 
+def drop_caches() -> bool:
+    """Written data synced and the page cache emptied: the next run reads cold and allocates its memory afresh,
+    whatever the run before it left (root only; False where the kernel refuses)."""
+    subprocess.run(["sync"], check=True)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
 def timed(action: Callable[[], object]) -> tuple[float, object]:
     started = time.perf_counter()
     result = action()
@@ -52,24 +65,49 @@ def spread(values: list[float]) -> dict:
     return {"median": median(values), "min": min(values), "max": max(values), "runs": len(values)}
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """The distribution-free confidence interval of the median: the k-th smallest and k-th largest values, k the
+    largest rank with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2 (the sign test's order statistics; no
+    assumption about how the runs are distributed). None where there are too few values (under 6 at 95%)."""
+    n, tail = len(values), (1 - confidence) / 2
+    rank, below = 0, 0.0
+    while rank < n // 2:
+        below += math.comb(n, rank) / 2**n  # P(X = rank)
+        if below > tail:
+            break
+        rank += 1
+    if rank == 0:
+        return None
+    ordered = sorted(values)
+    return ordered[rank - 1], ordered[n - rank]
+
+
 def paired_ratio(top: list[float], bottom: list[float]) -> dict:
     """top / bottom, run by run (the runs interleave: A, B, A, B ...): each pair's ratio, their median, min and max,
-    and whether the spread is wider than the gap to 1.0 (then the run does not tell the two apart)."""
+    and whether the spread is wider than the gap to 1.0 (then the run does not tell the two apart); with enough
+    pairs, the median's 95% interval too, and whether it leaves 1.0 out (the pairs do tell the two apart)."""
     pairs = [t / b for t, b in zip(top, bottom, strict=True) if t > 0 and b > 0]
     middle = median(pairs)
     half_spread = (max(pairs) - min(pairs)) / 2
+    interval = median_interval(pairs)
     return {
         "ratio": middle,
         "min": min(pairs),
         "max": max(pairs),
         "pairs": pairs,
         "noisy": half_spread > abs(middle - 1),
+        "median_95": list(interval) if interval else None,
+        "apart": interval is not None and not interval[0] <= 1 <= interval[1],
     }
 
 
 def said(name: str, ratio: dict) -> str:
-    """A ratio with its spread, flagged where the spread exceeds the gap."""
+    """A ratio with its spread, flagged where the spread exceeds the gap, and the median's interval."""
     flag = "  (spread wider than the gap: not told apart)" if ratio["noisy"] else ""
+    interval = ratio.get("median_95")
+    if interval:
+        verdict = "leaves 1.0 out" if ratio["apart"] else "holds 1.0"
+        flag += f"  median's 95% interval {interval[0]:.3f}-{interval[1]:.3f} ({verdict})"
     return f"{name}: {ratio['ratio']:.3f}x [{ratio['min']:.3f}-{ratio['max']:.3f}, {len(ratio['pairs'])} pairs]{flag}"
 
 

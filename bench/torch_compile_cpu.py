@@ -34,7 +34,8 @@ from node_agent.runtime.log import EventLog  # noqa: E402
 from node_agent.runtime.s3_store import CacheStore  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
 
-REPEATS = 5
+# Nine pairs: the fewest whose median has a 95% interval that is not min-max (report.median_interval).
+REPEATS = int(os.environ.get("BENCH_REPEATS", "9"))
 SEQUENCE = {8192: 64, 4096: 32}  # max_model_len factor -> the toy model's compiled sequence length
 # One absolute path for every run, as on every node (vLLM and Inductor hash the cache location).
 NODE_ROOT = Path("/tmp/warmstart-bench-node/compile-cache")

@@ -17,6 +17,7 @@ import zstandard
 
 from node_agent.runtime.fs import sync_filesystem
 
+COPY_BYTES = 2**20
 ZSTD_LEVEL = 3  # compile artifacts compress well already at low levels; packing stays I/O-bound
 # Not compile artifacts: vLLM's custom all-reduce records which GPU pairs of this node can reach each other
 # (vllm/distributed/device_communicators/all_reduce_utils.py, 0.21.0); another node measures its own.
@@ -192,7 +193,9 @@ def unpack_stream(raw, destination: Path, *, max_bytes: int | None = None, max_f
     files, members, total = 0, 0, 0
     decompressor = zstandard.ZstdDecompressor()
     with decompressor.stream_reader(raw, closefd=False) as stream:
-        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as tar:
+        # Members' bytes are copied in 1 MiB writes (tarfile's default, 16 KiB, is 64 write calls per MiB). The
+        # stream's own read size stays tarfile's: each read copies what is left of that buffer.
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo, copybufsize=COPY_BYTES) as tar:
             for member in tar:
                 members, total = members + 1, total + max(0, member.size)
                 if (max_files is not None and members > 2 * max_files) or (max_bytes is not None and total > max_bytes):

@@ -83,14 +83,6 @@ def _reporter(event: str, model: str, key: CompileCacheKey, clock: Callable[[], 
     return done
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # vLLM makes one or two hash folders per configuration; a pod that makes millions costs the agent at most this many.
 MAX_LISTED_HASH_DIRS = 256
 _HASH_ROOT = ("torch_compile_cache",)
@@ -295,8 +287,9 @@ def _fetch_and_unpack(store: CacheStore, manifest: dict, temp: Path, staged: Pat
         progress()
         return reader.sha256.hexdigest() if reader.size == manifest["size"] else f"{reader.size} bytes"
     archive = temp / "archive.tar.zst"
-    store.download(manifest["archive"], archive, manifest["size"], on_part=lambda _: progress())
-    actual = sha256_of(archive)
+    digest = hashlib.sha256()
+    store.download(manifest["archive"], archive, manifest["size"], on_part=lambda _: progress(), digest=digest)
+    actual = digest.hexdigest()
     if actual == manifest["sha256"]:
         unpack(archive, staged, max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
     archive.unlink()

@@ -162,8 +162,8 @@ def test_server_stopped_mid_download_leaves_nothing(tmp_path, clock, log):
         assert _publish(store, node_a, clock, log).status == "published"
 
         class DyingServerStore(CacheStore):
-            def download(self, key, destination, size, on_part=None):
-                return super().download(key, destination, size, on_part=lambda _: server.kill())
+            def download(self, key, destination, size, on_part=None, digest=None):
+                return super().download(key, destination, size, on_part=lambda _: server.kill(), digest=digest)
 
         layout = node_layout(tmp_path, "b")
         outcome = _restore(
@@ -370,3 +370,48 @@ def test_a_real_denial_is_not_taken_for_a_missing_key(s3_server, bucket):
     with pytest.raises(ClientError, match="AccessDenied"):
         reader.put_json_if_absent(H100_KEY.manifest_key(["y"]), {"version": 2})  # denied, not "someone was first"
     assert store.get_json(name) == {"version": 2}
+
+
+def test_an_unpacked_member_is_written_in_large_writes(tmp_path, monkeypatch):
+    """tarfile copies a member 16 KiB at a time by default (64 write calls per MiB of a compiled kernel); the
+    unpacker asks for 1 MiB copies, and the files still come out byte-equal."""
+    import tarfile
+
+    from node_agent.runtime import archive
+
+    source = tmp_path / "cache"
+    (source / "inductor").mkdir(parents=True)
+    payload = bytes(range(256)) * (3 * 2**12 + 7)  # 3 MiB and a bit
+    (source / "inductor" / "kernel.bin").write_bytes(payload)
+    packed = archive.pack(source, tmp_path / "cache.tar.zst")
+    copies = []
+    real_copy = tarfile.copyfileobj
+
+    def recording_copy(src, dst, length=None, exception=OSError, bufsize=None):
+        copies.append(bufsize)
+        return real_copy(src, dst, length, exception, bufsize)
+
+    monkeypatch.setattr(tarfile, "copyfileobj", recording_copy)
+    assert archive.unpack(packed.path, tmp_path / "out") == 1
+    assert (tmp_path / "out" / "inductor" / "kernel.bin").read_bytes() == payload
+    assert copies == [archive.COPY_BYTES] and archive.COPY_BYTES >= 2**20
+
+
+@pytest.mark.parametrize("flipped_at", [0.1, 0.5, 0.95])
+def test_a_tampered_archive_fetched_in_ranges_is_never_used(tmp_path, s3_server, bucket, clock, log, flipped_at):
+    """An archive larger than a part is fetched in parallel ranges and hashed in order as they land: one flipped
+    byte anywhere is a checksum mismatch, and nothing is left behind."""
+    store = CacheStore(s3_server.client(), bucket, part_bytes=5 * 2**20, threads=4)
+    node_a = node_layout(tmp_path, "a")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), large_bytes=6 * 2**20)
+    assert _publish(store, node_a, clock, log).status == "published"
+    archive = _manifest(store)["archive"]
+    content = bytearray(store._s3.get_object(Bucket=store.bucket, Key=archive)["Body"].read())
+    assert len(content) > 4 * 2**20  # several of the ranges below
+    content[int(len(content) * flipped_at)] ^= 0xFF
+    store._s3.put_object(Bucket=store.bucket, Key=archive, Body=bytes(content))
+    ranged = CacheStore(s3_server.client(), bucket, part_bytes=2**20, threads=4)
+    layout = node_layout(tmp_path, "b")
+    outcome = _restore(ranged, layout, clock, log)
+    assert outcome.status == "failed" and "checksum mismatch" in outcome.reason
+    _assert_nothing_partial(layout)

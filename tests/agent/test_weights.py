@@ -474,6 +474,113 @@ def test_the_agents_client_leaves_times_as_s3_sent_them(s3_server, model_bucket)
     assert isinstance(client.head_object(Bucket=bucket, Key=listed[0]["Key"])["LastModified"], str)
 
 
+def test_the_agents_client_looks_in_s3s_model_folder_alone(s3_server, model_bucket, monkeypatch):
+    """botocore lists every service's model folder (~900 directory reads) to learn that S3 exists; the agent's
+    client looks only in S3's, and still finds every model type it needs (service, paginators, waiters, endpoint
+    rules: the calls below use them)."""
+    import botocore.loaders
+
+    from node_agent.runtime.s3_store import S3OnlyLoader, s3_client
+    from tests.s3_server import ACCESS_KEY, SECRET_KEY
+
+    listed_folders = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed_folders.append(path) or real_listdir(path))
+    client = s3_client(
+        "us-east-1",
+        connections=1,
+        endpoint_url=s3_server.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    )
+    bucket, files = model_bucket
+    keys = [
+        item["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        for item in page["Contents"]
+    ]
+    client.get_waiter("object_exists").wait(Bucket=bucket, Key=keys[0])
+    assert len(keys) == len(files)
+    assert len(listed_folders) < 10, listed_folders
+    assert all("/s3" in str(folder) for folder in listed_folders)
+
+    # Asked as botocore asks: S3 for every type S3 has, nothing for a type it lacks, nothing else ever.
+    monkeypatch.setattr(os, "listdir", real_listdir)
+    ours, botocores = S3OnlyLoader(), botocore.loaders.Loader()
+    for type_name in ("service-2", "paginators-1", "waiters-2", "endpoint-rule-set-1", "no-such-type-1"):
+        assert ours.list_available_services(type_name) == [
+            name for name in botocores.list_available_services(type_name) if name == "s3"
+        ]
+
+
+def test_the_agents_client_reads_aws_data_path_as_botocore_does(monkeypatch, tmp_path):
+    """A model folder given in AWS_DATA_PATH (botocore's own setting) is searched first, as botocore's loader would."""
+    import botocore.session
+
+    from node_agent.runtime.s3_store import S3OnlyLoader
+
+    monkeypatch.setenv("AWS_DATA_PATH", f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}")
+    loader = S3OnlyLoader.for_session(botocore.session.get_session())
+    assert loader.search_paths[:2] == [str(tmp_path / "a"), str(tmp_path / "b")]
+
+
+def test_a_streamed_archive_is_hashed_once_not_also_crcd_by_botocore(s3_server, model_bucket):
+    """A compile archive is checked against its manifest's SHA-256; botocore's own CRC of every GET body (its
+    default) would hash the same bytes a second time. The agent's client checks only where it asks for S3's
+    checksum (ChecksumMode), which its weights downloads read themselves."""
+    from botocore.httpchecksum import StreamingChecksumBody
+
+    from node_agent.runtime.s3_store import s3_client
+    from tests.s3_server import ACCESS_KEY, SECRET_KEY
+
+    bucket, files = model_bucket
+    client = s3_client(
+        "us-east-1",
+        connections=1,
+        endpoint_url=s3_server.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    )
+    name, data = next(iter(files.items()))
+    body = CacheStore(client, bucket).open_object(f"{PREFIX}{name}", len(data))
+    with body:
+        assert not isinstance(body, StreamingChecksumBody)
+        assert body.read() == data
+
+
+def test_a_download_hashes_its_file_in_order_while_ranges_land_out_of_order(tmp_path, s3_server, model_bucket):
+    """CacheStore.download feeds the digest the file's bytes in order, each range once, whichever range lands
+    first (here the first range is held back until every other one is written)."""
+    import hashlib
+
+    bucket, files = model_bucket
+    name, data = max(files.items(), key=lambda item: len(item[1]))
+    client = s3_server.client()
+    first_range_may_go = threading.Event()
+    real_get = client.get_object
+
+    def get_object(**request):
+        if request.get("Range", "").startswith("bytes=0-"):
+            assert first_range_may_go.wait(30)
+        return real_get(**request)
+
+    client.get_object = get_object
+    parts = []
+    store = CacheStore(client, bucket, part_bytes=2**18, threads=4)
+    count = -(-len(data) // store.part_bytes)
+    assert count >= 4
+
+    def on_part(length):
+        parts.append(length)
+        if len(parts) == count - 1:
+            first_range_may_go.set()
+
+    digest = hashlib.sha256()
+    store.download(f"{PREFIX}{name}", tmp_path / "file", len(data), on_part=on_part, digest=digest)
+    assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert (tmp_path / "file").read_bytes() == data
+
+
 def test_a_server_that_ignores_the_range_writes_nothing_past_it(tmp_path):
     """A range answered with the whole object (a server that ignores Range) is refused, and not one byte beyond
     the range reaches the file: the neighbouring range may already be there."""
