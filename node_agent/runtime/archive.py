@@ -194,8 +194,11 @@ def unpack_stream(raw, destination: Path, *, max_bytes: int | None = None, max_f
     decompressor = zstandard.ZstdDecompressor()
     with decompressor.stream_reader(raw, closefd=False) as stream:
         # Members' bytes are copied in 1 MiB writes (tarfile's default, 16 KiB, is 64 write calls per MiB). The
-        # stream's own read size stays tarfile's: each read copies what is left of that buffer.
-        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo, copybufsize=COPY_BYTES) as tar:
+        # stream's own read size stays tarfile's: each read copies what is left of that buffer. (typeshed's
+        # overloads of tarfile.open leave out TarFile's copybufsize.)
+        with tarfile.open(  # type: ignore[call-overload]
+            fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo, copybufsize=COPY_BYTES
+        ) as tar:
             for member in tar:
                 members, total = members + 1, total + max(0, member.size)
                 if (max_files is not None and members > 2 * max_files) or (max_bytes is not None and total > max_bytes):

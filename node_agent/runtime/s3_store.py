@@ -301,7 +301,7 @@ class CacheStore:
         try:
             os.ftruncate(descriptor, size)
 
-            def fetch(start: int) -> int:
+            def fetch(start: int) -> tuple[int, int]:
                 end = min(start + self.part_bytes, size) - 1
                 try:
                     response = self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}")
@@ -324,7 +324,7 @@ class CacheStore:
                 return start, end + 1 - start
 
             total, written, hashed = 0, {}, 0
-            hash_buffer = memoryview(bytearray(DOWNLOAD_CHUNK_BYTES)) if digest is not None else None
+            hash_buffer = memoryview(bytearray(DOWNLOAD_CHUNK_BYTES if digest is not None else 0))
             starts = iter(range(0, size, self.part_bytes))
             with ThreadPoolExecutor(max_workers=self.threads) as pool:
                 pending = {pool.submit(fetch, start) for start in itertools.islice(starts, 2 * self.threads)}
