@@ -26,8 +26,8 @@ from node_agent.runtime.archive import unpack  # noqa: E402
 from node_agent.runtime.compile_cache import publish, restore  # noqa: E402
 from node_agent.runtime.layout import NodeCacheLayout  # noqa: E402
 from node_agent.runtime.log import EventLog  # noqa: E402
-from node_agent.runtime.s3_store import CacheStore, s3_client  # noqa: E402
-from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
+from node_agent.runtime.s3_store import CacheStore  # noqa: E402
+from tests.s3_server import SeaweedS3  # noqa: E402
 
 # Pairs per archive size: a 15 MB restore takes a tenth of a second and moves by a third from pair to pair on
 # a 2-core VM, so it gets many (seconds in all); a 500 MB pair takes about 5 s.
@@ -80,13 +80,7 @@ def main() -> None:
         bucket = server.new_bucket()
         client = server.client(retries=3)  # the plain way: boto3's client as a user has it
         # warmstart: the agent's own client (its pool, checksum and parsing settings), as on the nodes.
-        agent_client = s3_client(
-            "us-east-1",
-            connections=16,
-            endpoint_url=server.endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-        )
+        agent_client = server.agent_client(connections=16)
         store = CacheStore(agent_client, bucket, part_bytes=16 * 2**20, threads=8)
         for size_mb in SIZES_MB:
             f = factors(size_mb)

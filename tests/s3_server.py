@@ -160,6 +160,18 @@ class SeaweedS3:
             ),
         )
 
+    def agent_client(self, *, connections: int):
+        """The node agent's own S3 client (its timeouts, retries, pool, loader and checksum settings), pointed here."""
+        from node_agent.runtime.s3_store import s3_client
+
+        return s3_client(
+            "us-east-1",
+            connections=connections,
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+        )
+
     def new_bucket(self) -> str:
         name = f"test-{uuid.uuid4().hex[:12]}"
         self.client().create_bucket(Bucket=name)

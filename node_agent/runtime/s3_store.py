@@ -333,7 +333,8 @@ class CacheStore:
                     for future in finished:
                         start, length = future.result()
                         total += length
-                        written[start] = length
+                        if digest is not None:
+                            written[start] = length
                         for start in itertools.islice(starts, 1):
                             pending.add(pool.submit(fetch, start))
                     # The written prefix grew: its new bytes are hashed here while the pool downloads the next ranges.

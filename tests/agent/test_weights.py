@@ -422,22 +422,13 @@ def test_ranges_are_read_into_the_buffer_in_place_over_kept_connections(tmp_path
     handshake per range on S3)."""
     import urllib3.response
 
-    from node_agent.runtime.s3_store import s3_client
-    from tests.s3_server import ACCESS_KEY, SECRET_KEY
-
     def copying_readinto(self, buffer):
         raise AssertionError("urllib3's copying readinto was used")
 
     monkeypatch.setattr(urllib3.response.BaseHTTPResponse, "readinto", copying_readinto)
     bucket, files = model_bucket
     threads = 3
-    client = s3_client(
-        "us-east-1",
-        connections=threads,
-        endpoint_url=s3_server.endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
+    client = s3_server.agent_client(connections=threads)
     source = WeightsSource(client, bucket, part_bytes=2**20, threads=threads, buffer_bytes=2**20)
     destination = tmp_path / "out"
     destination.mkdir()
@@ -458,17 +449,9 @@ def test_ranges_are_read_into_the_buffer_in_place_over_kept_connections(tmp_path
 
 def test_the_agents_client_leaves_times_as_s3_sent_them(s3_server, model_bucket):
     """The agent reads no time from S3: botocore's parsing of each (0.4 ms apiece, 1000 per listing page) is off."""
-    from node_agent.runtime.s3_store import s3_client
-    from tests.s3_server import ACCESS_KEY, SECRET_KEY
 
     bucket, _ = model_bucket
-    client = s3_client(
-        "us-east-1",
-        connections=1,
-        endpoint_url=s3_server.endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
+    client = s3_server.agent_client(connections=1)
     listed = client.list_objects_v2(Bucket=bucket, Prefix=PREFIX)["Contents"]
     assert all(isinstance(item["LastModified"], str) for item in listed)
     assert isinstance(client.head_object(Bucket=bucket, Key=listed[0]["Key"])["LastModified"], str)
@@ -480,19 +463,12 @@ def test_the_agents_client_looks_in_s3s_model_folder_alone(s3_server, model_buck
     rules: the calls below use them)."""
     import botocore.loaders
 
-    from node_agent.runtime.s3_store import S3OnlyLoader, s3_client
-    from tests.s3_server import ACCESS_KEY, SECRET_KEY
+    from node_agent.runtime.s3_store import S3OnlyLoader
 
     listed_folders = []
     real_listdir = os.listdir
     monkeypatch.setattr(os, "listdir", lambda path=".": listed_folders.append(path) or real_listdir(path))
-    client = s3_client(
-        "us-east-1",
-        connections=1,
-        endpoint_url=s3_server.endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
+    client = s3_server.agent_client(connections=1)
     bucket, files = model_bucket
     keys = [
         item["Key"]
@@ -530,17 +506,8 @@ def test_a_streamed_archive_is_hashed_once_not_also_crcd_by_botocore(s3_server, 
     checksum (ChecksumMode), which its weights downloads read themselves."""
     from botocore.httpchecksum import StreamingChecksumBody
 
-    from node_agent.runtime.s3_store import s3_client
-    from tests.s3_server import ACCESS_KEY, SECRET_KEY
-
     bucket, files = model_bucket
-    client = s3_client(
-        "us-east-1",
-        connections=1,
-        endpoint_url=s3_server.endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
+    client = s3_server.agent_client(connections=1)
     name, data = next(iter(files.items()))
     body = CacheStore(client, bucket).open_object(f"{PREFIX}{name}", len(data))
     with body:
