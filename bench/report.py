@@ -9,7 +9,9 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -42,6 +44,56 @@ def drop_caches() -> bool:
         return True
     except OSError:
         return False
+
+
+@contextmanager
+def memory_limited(
+    limit_bytes: int, *, cgroup_root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")
+) -> Iterator[list[str] | None]:
+    """A command prefix that runs its command in a memory cgroup of its own, limited to `limit_bytes` (what a
+    container with that limit gets: its page cache counts against it, so its dirty pages are written back once
+    they reach the limit), or None where this machine cannot make one (not root, no memory controller); the
+    cgroup is removed afterwards. cgroup v1's memory hierarchy, or v2 beside this process's own cgroup."""
+    name = f"warmstart-bench-{uuid.uuid4().hex[:12]}"
+    folder, limit_file = None, ""
+    try:
+        memberships = [line.split(":", 2) for line in own.read_text().splitlines() if line.count(":") >= 2]
+    except OSError:
+        memberships = []
+    v1 = [path for _, controllers, path in memberships if "memory" in controllers.split(",")]
+    if v1 and (cgroup_root / "memory").is_dir():
+        folder, limit_file = cgroup_root / "memory" / v1[0].lstrip("/") / name, "memory.limit_in_bytes"
+    elif (cgroup_root / "cgroup.controllers").exists():
+        v2 = [path for hierarchy, _, path in memberships if hierarchy == "0"]
+        parent = cgroup_root / v2[0].lstrip("/") if v2 else cgroup_root
+        parent = parent.parent if parent != cgroup_root else parent  # a sibling: a v2 parent holds no processes
+        try:
+            if "memory" in (parent / "cgroup.subtree_control").read_text().split():
+                folder, limit_file = parent / name, "memory.max"
+        except OSError:
+            pass
+    if folder is None:
+        yield None
+        return
+    try:
+        folder.mkdir()
+    except OSError:
+        yield None
+        return
+    try:
+        (folder / limit_file).write_text(f"{limit_bytes}\n")
+    except OSError:
+        folder.rmdir()
+        yield None
+        return
+    try:
+        # The shell joins the cgroup, then becomes the command: everything it starts is limited.
+        yield ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(folder / "cgroup.procs")]
+    finally:
+        try:
+            folder.rmdir()  # empty once its processes have exited
+        except OSError:
+            pass
 
 
 def timed(action: Callable[[], object]) -> tuple[float, object]:

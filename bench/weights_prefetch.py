@@ -1,8 +1,10 @@
 """Weights prefetch throughput: 4 x 512 MiB files plus 200 small files from a local S3 server, side by side
-in the same run with `s5cmd cp` (the fastest S3 downloader we know) and the disk's own rate (dd, one O_DIRECT
-stream of as many bytes). warmstart verifies every byte against S3's checksums and publishes the folder atomically;
-s5cmd does neither. Reports MB/s, both ratios, client CPU seconds per GB and peak memory. "With Python start-up" is
-a fresh agent process from its start to the folder's publication; s5cmd's figure is its whole process.
+in the same run with `s5cmd cp` (the fastest S3 downloader we know), run as it is and in a memory cgroup with the
+agent container's limit (as it would run in the agent's pod, where its page cache counts against that limit), and
+the disk's own rate (dd, one O_DIRECT stream of as many bytes). warmstart verifies every byte against S3's checksums
+and publishes the folder atomically; s5cmd does neither. Reports MB/s, the ratios with their spread, client and
+server CPU seconds per GB and peak memory. "With Python start-up" is a fresh agent process from its start to the
+folder's publication; s5cmd's figure is its whole process.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from boto3.s3.transfer import TransferConfig  # noqa: E402
 
 from bench import report  # noqa: E402
-from contracts.agent_settings import AgentSettings  # noqa: E402
+from contracts.agent_settings import AGENT_MEMORY_GIB, AgentSettings  # noqa: E402
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
 
 # Nine pairs: the fewest whose median has a 95% interval that is not min-max (report.median_interval).
@@ -155,9 +158,13 @@ def main() -> None:
         "warmstart_process": [],
         "s5cmd": [],
         "s5cmd_then_sync": [],
+        "s5cmd_agent_memory": [],
         "disk": [],
     }
+    cleanup = ExitStack()
     try:
+        # s5cmd as it would run in the agent's pod: its page cache counted against the agent container's limit.
+        agent_memory = cleanup.enter_context(report.memory_limited(AGENT_MEMORY_GIB * 2**30))
         source = work / "source"
         source.mkdir()
         total = make_model(source)
@@ -208,14 +215,21 @@ def main() -> None:
             )
             shutil.rmtree(ours_root)
 
-        def run_s5cmd(attempt: int) -> None:
+        def run_s5cmd(attempt: int, prefix: list[str] | None = None) -> None:
             target = work / f"s5cmd-{attempt}"
             server_before = server_cpu(server)
             result = run_measured(
-                [s5cmd, "--endpoint-url", server.endpoint, "cp", f"s3://{bucket}/model/*", f"{target}/"], env=env
+                (prefix or [])
+                + [s5cmd, "--endpoint-url", server.endpoint, "cp", f"s3://{bucket}/model/*", f"{target}/"],
+                env=env,
             )
             result["server_cpu_s"] = server_cpu(server) - server_before
             result.pop("stdout")
+            if prefix:  # in the agent's memory limit: the same bytes, the same check
+                result["byte_equal"] = tree_equal(source, target)
+                runs["s5cmd_agent_memory"].append(result)
+                shutil.rmtree(target)
+                return
             # s5cmd returns with its bytes still in the page cache; what it takes to have them on disk:
             flushed = run_measured(["sync", "-f", str(target)])
             runs["s5cmd_then_sync"].append(
@@ -229,17 +243,25 @@ def main() -> None:
             runs["s5cmd"].append(result)
             shutil.rmtree(target)
 
+        def run_s5cmd_limited(attempt: int) -> None:
+            run_s5cmd(attempt, agent_memory)
+
+        tools = [run_ours, run_s5cmd] + ([run_s5cmd_limited] if agent_memory else [])
         for attempt in range(REPEATS):
-            # The order alternates (neither tool always follows the other), and each run starts alike: nothing
-            # of the run before in memory, the server's objects in the page cache (as S3 serves them warm).
-            for run in (run_ours, run_s5cmd) if attempt % 2 == 0 else (run_s5cmd, run_ours):
+            # The order rotates (no tool always follows another), and each run starts alike: nothing of the run
+            # before in memory, the server's objects in the page cache (as S3 serves them warm).
+            for run in tools[attempt % len(tools) :] + tools[: attempt % len(tools)]:
                 settle_alike(server, s5cmd)
                 run(attempt)
             settle()
             runs["disk"].append(disk_write(work / f"disk-{attempt}", total))
     finally:
+        cleanup.close()
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
+    if not agent_memory:
+        print("s5cmd in the agent's memory limit: not run (a memory cgroup needs root and a memory controller)")
+        del runs["s5cmd_agent_memory"]
     gb = total / 1e9
     summary = {}
     for tool, results in runs.items():
@@ -254,9 +276,17 @@ def main() -> None:
     spreads = {  # as fast as s5cmd: its time over ours, pair by pair (the runs interleave)
         "warmstart_over_s5cmd": report.paired_ratio(walls["s5cmd"], walls["warmstart"]),
         "warmstart_process_over_s5cmd": report.paired_ratio(walls["s5cmd"], walls["warmstart_process"]),
+        # The floor: the disk's own rate for as many bytes, measured in the same attempt.
+        "warmstart_over_disk": report.paired_ratio(walls["disk"], walls["warmstart"]),
     }
+    if agent_memory:
+        spreads["warmstart_process_over_s5cmd_agent_memory"] = report.paired_ratio(
+            walls["s5cmd_agent_memory"], walls["warmstart_process"]
+        )
     server_cpu_per_gb = {
-        tool: report.median([r["server_cpu_s"] for r in runs[tool]]) / gb for tool in ("warmstart_process", "s5cmd")
+        tool: report.median([r["server_cpu_s"] for r in runs[tool]]) / gb
+        for tool in ("warmstart_process", "s5cmd", "s5cmd_agent_memory")
+        if tool in runs
     }
     ratios = {
         "warmstart_over_s5cmd": summary["warmstart"]["mb_per_s"] / summary["s5cmd"]["mb_per_s"],
@@ -280,7 +310,11 @@ def main() -> None:
     for name, spread in spreads.items():
         print(report.said(name, spread))
     ours, theirs = server_cpu_per_gb["warmstart_process"], server_cpu_per_gb["s5cmd"]
-    print(f"server CPU s/GB: warmstart {ours:.3f}, s5cmd {theirs:.3f}")
+    limited = server_cpu_per_gb.get("s5cmd_agent_memory")
+    print(
+        f"server CPU s/GB: warmstart {ours:.3f}, s5cmd {theirs:.3f}"
+        + (f", s5cmd in the agent's memory limit {limited:.3f}" if limited is not None else "")
+    )
     # Client and server share the machine's cores here: their CPU together, spread over every core, is a floor too.
     cpus = os.cpu_count() or 1
     cpu_floor = {

@@ -23,6 +23,9 @@ LABEL_DOMAINS = (NODE_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMA
 # written rounded ("67 GB"), never off by half.
 WEIGHTS_SIZE_TOLERANCE = 1.5
 WEIGHTS_MAX_OBJECTS = 20_000
+# The agent container's memory request and limit: its own ~120 MB plus the page cache of what it writes, which
+# cgroup v2 charges to the pod (the weights benchmark gives s5cmd the same limit).
+AGENT_MEMORY_GIB = 1
 
 
 class _Strict(BaseModel):

@@ -16,6 +16,7 @@ from constructs import Construct
 
 from contracts.agent_settings import (
     AGENT_CACHE_MOUNT,
+    AGENT_MEMORY_GIB,
     AGENT_NAMESPACE,
     AGENT_POD_LOGS_MOUNT,
     AGENT_PODS_MOUNT,
@@ -373,8 +374,11 @@ def _agent_pod(
                 # Measured peak about 120 MB resident during a download (make bench, weights_prefetch); the rest
                 # is room for the page cache of files it writes, which cgroup v2 charges to the pod.
                 resources=k8s.ResourceRequirements(
-                    requests={"cpu": k8s.Quantity.from_string("100m"), "memory": k8s.Quantity.from_string("1Gi")},
-                    limits={"memory": k8s.Quantity.from_string("1Gi")},
+                    requests={
+                        "cpu": k8s.Quantity.from_string("100m"),
+                        "memory": k8s.Quantity.from_string(f"{AGENT_MEMORY_GIB}Gi"),
+                    },
+                    limits={"memory": k8s.Quantity.from_string(f"{AGENT_MEMORY_GIB}Gi")},
                 ),
                 # Root only to own the folders it creates on the host paths; no capability, no escalation.
                 security_context=locked_down(read_only_root=True, run_as_user=0),

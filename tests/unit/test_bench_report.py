@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +56,92 @@ def test_a_paired_ratio_tells_the_sides_apart_only_when_the_interval_leaves_one_
     few = report.paired_ratio([2.0, 2.1, 2.2], [1.0] * 3)
     assert few["median_95"] is None and not few["apart"]
     assert "leaves 1.0 out" in report.said("x", faster) and "holds 1.0" in report.said("x", mixed)
+
+
+def _v1_tree(tmp_path):
+    """A cgroup v1 layout as /sys/fs/cgroup shows it: this process in memory:/pods/agent."""
+    root = tmp_path / "cgroup"
+    (root / "memory" / "pods" / "agent").mkdir(parents=True)
+    own = tmp_path / "self-cgroup"
+    own.write_text("9:name=systemd:/\n4:memory:/pods/agent\n1:cpu,cpuacct:/\n0::/\n")
+    return root, own
+
+
+def test_a_v1_memory_cgroup_gets_the_limit_and_goes_afterwards(tmp_path):
+    root, own = _v1_tree(tmp_path)
+    with report.memory_limited(2**30, cgroup_root=root, own=own) as prefix:
+        assert prefix is not None
+        (folder,) = (root / "memory" / "pods" / "agent").iterdir()
+        assert (folder / "memory.limit_in_bytes").read_text() == f"{2**30}\n"
+        assert prefix[:3] == ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"']
+        assert prefix[3] == str(folder / "cgroup.procs")
+        (folder / "memory.limit_in_bytes").unlink()  # a real cgroup folder is empty to rmdir once its tasks exit
+    assert list((root / "memory" / "pods" / "agent").iterdir()) == []
+
+
+def test_a_v2_cgroup_is_made_beside_this_process_where_the_parent_delegates_memory(tmp_path):
+    root = tmp_path / "cgroup"
+    (root / "system.slice" / "bench.service").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    (root / "system.slice" / "cgroup.subtree_control").write_text("cpu memory\n")
+    own = tmp_path / "self-cgroup"
+    own.write_text("0::/system.slice/bench.service\n")
+    with report.memory_limited(512 * 2**20, cgroup_root=root, own=own) as prefix:
+        assert prefix is not None
+        made = [p for p in (root / "system.slice").iterdir() if p.name.startswith("warmstart-bench-")]
+        assert len(made) == 1 and (made[0] / "memory.max").read_text() == f"{512 * 2**20}\n"
+        (made[0] / "memory.max").unlink()
+
+
+@pytest.mark.parametrize(
+    "subtree, own_line",
+    [("cpu pids", "0::/system.slice/bench.service"), (None, "0::/system.slice/bench.service")],
+)
+def test_no_cgroup_where_the_parent_does_not_delegate_memory(tmp_path, subtree, own_line):
+    root = tmp_path / "cgroup"
+    (root / "system.slice" / "bench.service").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    if subtree is not None:
+        (root / "system.slice" / "cgroup.subtree_control").write_text(subtree + "\n")
+    own = tmp_path / "self-cgroup"
+    own.write_text(own_line + "\n")
+    with report.memory_limited(2**30, cgroup_root=root, own=own) as prefix:
+        assert prefix is None
+    assert sorted(p.name for p in (root / "system.slice").iterdir()) == ["bench.service"] + (
+        ["cgroup.subtree_control"] if subtree is not None else []
+    )
+
+
+def test_no_cgroup_without_any_cgroup_filesystem(tmp_path):
+    own = tmp_path / "self-cgroup"
+    own.write_text("0::/\n")
+    with report.memory_limited(2**30, cgroup_root=tmp_path / "absent", own=own) as prefix:
+        assert prefix is None
+    with report.memory_limited(2**30, cgroup_root=tmp_path / "absent", own=tmp_path / "no-proc") as prefix:
+        assert prefix is None
+
+
+def test_a_limit_the_kernel_refuses_leaves_no_cgroup_behind(tmp_path, monkeypatch):
+    root, own = _v1_tree(tmp_path)
+    real_write = Path.write_text
+
+    def refuse_limits(self, data, *args, **kwargs):
+        if self.name == "memory.limit_in_bytes":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_write(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", refuse_limits)
+    with report.memory_limited(2**30, cgroup_root=root, own=own) as prefix:
+        assert prefix is None
+    assert list((root / "memory" / "pods" / "agent").iterdir()) == []
+
+
+def test_a_command_runs_inside_the_limited_cgroup_where_this_machine_allows_one():
+    """The real thing: where this machine lets the tests make a memory cgroup (root, a memory controller), the
+    command started through the prefix is in it; elsewhere there is nothing to run."""
+    with report.memory_limited(2**30) as prefix:
+        if prefix is None:
+            pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+        shown = subprocess.run([*prefix, "cat", "/proc/self/cgroup"], capture_output=True, text=True, check=True)
+    name = prefix[3].rsplit("/", 2)[-2]
+    assert name.startswith("warmstart-bench-") and name in shown.stdout
