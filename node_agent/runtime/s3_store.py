@@ -551,7 +551,7 @@ class WeightsSource:
                 raise ObjectChanged(f"{item.key} changed during the download") from error
             raise
         check = self._check_from(response, item) if whole else checks[item]
-        # What can be hashed in one pass here; the rest is verified from disk (see _verify).
+        # What can be hashed in one pass here; the rest is read back from the file (see _verify).
         crc_function = (
             _CRC[check.algorithm][0] if check.kind == "crc" or (check.kind == "composite-crc" and not whole) else None
         )
@@ -597,6 +597,9 @@ class WeightsSource:
         return check, digest
 
     def _verify(self, item: ListedObject, check: _Check, ranges: builtins.list, descriptor: int) -> None:
+        """Compares what the download computed, or what is read back from the file where it could not compute it
+        while streaming, with what S3 says. Read-backs go through one small buffer: an object is never held in
+        memory whole (a 5 GB single-PUT object in a 1 GiB container)."""
         if check.kind == "crc":
             _, combine, width = _CRC[str(check.algorithm)]  # crc kinds always name their algorithm
             total = 0
@@ -608,7 +611,7 @@ class WeightsSource:
             part_crcs = (
                 [crc for _, _, crc in ranges]
                 if ranges[0][2] is not None
-                else [function(block) for block in _read_ranges(descriptor, check.parts)]
+                else [d.value for d in _digests_from_file(descriptor, check.parts, lambda: _CrcDigest(function))]
             )
             joined = b"".join(_crc_bytes(crc, width) for crc in part_crcs)
             actual = f"{base64.b64encode(_crc_bytes(function(joined), width)).decode()}-{len(part_crcs)}"
@@ -616,15 +619,13 @@ class WeightsSource:
             digests = (
                 [d for _, _, d in ranges]
                 if ranges[0][2] is not None
-                else [hashlib.md5(block).digest() for block in _read_ranges(descriptor, check.parts)]
+                else [d.digest() for d in _digests_from_file(descriptor, check.parts, hashlib.md5)]
             )
             actual = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
         elif ranges and ranges[0][2] is not None:  # single-part MD5, hashed while streaming
             actual = ranges[0][2].hex()
         else:  # single-part MD5 of a large object fetched in parallel ranges: hash the complete file
-            digest = hashlib.md5()
-            for block in _read_ranges(descriptor, [(0, item.size - 1)] if item.size else []):
-                digest.update(block)
+            (digest,) = _digests_from_file(descriptor, [(0, item.size - 1)], hashlib.md5)
             actual = digest.hexdigest()
         if actual != check.expected:
             raise ObjectChanged(
@@ -697,14 +698,22 @@ def _hash_from_file(descriptor: int, start: int, length: int, digest, buffer: me
     return end
 
 
-def _read_ranges(descriptor: int, ranges: list[tuple[int, int]], block: int = 8 * 2**20):
-    """Yields each range's bytes whole (parts are at most a few hundred MB; a range is read in blocks)."""
+class _CrcDigest:
+    """A running CRC with hashlib's `update`, so a file range can be fed to it through a buffer."""
+
+    def __init__(self, function: Callable) -> None:
+        self.function, self.value = function, 0
+
+    def update(self, data) -> None:
+        self.value = self.function(data, self.value)
+
+
+def _digests_from_file(descriptor: int, ranges: list[tuple[int, int]], new_digest: Callable) -> list:
+    """A fresh digest per (start, end) range, fed that range of the file through one reused buffer."""
+    buffer = memoryview(bytearray(DOWNLOAD_CHUNK_BYTES))
+    digests = []
     for start, end in ranges:
-        chunks, offset = [], start
-        while offset <= end:
-            data = os.pread(descriptor, min(block, end + 1 - offset), offset)
-            if not data:
-                raise OSError(f"file shorter than expected at {offset}")
-            chunks.append(data)
-            offset += len(data)
-        yield b"".join(chunks)
+        digest = new_digest()
+        _hash_from_file(descriptor, start, end + 1 - start, digest, buffer)
+        digests.append(digest)
+    return digests

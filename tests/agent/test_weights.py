@@ -7,6 +7,7 @@ import os
 import random
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -294,6 +295,42 @@ def test_every_download_path_verifies_and_reproduces_the_bytes(tmp_path, s3_serv
     destination.mkdir()
     source.download_all(source.list(PREFIX), destination, PREFIX)
     assert read_tree(destination) == files
+
+
+@pytest.mark.parametrize(
+    "kind, upload",
+    [
+        ("md5", {"multipart": False}),  # one PUT, larger than a range: the whole file hashed back
+        ("multipart-md5", {"multipart": True}),  # fetched whole (one range): its parts hashed back
+    ],
+)
+def test_what_is_hashed_back_from_the_file_is_never_held_in_memory_whole(tmp_path, s3_server, kind, upload):
+    """An object S3 vouches for only with an MD5 ETag is read back from the file to be verified: through a small
+    buffer, so a 5 GB single-PUT object cannot take a 1 GiB agent down (it was read into one bytes object)."""
+    bucket = s3_server.new_bucket()
+    data = random.Random(3).randbytes(24 * 2**20 + 5)
+    plain = s3_server.client(default_checksums=False)
+    if upload["multipart"]:
+        path = tmp_path / "upload"
+        path.write_bytes(data)
+        plain.upload_file(str(path), bucket, PREFIX + "w.bin", Config=MULTIPART)
+        part_bytes = 32 * 2**20  # larger than the object: fetched in one GET, parts checked from disk
+    else:
+        plain.put_object(Bucket=bucket, Key=PREFIX + "w.bin", Body=data)
+        part_bytes = 4 * 2**20
+    source = WeightsSource(s3_server.client(), bucket, part_bytes=part_bytes, threads=2, buffer_bytes=2**20)
+    (item,) = source.list(PREFIX)
+    assert source._check(item).kind == kind
+    destination = tmp_path / "out"
+    destination.mkdir()
+    tracemalloc.start()
+    try:
+        source.download_all([item], destination, PREFIX)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (destination / "w.bin").read_bytes() == data
+    assert peak < 6 * 2**20, f"{peak} bytes allocated at once for a {len(data)}-byte object"
 
 
 # ---- robustness: crash windows, long downloads, pauses, nodes without instance store ----
