@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -92,8 +93,8 @@ def memory_limited(
     finally:
         try:
             folder.rmdir()  # empty once its processes have exited
-        except OSError:
-            pass
+        except OSError as error:
+            print(f"memory cgroup {folder} left behind: {error}", file=sys.stderr)
 
 
 def timed(action: Callable[[], object]) -> tuple[float, object]:

@@ -308,13 +308,14 @@ def test_what_is_hashed_back_from_the_file_is_never_held_in_memory_whole(tmp_pat
     """An object S3 vouches for only with an MD5 ETag is read back from the file to be verified: through a small
     buffer, so a 5 GB single-PUT object cannot take a 1 GiB agent down (it was read into one bytes object)."""
     bucket = s3_server.new_bucket()
-    data = random.Random(3).randbytes(24 * 2**20 + 5)
+    data = random.Random(3).randbytes(40 * 2**20 + 5)
     plain = s3_server.client(default_checksums=False)
     if upload["multipart"]:
         path = tmp_path / "upload"
         path.write_bytes(data)
-        plain.upload_file(str(path), bucket, PREFIX + "w.bin", Config=MULTIPART)
-        part_bytes = 32 * 2**20  # larger than the object: fetched in one GET, parts checked from disk
+        large_parts = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=16 * 2**20)
+        plain.upload_file(str(path), bucket, PREFIX + "w.bin", Config=large_parts)
+        part_bytes = 64 * 2**20  # larger than the object: fetched in one GET, its 16 MiB parts checked from disk
     else:
         plain.put_object(Bucket=bucket, Key=PREFIX + "w.bin", Body=data)
         part_bytes = 4 * 2**20
