@@ -226,22 +226,20 @@ def main() -> None:
             )
             result["server_cpu_s"] = server_cpu(server) - server_before
             result.pop("stdout")
-            if prefix:  # in the agent's memory limit: the same bytes, the same check
-                result["byte_equal"] = tree_equal(source, target)
+            if prefix:  # in the agent's memory limit
                 runs["s5cmd_agent_memory"].append(result)
-                shutil.rmtree(target)
-                return
-            # s5cmd returns with its bytes still in the page cache; what it takes to have them on disk:
-            flushed = run_measured(["sync", "-f", str(target)])
-            runs["s5cmd_then_sync"].append(
-                {
-                    "wall_s": result["wall_s"] + flushed["wall_s"],
-                    "cpu_s": result["cpu_s"] + flushed["cpu_s"],
-                    "peak_mb": result["peak_mb"],
-                }
-            )
+            else:
+                # s5cmd returns with its bytes still in the page cache; what it takes to have them on disk:
+                flushed = run_measured(["sync", "-f", str(target)])
+                runs["s5cmd_then_sync"].append(
+                    {
+                        "wall_s": result["wall_s"] + flushed["wall_s"],
+                        "cpu_s": result["cpu_s"] + flushed["cpu_s"],
+                        "peak_mb": result["peak_mb"],
+                    }
+                )
+                runs["s5cmd"].append(result)
             result["byte_equal"] = tree_equal(source, target)
-            runs["s5cmd"].append(result)
             shutil.rmtree(target)
 
         def run_s5cmd_limited(attempt: int) -> None:
