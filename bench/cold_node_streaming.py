@@ -6,8 +6,9 @@ the same run, side by side:
 - the pod streaming while the agent downloads the same model at full speed (what a cold node did before);
 - the pod streaming while the agent holds back (it pauses between parts while a pod of the node streams
   from S3), and how much later the agent's copy is complete;
-- the next pod loading the agent's copy through the pod's loopback S3 endpoint (what warmstart serves), and
-  the same files read as local paths (faster still, but vLLM would hash that path: no shared compile cache).
+- the next pod loading the agent's copy as local paths (what a pod does: warmstart's vLLM plugin lists the copy's
+  files, vLLM's arguments and compile hash unchanged) and through the pod's loopback S3 endpoint (its fallback
+  when vLLM does not load the plugin).
 Every case reads its bytes from the page cache (the server's volume files and the node copy are read once,
 untimed, before): this machine's disk is not an instance-store NVMe, and the comparison is of the protocols
 and the client's CPU. The cold-cache reads (caches dropped first) are reported beside them.

@@ -1,7 +1,13 @@
-"""The pod's loopback S3 endpoint against the same files read as local paths: the real Run:ai streamer (vLLM's
-runai_streamer loader) reading a 2 GB model both ways, interleaved (the order alternating), on 2 cores and pinned
-to 1, with the CPU seconds per GB of the streamer (the client) and of the endpoint (the server, in its own
-process). Both read from the page cache (the files are read once, untimed): the comparison is of the protocol.
+"""How a pod reads the node's weights copy against the same files read as local paths: the real Run:ai streamer
+(vLLM's runai_streamer loader) reading a 2 GB model three ways, interleaved (the order rotating), on 2 cores and
+pinned to 1, with the CPU seconds per GB of the streamer (the client) and of the endpoint (the server, in its own
+process):
+- `plugin`: what a pod does now, the files warmstart's vLLM plugin lists for the model URI (the node copy's own
+  files) with the environment the entry step sets (endpoint variables, plugin variables);
+- `endpoint`: the streamer's S3 client through the loopback endpoint (the pod's fallback when vLLM does not load
+  the plugin, and how vLLM's config pull reads the copy);
+- `local`: the same files given to the streamer directly, the reference.
+All read from the page cache (the files are read once, untimed): the comparison is of the read path.
 
 `BENCH_QUICK=1` runs 3 pairs on 2 cores only (a minute or two, for development).
 """
@@ -22,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import report  # noqa: E402
 from bench.cold_node_streaming import STREAMER, make_model, warm  # noqa: E402
+from model_workload.runtime.node_copy_loader import FOLDER_VARIABLE, MODEL_VARIABLE  # noqa: E402
 from model_workload.runtime.vllm_entry import NODE_COPY_ENV  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -80,17 +87,25 @@ def run(folder: Path, names: list[str], cpus: str) -> dict:
         "AWS_ACCESS_KEY_ID": "unused",
         "AWS_SECRET_ACCESS_KEY": "unused",
         "AWS_DEFAULT_REGION": "us-east-1",
+        # what the entry step adds for vLLM's plugin (PYTHONPATH aside: the worker imports it from the project)
+        FOLDER_VARIABLE: str(folder),
+        MODEL_VARIABLE: f"s3://{BUCKET}/{PREFIX}",
+        "PYTHONPATH": str(ROOT),
     }
-    s3_paths = [f"s3://{BUCKET}/{PREFIX}{name}" for name in names]
-    local_paths = [str(folder / name) for name in names]
-    runs: dict[str, list[dict]] = {"endpoint": [], "local": []}
+    paths = {
+        "plugin": ["--plugin", f"s3://{BUCKET}/{PREFIX}"],
+        "endpoint": [f"s3://{BUCKET}/{PREFIX}{name}" for name in names],
+        "local": [str(folder / name) for name in names],
+    }
+    sides = list(paths)
+    runs: dict[str, list[dict]] = {side: [] for side in sides}
     load_before = report.machine_load()
     try:
         for attempt in range(PAIRS):
-            for side in ("endpoint", "local") if attempt % 2 == 0 else ("local", "endpoint"):
+            for side in sides[attempt % 3 :] + sides[: attempt % 3]:  # each side first, middle and last in turn
                 before = cpu_seconds(server.pid)
-                result = stream(s3_paths if side == "endpoint" else local_paths, env, cpus)
-                result["server_cpu_s"] = cpu_seconds(server.pid) - before if side == "endpoint" else 0.0
+                result = stream(paths[side], env, cpus)
+                result["server_cpu_s"] = cpu_seconds(server.pid) - before
                 runs[side].append(result)
     finally:
         server.terminate()
@@ -99,6 +114,10 @@ def run(folder: Path, names: list[str], cpus: str) -> dict:
     return {
         "cpus": cpus,
         "ratio": report.paired_ratio([r["seconds"] for r in runs["endpoint"]], [r["seconds"] for r in runs["local"]]),
+        "plugin_ratio": report.paired_ratio(
+            [r["seconds"] for r in runs["plugin"]], [r["seconds"] for r in runs["local"]]
+        ),
+        "plugin_gb_per_s": report.spread([gb / r["seconds"] for r in runs["plugin"]]),
         "endpoint_gb_per_s": report.spread([gb / r["seconds"] for r in runs["endpoint"]]),
         "local_gb_per_s": report.spread([gb / r["seconds"] for r in runs["local"]]),
         "client_cpu_s_per_gb": {
@@ -125,17 +144,20 @@ def main() -> None:
     rows = [
         {
             "cpus": r["cpus"],
+            "plugin_gb_s": r["plugin_gb_per_s"]["median"],
             "endpoint_gb_s": r["endpoint_gb_per_s"]["median"],
             "local_gb_s": r["local_gb_per_s"]["median"],
+            "client_cpu_per_gb_plugin": r["client_cpu_s_per_gb"]["plugin"],
             "client_cpu_per_gb_endpoint": r["client_cpu_s_per_gb"]["endpoint"],
             "client_cpu_per_gb_local": r["client_cpu_s_per_gb"]["local"],
             "endpoint_cpu_per_gb": r["endpoint_cpu_s_per_gb"],
         }
         for r in results
     ]
-    print(f"node-copy endpoint vs local paths, the real streamer, {PAIRS} interleaved pairs each")
+    print(f"the node copy as a pod reads it (plugin), through the endpoint, as local paths: {PAIRS} rounds each")
     print(report.table(rows, list(rows[0])))
     for r in results:
+        print(report.said(f"pod (plugin)/local time on CPUs {r['cpus']}", r["plugin_ratio"]))
         print(report.said(f"endpoint/local time on CPUs {r['cpus']}", r["ratio"]))
         print(f"  load before {r['load_before']['load_1m']:.2f}, after {r['load_after']['load_1m']:.2f}")
     if report.free_page_reporting():

@@ -1,6 +1,10 @@
 """The pod's weight loading, in its own process: the Run:ai Model Streamer (vLLM's runai_streamer loader)
 reading every tensor of the given safetensors files (s3:// URIs or local paths), with the environment the
-pod would have. Prints bytes and seconds as JSON."""
+pod would have. Prints bytes and seconds as JSON.
+
+`--plugin <s3 prefix>`: the files warmstart's vLLM plugin has the loader stream for that model URI
+(model_workload/runtime/node_copy_loader.py, from WARMSTART_NODE_COPY_DIR/_MODEL as the entry step sets them),
+listed inside the timed span as the loader lists them."""
 
 from __future__ import annotations
 
@@ -13,6 +17,15 @@ def main(paths: list[str]) -> None:
     from runai_model_streamer import SafetensorsStreamer
 
     started = time.perf_counter()
+    if paths[0] == "--plugin":
+        import os
+
+        from model_workload.runtime.node_copy_loader import node_copy_files
+
+        listed = node_copy_files(paths[1], os.environ)
+        if not listed:
+            raise SystemExit(f"the plugin lists no node-copy files for {paths[1]}")
+        paths = listed
     total = 0
     with SafetensorsStreamer() as streamer:
         streamer.stream_files(paths)

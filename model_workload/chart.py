@@ -53,8 +53,27 @@ AGENT_STATE_MOUNT = "/warmstart"
 WEIGHTS_MOUNT = "/warmstart-weights"
 ENTRY_MOUNT = "/warmstart-entry"
 RUNTIME = Path(__file__).resolve().parent / "runtime"
-# The entry step and the loopback S3 endpoint it starts: standard library only, run by the serving image.
-ENTRY_FILES = {name: RUNTIME / name for name in ("vllm_entry.py", "node_copy_s3.py")}
+# The entry step, the loopback S3 endpoint it starts and the vLLM plugin that streams the node copy as local files
+# (with its dist-info, which vLLM finds once the entry step puts the folder on PYTHONPATH), by their paths in the
+# mounted folder: standard library only (the plugin imports vLLM when vLLM calls it), run by the serving image.
+PLUGIN_DIST_INFO = "warmstart_node_copy-1.0.dist-info"
+ENTRY_FILES = {
+    name: RUNTIME / name
+    for name in (
+        "vllm_entry.py",
+        "node_copy_s3.py",
+        "node_copy_loader.py",
+        f"{PLUGIN_DIST_INFO}/METADATA",
+        f"{PLUGIN_DIST_INFO}/entry_points.txt",
+    )
+}
+
+
+def entry_key(path: str) -> str:
+    """A ConfigMap key has no `/`: a file below the mount is projected to its path by the volume's items."""
+    return path.replace("/", ".")
+
+
 # Waits for the node agent's done marker, at least the bound and at most a second more (date +%s counts whole
 # seconds, so "-ge" at start + bound could give up almost a second early), and never fails: with the agent
 # broken or absent the pod starts (and compiles) as it would without warmstart.
@@ -90,7 +109,7 @@ class VllmModel(cdk8s.Chart):
                 self,
                 "EntryScript",
                 metadata=k8s.ObjectMeta(name="warmstart-entry", namespace=name, labels=labels),
-                data={file: path.read_text() for file, path in ENTRY_FILES.items()},
+                data={entry_key(file): path.read_text() for file, path in ENTRY_FILES.items()},
             )
             self.entry_script.add_dependency(self.namespace_object)
         self.deployment = k8s.KubeDeployment(
@@ -371,7 +390,12 @@ def _entry_step(parts: PodParts, plan: ModelPlan) -> None:
         parts.env |= {"WARMSTART_FINGERPRINT": plan.factors.fingerprint()}
     parts.env_from_pod = [k8s.EnvVar(name=POD_UID_VARIABLE, value_from=_field("metadata.uid"))]
     parts.volumes += [
-        k8s.Volume(name="entry", config_map=k8s.ConfigMapVolumeSource(name="warmstart-entry")),
+        k8s.Volume(
+            name="entry",
+            config_map=k8s.ConfigMapVolumeSource(
+                name="warmstart-entry", items=[k8s.KeyToPath(key=entry_key(f), path=f) for f in ENTRY_FILES]
+            ),
+        ),
         k8s.Volume(
             name="pod-records",
             host_path=k8s.HostPathVolumeSource(path=plan.pod_records_host_path, type="DirectoryOrCreate"),

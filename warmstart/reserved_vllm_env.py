@@ -27,3 +27,8 @@ RESERVED_VLLM_ENV: dict[str, str] = {
     "VLLM_API_KEY": "vLLM hashes it and writes it in clear text into the compile cache's cache_key_factors.json; "
     "a secret belongs in a Kubernetes Secret, not in plain config",
 }
+
+# warmstart's vLLM plugin (model_workload/runtime/node_copy_loader.py): a pod that reads the node's weights copy
+# streams its files as local files through it. VLLM_PLUGINS, when set, is the list of plugins vLLM loads, and it is
+# a compile-hash factor, so the entry step cannot add the plugin itself: a `vllm_env` that sets it must list it.
+NODE_COPY_PLUGIN = "warmstart_node_copy"

@@ -6,12 +6,14 @@
    hash is the same whichever way the weights arrive). When the node's copy is fresh (confirmed against S3
    by the agent recently, its check time not in the future), complete and of this very S3 source, a
    read-only S3 endpoint on the pod's loopback serves it and the streamer is pointed there
-   (`node_copy_s3.py`); otherwise the streamer reads S3 as before.
+   (`node_copy_s3.py`), and vLLM's plugin (`node_copy_loader.py`, found through PYTHONPATH) has the streamer read
+   the copy's weight files as local files; otherwise the streamer reads S3 as before.
 3. Execs the vLLM command.
 
 Usage: python3 vllm_entry.py <command...> --model=s3://... --served-model-name=<name> ...
-Environment: WARMSTART_WEIGHTS_ROOT, WARMSTART_WEIGHTS_MAX_AGE, WARMSTART_POD_RECORDS, WARMSTART_FINGERPRINT,
-VLLM_CACHE_ROOT (WARMSTART_POD_RECORDS is the pod's own folder: kubelet mounts it by the pod's UID).
+Environment: PYTHONPATH (extended for vLLM's plugin), WARMSTART_WEIGHTS_ROOT, WARMSTART_WEIGHTS_MAX_AGE,
+WARMSTART_POD_RECORDS, WARMSTART_FINGERPRINT, VLLM_CACHE_ROOT (WARMSTART_POD_RECORDS is the pod's own folder: kubelet
+mounts it by the pod's UID).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ CLOCK_SKEW_TOLERANCE_SECONDS = 5.0
 # and every connection is a socket and a thread of the endpoint. At 2 Gbit/s a client opens 10 instead of 25 (the
 # default 10 Gbit/s). On 2 cores the two read the node copy at the same speed within the runs' spread (2.7 s and
 # 3.0 s for 2 GB, 3 pairs): the setting is kept for the sockets, not for speed.
+# This script's folder as mounted (the ConfigMap's files and the plugin's dist-info), not its resolved revision.
+ENTRY_FOLDER = os.path.dirname(os.path.abspath(__file__))
 NODE_COPY_ENV = {
     "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
     "RUNAI_STREAMER_S3_UNSIGNED": "1",
@@ -73,23 +77,19 @@ def _arg(args: list[str], flag: str) -> str | None:
     return found.split("=", 1)[1] if found else None
 
 
+def _siblings() -> None:
+    """The other scripts of the ConfigMap (the endpoint, vLLM's plugin) sit beside this one: importable by name."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def _read_pointer(path: Path) -> dict | None:
-    """The agent's pointer (a small JSON object); anything else, a link or an oversized file, is no pointer."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(descriptor, POINTER_MAX_BYTES + 1)
-    finally:
-        os.close(descriptor)
-    if len(data) > POINTER_MAX_BYTES:
-        return None
-    try:
-        pointer = json.loads(data, parse_constant=lambda name: None)  # NaN and Infinity are no time
-    except (ValueError, RecursionError):
-        return None
-    return pointer if isinstance(pointer, dict) else None
+    """The agent's pointer or marker (a small JSON object); anything else, a link or an oversized file, is none."""
+    _siblings()
+    from node_copy_loader import read_json_object
+
+    return read_json_object(str(path), POINTER_MAX_BYTES)
 
 
 def choose_weights(name: str, s3_uri: str, weights_root: Path, max_age_seconds: float, now: float) -> WeightsChoice:
@@ -155,7 +155,7 @@ def write_record(folder: Path, record: dict) -> None:
 
 def start_node_copy_endpoint(bucket: str, prefix: str, folder: Path) -> str:
     """Serves the copy on 127.0.0.1 from a child process that dies with the container's main process."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    _siblings()
     from node_copy_s3 import NodeCopyServer  # beside this script in the ConfigMap
 
     server = NodeCopyServer(bucket=bucket, prefix=prefix, folder=folder)  # bound before the fork: no race
@@ -185,6 +185,45 @@ def start_node_copy_endpoint(bucket: str, prefix: str, folder: Path) -> str:
     return endpoint
 
 
+def node_copy_loader_env(folder: Path, s3_uri: str, env: dict[str, str]) -> dict[str, str]:
+    """What vLLM needs to find the plugin (this script's folder, where the ConfigMap puts it and its dist-info, on
+    PYTHONPATH after the image's own entries, so nothing of ours shadows a module of the image) and what the plugin
+    needs (the copy and the URI it stands for). The folder is the mount path, not the ConfigMap's resolved revision
+    folder, which kubelet replaces when the ConfigMap changes."""
+    _siblings()
+    from node_copy_loader import FOLDER_VARIABLE, MODEL_VARIABLE  # beside this script in the ConfigMap
+
+    inherited = env.get("PYTHONPATH")
+    return {
+        "PYTHONPATH": (inherited + os.pathsep if inherited else "") + ENTRY_FOLDER,
+        FOLDER_VARIABLE: str(folder),
+        MODEL_VARIABLE: s3_uri,
+    }
+
+
+def plugin_reader(env: dict[str, str]) -> str:
+    """How the streamer will read the copy, as far as the entry step can tell: the plugin needs its dist-info
+    beside this script (a pod of a spec from before the plugin has none) and VLLM_PLUGINS, when set, to list it
+    (vllm/plugins/__init__.py 0.21.0). The plugin's own line at load time says what happened."""
+    from node_copy_loader import PLUGIN_NAME
+
+    found = any(PLUGIN_NAME in _small_text(p) for p in Path(ENTRY_FOLDER).glob("*.dist-info/entry_points.txt"))
+    listed = env.get("VLLM_PLUGINS")
+    if not found:
+        return "the weights through the loopback endpoint (no plugin dist-info beside the entry step)"
+    if listed is not None and PLUGIN_NAME not in listed.split(","):
+        return "the weights through the loopback endpoint (VLLM_PLUGINS leaves out the local-file plugin)"
+    return "the weight files as local files"
+
+
+def _small_text(path: Path) -> str:
+    try:
+        with open(path, "rb") as file:
+            return file.read(POINTER_MAX_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def prepare(args: list[str], env: dict[str, str], now: float) -> tuple[dict[str, str], WeightsChoice | None, dict]:
     """What the pod will run with: the environment for vLLM, the weights choice, and the record written."""
     name, s3_uri = _arg(args, "--served-model-name"), _arg(args, "--model")
@@ -210,15 +249,21 @@ def prepare(args: list[str], env: dict[str, str], now: float) -> tuple[dict[str,
         )
         if choice.source == "node" and choice.key is not None:  # a node choice always names its copy
             bucket, _, prefix = s3_uri.removeprefix("s3://").partition("/")
+            folder = Path(env["WARMSTART_WEIGHTS_ROOT"]) / name / choice.key
             try:
-                endpoint = start_node_copy_endpoint(
-                    bucket, prefix, Path(env["WARMSTART_WEIGHTS_ROOT"]) / name / choice.key
-                )
+                endpoint = start_node_copy_endpoint(bucket, prefix, folder)
                 new_env |= {"AWS_ENDPOINT_URL": endpoint, **NODE_COPY_ENV}
             except Exception as error:  # never fail the pod: S3 is always there
                 choice = WeightsChoice(
                     "s3", None, f"node-local endpoint failed ({type(error).__name__}: {error}): streaming from S3"
                 )
+            else:  # the endpoint checked the copy against the agent's marker: its files are the verified ones
+                try:
+                    new_env |= node_copy_loader_env(folder, s3_uri, env)
+                    reader = plugin_reader(env)
+                except Exception as error:  # the endpoint still serves the copy
+                    reader = f"the weights through the loopback endpoint (plugin: {type(error).__name__}: {error})"
+                choice = WeightsChoice(choice.source, choice.key, f"{choice.reason}; the streamer reads {reader}")
     cache_root = env.get("VLLM_CACHE_ROOT")
     record |= {
         "phase": "started",

@@ -8,7 +8,9 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from pathlib import Path
 
+from model_workload.chart import WEIGHTS_MOUNT
 from node_agent.runtime.compile_cache import local_hash_dirs
 from tests.agent.cluster_world import MODEL, make_world, with_model, write_model
 from tests.standins.kubelet import run_container
@@ -54,6 +56,10 @@ def test_a_pod_on_a_new_node_hits_the_cache_published_by_an_s3_streamed_pod_whil
         first["cache_dir"],
     )
     assert report["weights_digest"] == first["weights_digest"]  # every tensor byte-equal
+    # vLLM's plugin (found through the entry step's PYTHONPATH) had the streamer read the copy as local files.
+    assert first["weights_files"] and all(f.startswith("s3://") for f in first["weights_files"])
+    assert [Path(f).name for f in report["weights_files"]] == [f.rsplit("/", 1)[1] for f in first["weights_files"]]
+    assert all(f.startswith(f"{WEIGHTS_MOUNT}/{MODEL}/") for f in report["weights_files"])
     b.agent.tick()
     (hit,) = _events(b, "compile-hit")
     assert hit["source"] == "restored" and hit["weights_source"] == "node"

@@ -307,15 +307,21 @@ def test_without_the_weights_cache_pods_have_no_weights_mount(dev):
     assert "weights" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
 
 
-def test_the_entry_config_map_carries_the_entry_step_and_the_loopback_endpoint(shipped, dist):
-    from model_workload.chart import ENTRY_FILES
+def test_the_entry_config_map_carries_the_entry_step_the_loopback_endpoint_and_the_plugin(shipped, dist):
+    from model_workload.chart import ENTRY_FILES, entry_key
 
     for name, objects in dist[shipped.name].items():
         if name.endswith("-autoscaler.yaml"):
             continue
         (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
         assert config_map["metadata"]["name"] == "warmstart-entry"
-        assert config_map["data"] == {name: path.read_text() for name, path in ENTRY_FILES.items()}
+        assert config_map["data"] == {entry_key(name): path.read_text() for name, path in ENTRY_FILES.items()}
+        for deployment in (o for o in objects if o["kind"] == "Deployment"):
+            (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "entry"]
+            # Every file at its path below the mount: the plugin's dist-info is a folder beside the scripts.
+            assert {i["path"]: i["key"] for i in volume["configMap"]["items"]} == {
+                name: entry_key(name) for name in ENTRY_FILES
+            }
 
 
 def test_one_image_cache_per_distinct_serving_image(shipped):

@@ -71,3 +71,27 @@ def cases(models_bucket: str, compile_bucket: str) -> list[Case]:
 def model_files(model: str) -> dict[str, bytes]:
     folder = MODELS / FIXTURES[model]
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+# The weights the tier streams: a small safetensors file per model, deterministic, in the format's own layout
+# (8-byte little-endian header length, the JSON header, the tensors' bytes); not the model's real tensors, which
+# vLLM's start does not read before it builds the model (the tier stops before).
+WEIGHTS_FILE = "model.safetensors"
+
+
+def weights_file(model: str) -> bytes:
+    import hashlib
+    import json
+    import struct
+
+    tensors = {"lm_head.weight": ("F16", [4, 8]), "model.norm.weight": ("F16", [8])}
+    header: dict = {"__metadata__": {"format": "pt"}}
+    body = b""
+    for name, (dtype, shape) in tensors.items():
+        size = 2 * shape[0] * (shape[1] if len(shape) > 1 else 1)
+        data = hashlib.shake_256(f"{model}/{name}".encode()).digest(size)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(body), len(body) + size]}
+        body += data
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the header padded to 8 bytes, as the format allows
+    return struct.pack("<Q", len(encoded)) + encoded + body

@@ -17,8 +17,11 @@ What it runs is vLLM's, in the order its server runs it (vllm/entrypoints/openai
    it enabled and the attention backend has set the KV block size into the config, so the real names differ. Those
    later changes are functions of the same config, platform and model code, so two starts with equal config-time
    parts get equal folders, and a change a warmstart config can make moves the config-time parts; the GPU script
-   (bench/gpu_vllm_cold_start.py) lists the real folders. Not run here: binding the serving port, the tokenizer
-   load (the fixtures carry no tokenizer files) and the model build.
+   (bench/gpu_vllm_cold_start.py) lists the real folders;
+5. the weights as the worker loads them: its general plugins loaded, the model loader vLLM picks for the load
+   format, the files it lists, every tensor streamed by the real Run:ai streamer.
+Not run here: binding the serving port, the tokenizer load (the fixtures carry no tokenizer files) and the model
+build.
 The one thing not vLLM's own: the platform. With no GPU here, vLLM would pick no CUDA platform; a subclass of its
 CudaPlatformBase reports the GPU the node's instance type has (gpu.json, from warmstart/catalog.yaml).
 
@@ -184,6 +187,32 @@ def describe(config) -> dict:
     }
 
 
+def weights(config) -> dict:
+    """The weights as the worker loads them (vllm/v1/worker/worker_base.py loads the general plugins, then the model
+    loader lists the files and streams them): the loader vLLM picks for the load format, the files it lists for
+    `model_weights`, and a digest of every tensor the real Run:ai streamer yields. The iterator is called without
+    distribution: with no GPU, distributed streaming has no device to stream to."""
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.model_executor.model_loader.weight_utils import runai_safetensors_weights_iterator
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    loader = get_model_loader(config.load_config)
+    model = config.model_config
+    files = loader._prepare_weights(model.model_weights or model.model, model.revision)
+    tensors = {}
+    for name, tensor in runai_safetensors_weights_iterator(files, False, False):
+        raw = tensor.contiguous().reshape(-1).view(torch_uint8()).numpy().tobytes()
+        tensors[name] = f"{tensor.dtype}{list(tensor.shape)}:{hashlib.sha256(raw).hexdigest()}"
+    return {"loader": f"{type(loader).__module__}.{type(loader).__qualname__}", "files": files, "tensors": tensors}
+
+
+def torch_uint8():
+    import torch
+
+    return torch.uint8
+
+
 def run(gpu: dict, argv: list[str]) -> dict:
     report: dict = {"argv": argv, "environ": dict(os.environ), "errors": []}
     stage = "platform"
@@ -210,6 +239,8 @@ def run(gpu: dict, argv: list[str]) -> dict:
         report["engine_addresses"] = {"ip": get_ip(), "port": get_open_port()}  # VLLM_HOST_IP, VLLM_PORT
         stage = "compile hash"
         report["hash"] = hashes(config)
+        stage = "weights"
+        report["weights"] = weights(config)
     except Exception as error:  # noqa: BLE001 - reported with the step that failed
         report["errors"].append(
             {

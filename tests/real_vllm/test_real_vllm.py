@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from contracts.node_layout import COMPILE_CACHE_CONTENT
+from model_workload.chart import WEIGHTS_MOUNT
 from node_agent.runtime.compile_cache import VLLM_FOLDER
 from tests.agent.cluster_world import World
 from tests.real_vllm import cases as case_set
@@ -41,6 +42,9 @@ pytestmark = pytest.mark.real_vllm
 # What the entry step sets for the node-copy load (model_workload/runtime/vllm_entry.py), and what the test
 # cluster sets for S3 (on EKS: Pod Identity's variables): none of them may be a variable vLLM knows.
 LOAD_PATH_VARIABLES = {
+    "PYTHONPATH",
+    "WARMSTART_NODE_COPY_DIR",
+    "WARMSTART_NODE_COPY_MODEL",
     "AWS_ENDPOINT_URL",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
@@ -92,7 +96,8 @@ def starts(vllm_environment, s3_server, tmp_path_factory) -> list[Start]:
     for case in case_set.cases(models_bucket, compile_bucket):
         for model in case.config.models:
             if model.name not in uploaded:
-                for name, body in case_set.model_files(model.name).items():
+                files = {**case_set.model_files(model.name), case_set.WEIGHTS_FILE: case_set.weights_file(model.name)}
+                for name, body in files.items():
                     key = f"{model.name}/{name}"
                     client.put_object(Bucket=models_bucket, Key=key, Body=body, ChecksumAlgorithm="CRC64NVME")
                 uploaded.add(model.name)
@@ -237,6 +242,30 @@ def test_both_loads_of_one_configuration_give_one_compile_folder(starts):
         assert s3.folder == node.folder, (s3.label, s3.folder, node.folder)
         assert s3.report["hash"]["env_factors"] == node.report["hash"]["env_factors"], s3.label
         assert s3.report["config"]["model"] == node.report["config"]["model"], s3.label
+
+
+def test_a_node_copy_start_streams_the_copys_files_as_local_files_and_the_same_tensors(starts):
+    """vLLM finds the plugin (PYTHONPATH, the ConfigMap's dist-info), uses its loader for `runai_streamer`, lists
+    the copy's files at their container path, and the real streamer yields the tensors an S3 start yields; an S3
+    start keeps vLLM's own loader and S3 URIs."""
+    by_config: dict[tuple, dict[str, Start]] = {}
+    for start in _fixed(starts):
+        by_config.setdefault((start.case, start.model), {})[start.load] = start
+    pairs = [loads for loads in by_config.values() if len(loads) == 2]
+    assert len(pairs) >= 4
+    for loads in pairs:
+        s3, node = loads["s3"].report["weights"], loads["node"].report["weights"]
+        label = loads["node"].label
+        assert s3["loader"].endswith("runai_streamer_loader.RunaiModelStreamerLoader"), label
+        assert s3["files"] == [f"{loads['s3'].report['config']['model_weights']}{case_set.WEIGHTS_FILE}"], label
+        assert node["loader"] == "node_copy_loader.register.<locals>.NodeCopyStreamerLoader", label
+        (path,) = node["files"]
+        assert path.startswith(f"{WEIGHTS_MOUNT}/{loads['node'].model}/") and path.endswith(f"/{case_set.WEIGHTS_FILE}")
+        assert node["tensors"] == s3["tensors"] and len(s3["tensors"]) == 2, label
+        assert any(
+            "the streamer reads the weight files as local files" in line
+            for line in loads["node"].report["entry_output"]
+        )
 
 
 def test_no_load_path_variable_is_one_vllm_knows(starts):

@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,8 +166,19 @@ def set_up_volumes(run: PodRun, config_maps: dict[str, dict[str, str]]) -> None:
         elif "configMap" in volume:
             folder = run.scratch / "configmaps" / name
             folder.mkdir(parents=True)
-            for file, text in config_maps[volume["configMap"]["name"]].items():
-                (folder / file).write_text(text)
+            data = config_maps[volume["configMap"]["name"]]
+            # With items, only the listed keys, each at its path (below the mount, folders made); else every key.
+            # kubelet's atomic writer: the files in a timestamped folder, `..data` linking to it, and each first
+            # path segment a link through `..data` (pkg/volume/util/atomic_writer.go).
+            items = volume["configMap"].get("items") or [{"key": key, "path": key} for key in data]
+            revision = folder / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{uuid.uuid4().int % 10**9}"
+            for item in items:
+                target = revision / item["path"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(data[item["key"]])
+            (folder / "..data").symlink_to(revision.name)
+            for top in sorted({item["path"].split("/")[0] for item in items}):
+                (folder / top).symlink_to(f"..data/{top}")
             run.volumes[name] = folder
         else:
             raise AssertionError(f"volume kind not mirrored: {volume}")

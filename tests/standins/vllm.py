@@ -8,7 +8,10 @@ Mirrors vLLM 0.21.0 (PyPI wheel vllm-0.21.0, commit 9da56fd18); each step names 
   A local path stays as given (no realpath).
 - vllm/model_executor/models/registry.py: `VLLM_CACHE_ROOT/modelinfos/` is written at config time, before
   weights load, so the cache folder exists from then on.
-- the Run:ai loader streams the weights from `model_weights` (the real SafetensorsStreamer here).
+- the Run:ai loader streams the weights from `model_weights` (the real SafetensorsStreamer here), unless a general
+  plugin replaced it: vllm/plugins/__init__.py loads every entry point of group `vllm.general_plugins` that
+  VLLM_PLUGINS (when set) lists. warmstart's plugin (model_workload/runtime/node_copy_loader.py) needs vLLM to
+  register its loader, so the stand-in asks the plugin's module for the files that loader lists instead.
 - vllm/config/model.py `compute_hash`: every field but an ignore list, so `model`, `model_weights`, dtype,
   max_model_len, quantization and the model's config.json are hashed; served_model_name, tokenizer and
   seed are not. LoadConfig hashes nothing (load format, streamer settings).
@@ -115,12 +118,27 @@ def pull_config(model: str, model_weights: str) -> dict:
     return json.loads(Path(model, "config.json").read_text())
 
 
-def load_weights(model: str, model_weights: str) -> tuple[int, dict[str, str]]:
-    """Every tensor through the Run:ai streamer; returns bytes and a digest per tensor."""
+def plugin_weight_files(requested: str, env: dict[str, str]) -> list[str] | None:
+    """The files warmstart's plugin has the loader stream for `requested`, when vLLM would load the plugin."""
+    import importlib
+    from importlib.metadata import entry_points
+
+    allowed = env["VLLM_PLUGINS"].split(",") if "VLLM_PLUGINS" in env else None
+    for plugin in entry_points(group="vllm.general_plugins"):
+        if plugin.name == "warmstart_node_copy" and (allowed is None or plugin.name in allowed):
+            plugin.load()  # as vLLM does: a plugin that fails to import fails here
+            return importlib.import_module(plugin.module).node_copy_files(requested, env)
+    return None
+
+
+def load_weights(model: str, model_weights: str, env: dict[str, str]) -> tuple[int, dict[str, str], list[str]]:
+    """Every tensor through the Run:ai streamer; returns bytes, a digest per tensor and the files streamed."""
     from runai_model_streamer import SafetensorsStreamer, list_safetensors
 
     source = model_weights or model
-    files = list_safetensors(source) if model_weights else sorted(str(p) for p in Path(model).glob("*.safetensors"))
+    files = plugin_weight_files(source, env) or (
+        list_safetensors(source) if model_weights else sorted(str(p) for p in Path(model).glob("*.safetensors"))
+    )
     total, digests = 0, {}
     with SafetensorsStreamer() as streamer:
         streamer.stream_files(files)
@@ -128,7 +146,7 @@ def load_weights(model: str, model_weights: str) -> tuple[int, dict[str, str]]:
             data = tensor.contiguous().view(-1).numpy().tobytes()
             digests[name] = hashlib.sha256(data).hexdigest()[:16]
             total += len(data)
-    return total, digests
+    return total, digests, files
 
 
 def hashes(args: dict[str, str], env: dict[str, str], model: str, model_weights: str, hf_config: dict) -> dict:
@@ -247,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     if env.get("STANDIN_PAUSE_FILE"):  # lets a test hold the pod between config and weights, like a slow load
         while Path(env["STANDIN_PAUSE_FILE"]).exists():
             time.sleep(0.05)
-    weights_bytes, digests = load_weights(model, model_weights)
+    weights_bytes, digests, weights_files = load_weights(model, model_weights, env)
     log(f"Model loading took 1.00 GiB memory and 1.000000 seconds ({weights_bytes} bytes)")
     parts = hashes(args, env, model, model_weights, hf_config)
     result = compile_or_load(args, env, parts)
@@ -256,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": model,
         "model_weights": model_weights,
         "weights_bytes": weights_bytes,
+        "weights_files": weights_files,
         "weights_digest": sha256(json.dumps(digests, sort_keys=True)),
         "endpoint": env.get("AWS_ENDPOINT_URL"),
         "hash_parts": {k: parts[k] for k in ("env", "config", "code", "compiler")},

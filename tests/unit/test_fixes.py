@@ -187,6 +187,12 @@ CASES: list[tuple[str, str, dict, Catalog | None]] = [
     ("vLLM variable not VLLM_", "dev", {"models[0].vllm_env": {"HF_TOKEN": "x"}}, None),
     ("vLLM variable reserved", "dev", {"models[0].vllm_env": {"VLLM_PORT": "9000"}}, None),
     ("vLLM variable expanded", "dev", {"models[0].vllm_env": {"VLLM_LOGGING_LEVEL": "$(LEVEL)"}}, None),
+    (
+        "vLLM plugin list without warmstart's",
+        "prod",
+        {"models[0].vllm_env": {"VLLM_PLUGINS": "lora_filesystem_resolver"}},
+        None,
+    ),
     ("model types outside the pool", "dev", {"models[0].instance_types": ["g6e.xlarge", "p5.48xlarge"]}, None),
     (
         "model too big for NVMe with the cache",

@@ -126,6 +126,38 @@ def test_the_node_copy_changes_the_endpoint_never_the_arguments(tmp_path, monkey
     assert "AWS_ENDPOINT_URL" not in streaming
 
 
+def test_the_node_copy_puts_vllms_plugin_on_the_path_and_names_the_copy(tmp_path, monkeypatch):
+    monkeypatch.setattr(vllm_entry, "start_node_copy_endpoint", lambda *a: "http://127.0.0.1:4567")
+    root = node(tmp_path)
+    env, choice, _ = prepare(ARGS, _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(root), PYTHONPATH="/image/lib"), NOW)
+    assert env["PYTHONPATH"] == f"/image/lib{os.pathsep}{ENTRY.parent}"  # the image's own path kept, first
+    assert env["WARMSTART_NODE_COPY_DIR"] == str(root / "llama" / KEY)
+    assert env["WARMSTART_NODE_COPY_MODEL"] == S3
+    assert choice.reason.endswith("the streamer reads the weight files as local files")
+    alone, _, _ = prepare(ARGS, _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(root)), NOW)
+    assert alone["PYTHONPATH"] == str(ENTRY.parent)
+    streaming, _, _ = prepare(ARGS, _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(tmp_path / "none")), NOW)
+    assert not {"PYTHONPATH", "WARMSTART_NODE_COPY_DIR", "WARMSTART_NODE_COPY_MODEL"} & set(streaming)
+
+
+def test_a_plugin_list_without_ours_is_said_the_endpoint_still_serves(tmp_path, monkeypatch):
+    monkeypatch.setattr(vllm_entry, "start_node_copy_endpoint", lambda *a: "http://127.0.0.1:4567")
+    env = _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(node(tmp_path)), VLLM_PLUGINS="lora_resolver")
+    new_env, choice, _ = prepare(ARGS, env, NOW)
+    assert choice.source == "node" and new_env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:4567"
+    assert "VLLM_PLUGINS leaves out" in choice.reason and new_env["VLLM_PLUGINS"] == "lora_resolver"
+    listed = _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(node(tmp_path / "again")), VLLM_PLUGINS="x,warmstart_node_copy")
+    assert prepare(ARGS, listed, NOW)[1].reason.endswith("as local files")
+
+
+def test_without_the_plugins_dist_info_beside_the_script_the_endpoint_is_said(tmp_path, monkeypatch):
+    """A pod of a spec from before the plugin (no items, no dist-info) restarted on a node with a copy."""
+    monkeypatch.setattr(vllm_entry, "start_node_copy_endpoint", lambda *a: "http://127.0.0.1:4567")
+    monkeypatch.setattr(vllm_entry, "ENTRY_FOLDER", str(tmp_path / "entry-without-dist-info"))
+    _, choice, _ = prepare(ARGS, _env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(node(tmp_path))), NOW)
+    assert choice.source == "node" and "no plugin dist-info beside the entry step" in choice.reason
+
+
 def test_a_failing_endpoint_falls_back_to_s3(tmp_path, monkeypatch):
     def broken(*args):
         raise OSError("address in use")
@@ -205,3 +237,49 @@ def test_the_script_execs_the_command_unchanged_without_a_copy(tmp_path):
     )
     assert "warmstart: no local copy of llama" in done.stdout
     assert f"['--model={S3}', '--served-model-name=llama']" in done.stdout
+
+
+def test_the_script_execs_a_program_that_finds_vllms_plugin_and_the_copys_files(tmp_path):
+    """The ConfigMap's files at their mounted paths (the volume's items), the real script: the program it execs
+    finds the plugin as vLLM does (an entry point of group vllm.general_plugins) and lists the copy's files."""
+    from model_workload.chart import ENTRY_FILES
+
+    mount = tmp_path / "warmstart-entry"
+    for name, source in ENTRY_FILES.items():
+        (mount / name).parent.mkdir(parents=True, exist_ok=True)
+        (mount / name).write_text(source.read_text())
+    root = node(tmp_path, checked_at=time.time())
+    weights = root / "llama" / KEY / "model.safetensors"
+    weights.write_bytes(b"w" * 10)
+    marker = root / "llama" / f"{KEY}.complete"
+    marker.write_text(
+        json.dumps({"key": KEY, "files": 2, "bytes": 10 + len((root / "llama" / KEY / "config.json").read_bytes())})
+    )
+    program = (
+        "import importlib, importlib.metadata as m, os; "
+        "(p,) = [e for e in m.entry_points(group='vllm.general_plugins') if e.name == 'warmstart_node_copy']; "
+        "p.load(); plugin = importlib.import_module(p.module); "
+        "print(p.value); print(plugin.node_copy_files(os.environ['WARMSTART_NODE_COPY_MODEL'], os.environ))"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(mount / "vllm_entry.py"),
+            sys.executable,
+            "-c",
+            program,
+            f"--model={S3}",
+            "--served-model-name=llama",
+        ],
+        env={
+            **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            **_env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(root)),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("the streamer reads the weight files as local files"), lines
+    assert lines[1:] == ["node_copy_loader:register", str([str(weights)])]

@@ -189,6 +189,31 @@ def test_vllm_env_that_would_break_the_compile_hash_is_refused(name, value, mess
     assert problem.field == f"models[0].vllm_env.{name}" and message in problem.message
 
 
+def test_a_plugin_list_that_leaves_out_warmstarts_is_refused_where_the_weights_cache_is_on():
+    document = raw()
+    document["caches"]["weights"] = True
+    document["models"][0]["vllm_env"] = {"VLLM_PLUGINS": "lora_filesystem_resolver"}
+    problem = only_problem(document)
+    assert problem.field == "models[0].vllm_env.VLLM_PLUGINS"
+    assert "warmstart_node_copy" in problem.message and "local files" in problem.message
+    assert "add warmstart_node_copy" in problem.fix
+    document["models"][0]["vllm_env"] = {"VLLM_PLUGINS": "lora_filesystem_resolver,warmstart_node_copy"}
+    parse_config(document)  # listed: accepted
+    document["models"][0]["vllm_env"] = {"VLLM_PLUGINS": "lora_filesystem_resolver"}
+    document["models"][0]["weights_cache"] = False
+    parse_config(document)  # no node copy, nothing to read through the plugin
+
+
+def test_the_plugin_name_the_config_asks_for_is_the_one_vllm_finds():
+    from model_workload.chart import ENTRY_FILES, PLUGIN_DIST_INFO
+    from model_workload.runtime.node_copy_loader import PLUGIN_NAME
+    from warmstart.reserved_vllm_env import NODE_COPY_PLUGIN
+
+    entry_points = ENTRY_FILES[f"{PLUGIN_DIST_INFO}/entry_points.txt"].read_text().splitlines()
+    assert entry_points == ["[vllm.general_plugins]", f"{NODE_COPY_PLUGIN} = node_copy_loader:register"]
+    assert PLUGIN_NAME == NODE_COPY_PLUGIN
+
+
 # Refusals
 
 

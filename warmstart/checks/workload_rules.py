@@ -12,7 +12,7 @@ from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.config import GIB, EnvironmentConfig, GpuPool
 from warmstart.naming import moving_reference, reference_problem
-from warmstart.reserved_vllm_env import RESERVED_VLLM_ENV
+from warmstart.reserved_vllm_env import NODE_COPY_PLUGIN, RESERVED_VLLM_ENV
 from warmstart.sizing import (
     SizingError,
     candidate_instances,
@@ -126,6 +126,8 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
         )
     problems += image_pinned(model.image, f"{at}.image", SERVING_IMAGE_EXAMPLE)
     problems += _vllm_env(model.vllm_env, f"{at}.vllm_env")
+    if weights_cached(model, config):
+        problems += _plugin_listed(model.vllm_env, f"{at}.vllm_env.VLLM_PLUGINS")
     pool = config.compute.gpu_pool.instance_types
     if model.instance_types is not None:
         outside = [t for t in model.instance_types if t not in pool]
@@ -293,6 +295,23 @@ def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _plugin_listed(env: dict[str, str], field: str) -> list[Problem]:
+    """A plugin list that leaves out warmstart's would have pods read the node copy through the loopback S3
+    endpoint, at a fraction of the NVMe's rate (the streamer's S3 client; docs/upstream-facts.md)."""
+    listed = env.get("VLLM_PLUGINS")
+    if listed is None or NODE_COPY_PLUGIN in listed.split(","):
+        return []
+    return [
+        Problem(
+            field,
+            f"vLLM loads only the plugins listed here, and {NODE_COPY_PLUGIN!r} is not among them: with the weights "
+            "cache on, pods would read the node's copy through the loopback S3 endpoint instead of as local files",
+            f"add {NODE_COPY_PLUGIN} to the list, or remove the variable",
+            (setting(field, ",".join([*filter(None, listed.split(",")), NODE_COPY_PLUGIN])), removing(field)),
+        )
+    ]
 
 
 def image_pinned(image: str, field: str, example: str) -> list[Problem]:
