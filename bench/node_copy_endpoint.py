@@ -136,6 +136,10 @@ def main() -> None:
         folder = work / "copy"
         folder.mkdir()
         make_model(folder)
+        # The agent's marker beside the copy: the plugin streams a copy only while it holds what this says.
+        held = [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
+        marker = {"files": len(held), "bytes": sum(p.stat().st_size for p in held)}
+        folder.with_name(f"{folder.name}.complete").write_text(json.dumps(marker))
         names = sorted(p.name for p in folder.glob("*.safetensors"))
         warm(folder)
         results = [run(folder, names, cpus) for cpus in (("0-1",) if QUICK else ("0-1", "0"))]
