@@ -72,7 +72,7 @@ def read_json_object(path: str, max_bytes: int) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
-def _marker(folder: str) -> dict | None:
+def copy_marker(folder: str) -> dict | None:
     """The agent's marker beside the copy (`<key>.complete`)."""
     name = folder.rstrip("/")
     return read_json_object(os.path.join(os.path.dirname(name), os.path.basename(name) + ".complete"), MARKER_MAX_BYTES)
@@ -100,7 +100,7 @@ def node_copy_files(requested: str, env: Mapping[str, str]) -> list[str] | None:
     folder, model = env.get(FOLDER_VARIABLE), env.get(MODEL_VARIABLE)
     if not folder or not model or requested.rstrip("/") != model.rstrip("/"):
         return None
-    marker = _marker(folder)
+    marker = copy_marker(folder)
     try:
         if marker is None or (marker.get("files"), marker.get("bytes")) != _holds(folder):
             return None

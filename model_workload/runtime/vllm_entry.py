@@ -156,12 +156,13 @@ def write_record(folder: Path, record: dict) -> None:
 def start_node_copy_endpoint(bucket: str, prefix: str, folder: Path) -> str:
     """Serves the copy on 127.0.0.1 from a child process that dies with the container's main process."""
     _siblings()
+    from node_copy_loader import copy_marker
     from node_copy_s3 import NodeCopyServer  # beside this script in the ConfigMap
 
     server = NodeCopyServer(bucket=bucket, prefix=prefix, folder=folder)  # bound before the fork: no race
     # The agent's completion marker says how many files and bytes it verified: a folder that holds anything
     # else is not served (the pods mount it read-only and only the agent writes it, so this never happens).
-    marker = _read_pointer(folder.with_name(f"{folder.name}.complete")) or {}
+    marker = copy_marker(str(folder)) or {}
     served = (len(server.objects), sum(o.size for o in server.objects.values()))
     if (marker.get("files"), marker.get("bytes")) != served:
         server.server_close()
@@ -207,21 +208,14 @@ def plugin_reader(env: dict[str, str]) -> str:
     (vllm/plugins/__init__.py 0.21.0). The plugin's own line at load time says what happened."""
     from node_copy_loader import PLUGIN_NAME
 
-    found = any(PLUGIN_NAME in _small_text(p) for p in Path(ENTRY_FOLDER).glob("*.dist-info/entry_points.txt"))
+    entry_points = Path(ENTRY_FOLDER).glob("*.dist-info/entry_points.txt")  # our own read-only ConfigMap files
+    found = any(PLUGIN_NAME in p.read_text(errors="replace") for p in entry_points)
     listed = env.get("VLLM_PLUGINS")
     if not found:
         return "the weights through the loopback endpoint (no plugin dist-info beside the entry step)"
     if listed is not None and PLUGIN_NAME not in listed.split(","):
         return "the weights through the loopback endpoint (VLLM_PLUGINS leaves out the local-file plugin)"
     return "the weight files as local files"
-
-
-def _small_text(path: Path) -> str:
-    try:
-        with open(path, "rb") as file:
-            return file.read(POINTER_MAX_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def prepare(args: list[str], env: dict[str, str], now: float) -> tuple[dict[str, str], WeightsChoice | None, dict]:
