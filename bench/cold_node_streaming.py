@@ -166,7 +166,7 @@ def main() -> None:
 
             settle()
             copy = Path(held["folder"])
-            warm(copy)  # the agent writes with O_DIRECT: its copy is not in the page cache yet
+            warm(copy)  # all of it in the page cache, whatever the agent's writes and the sync before left there
             endpoint = serve_in_background(bucket=bucket, prefix="model/", folder=copy)
             node_env = {**s3_env, "AWS_ENDPOINT_URL": endpoint.endpoint, "RUNAI_STREAMER_S3_UNSIGNED": "1"}
             runs["node_copy_endpoint"].append(finished(streamer(s3_paths, node_env)))

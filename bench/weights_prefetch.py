@@ -2,7 +2,9 @@
 in the same run with `s5cmd cp` (the fastest S3 downloader we know), run as it is and in a memory cgroup with the
 agent container's limit (as it would run in the agent's pod, where its page cache counts against that limit), and
 the disk's own rate (dd, one O_DIRECT stream of as many bytes). warmstart verifies every byte against S3's checksums
-and publishes the folder atomically; s5cmd does neither. Reports MB/s, the ratios with their spread, client and
+and publishes the folder atomically; s5cmd does neither. Both return with bytes in the page cache: the agent
+publishes its verified copy before the disk has it (trusted in this boot only), then syncs and marks it durable;
+that second time is set beside s5cmd followed by `sync`. Reports MB/s, the ratios with their spread, client and
 server CPU seconds per GB and peak memory. "With Python start-up" is a fresh agent process from its start to the
 folder's publication; s5cmd's figure is its whole process.
 """
@@ -157,6 +159,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {
         "warmstart": [],
         "warmstart_process": [],
+        "warmstart_durable": [],
         "s5cmd": [],
         "s5cmd_then_sync": [],
         "s5cmd_agent_memory": [],
@@ -213,6 +216,10 @@ def main() -> None:
                     "peak_mb": result["peak_mb"],
                     "verified": verified,
                 }
+            )
+            # Until the copy is on disk and marked durable (the agent's sync after publishing).
+            runs["warmstart_durable"].append(
+                {"wall_s": outcome["durable_s"], "cpu_s": result["cpu_s"], "peak_mb": result["peak_mb"]}
             )
             shutil.rmtree(ours_root)
 
@@ -281,6 +288,10 @@ def main() -> None:
         "warmstart_process_over_s5cmd": report.paired_ratio(walls["s5cmd"], walls["warmstart_process"]),
         # Against the disk's own rate for as many bytes, measured in the same attempt (the reference).
         "warmstart_over_disk": report.paired_ratio(walls["disk"], walls["warmstart"]),
+        # Both on disk: the agent's copy durable against s5cmd followed by sync.
+        "warmstart_durable_over_s5cmd_then_sync": report.paired_ratio(
+            walls["s5cmd_then_sync"], walls["warmstart_durable"]
+        ),
     }
     if agent_memory:
         spreads["warmstart_process_over_s5cmd_agent_memory"] = report.paired_ratio(
@@ -294,7 +305,8 @@ def main() -> None:
     ratios = {
         "warmstart_over_s5cmd": summary["warmstart"]["mb_per_s"] / summary["s5cmd"]["mb_per_s"],
         "warmstart_process_over_s5cmd": summary["warmstart_process"]["mb_per_s"] / summary["s5cmd"]["mb_per_s"],
-        "warmstart_over_s5cmd_then_sync": summary["warmstart"]["mb_per_s"] / summary["s5cmd_then_sync"]["mb_per_s"],
+        "warmstart_durable_over_s5cmd_then_sync": summary["warmstart_durable"]["mb_per_s"]
+        / summary["s5cmd_then_sync"]["mb_per_s"],
         "warmstart_over_disk": summary["warmstart"]["mb_per_s"] / summary["disk"]["mb_per_s"],
     }
     rows = [{"tool": tool, **values} for tool, values in summary.items()]
@@ -306,7 +318,7 @@ def main() -> None:
     print(
         f"warmstart/s5cmd: {ratios['warmstart_over_s5cmd']:.3f} (with Python start-up: "
         f"{ratios['warmstart_process_over_s5cmd']:.3f})   "
-        f"warmstart/(s5cmd + sync): {ratios['warmstart_over_s5cmd_then_sync']:.3f}   "
+        f"warmstart durable/(s5cmd + sync): {ratios['warmstart_durable_over_s5cmd_then_sync']:.3f}   "
         f"warmstart/disk: {ratios['warmstart_over_disk']:.3f}   "
         f"every byte verified: {all(r['verified'] for r in runs['warmstart'])}"
     )

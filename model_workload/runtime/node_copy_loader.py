@@ -33,6 +33,8 @@ LOAD_FORMAT = "runai_streamer"
 _SUFFIX = ".safetensors"
 # The agent's completion marker beside the copy (`<key>.complete`, a small JSON object with files and bytes).
 MARKER_MAX_BYTES = 64 * 1024
+# The kernel's boot id, the same in every container of the node (docs/upstream-facts.md).
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
 def local_weight_files(folder: str) -> list[str]:
@@ -78,6 +80,24 @@ def copy_marker(folder: str) -> dict | None:
     return read_json_object(os.path.join(os.path.dirname(name), os.path.basename(name) + ".complete"), MARKER_MAX_BYTES)
 
 
+def current_boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    try:
+        with open(path) as handle:
+            return handle.read(64).strip() or None
+    except OSError:
+        return None
+
+
+def marker_vouches(marker: dict, boot_id: str | None) -> bool:
+    """The agent publishes a copy once every byte is verified in the page cache and marks it durable once synced:
+    a marker vouches for its copy when it is durable (or older than the field: that agent synced first), or when
+    it names this boot, whose page cache still holds what the agent verified. After a crash or a reboot, a copy
+    that never reached the disk may hold lost bytes. The agent's own rule: node_agent/runtime/weights.py
+    marker_trusted."""
+    durable = marker.get("durable", True)
+    return durable is True or (durable is False and boot_id is not None and marker.get("boot_id") == boot_id)
+
+
 def _holds(folder: str) -> tuple[int, int]:
     """Regular files under the copy and their bytes, counted as the agent and the endpoint count them (links and
     anything that is not a regular file left out)."""
@@ -102,7 +122,9 @@ def node_copy_files(requested: str, env: Mapping[str, str]) -> list[str] | None:
         return None
     marker = copy_marker(folder)
     try:
-        if marker is None or (marker.get("files"), marker.get("bytes")) != _holds(folder):
+        if marker is None or not marker_vouches(marker, current_boot_id()):
+            return None
+        if (marker.get("files"), marker.get("bytes")) != _holds(folder):
             return None
         files = local_weight_files(folder)
     except OSError:

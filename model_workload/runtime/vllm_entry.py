@@ -116,13 +116,18 @@ def choose_weights(name: str, s3_uri: str, weights_root: Path, max_age_seconds: 
         return WeightsChoice(
             "s3", None, f"local copy of {name} not confirmed against S3 for {max_age_seconds:.0f}s: streaming from S3"
         )
-    if (
-        not isinstance(key, str)
-        or not _WEIGHTS_KEY.fullmatch(key)
-        or not (weights_root / name / f"{key}.complete").is_file()
-        or not (weights_root / name / key).is_dir()
-    ):
-        return WeightsChoice("s3", None, f"local copy of {name} is incomplete: streaming from {s3_uri}")
+    incomplete = WeightsChoice("s3", None, f"local copy of {name} is incomplete: streaming from {s3_uri}")
+    if not isinstance(key, str) or not _WEIGHTS_KEY.fullmatch(key):
+        return incomplete
+    marker = _read_pointer(weights_root / name / f"{key}.complete")
+    if marker is None or not (weights_root / name / key).is_dir():
+        return incomplete
+    from node_copy_loader import current_boot_id, marker_vouches
+
+    if not marker_vouches(marker, current_boot_id()):
+        return WeightsChoice(
+            "s3", None, f"local copy of {name} was not on disk when the node restarted: streaming from {s3_uri}"
+        )
     return WeightsChoice("node", key, f"serving {s3_uri} from the node-local copy {weights_root / name / key}")
 
 

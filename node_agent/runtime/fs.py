@@ -28,15 +28,17 @@ def rename_no_replace(source: Path, target: Path) -> bool:
     raise OSError(code, os.strerror(code), str(target))
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a sibling temp file, fsync, then rename over `path`."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write to a sibling temp file, fsync (unless `durable` is False: what only this boot may trust), then rename
+    over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(temporary, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -133,3 +135,13 @@ def sync_filesystem(path: Path) -> None:
             raise OSError(code, os.strerror(code), str(path))
     finally:
         os.close(descriptor)
+
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def current_boot_id(path: str = BOOT_ID_PATH) -> str:
+    """The running kernel's boot id: a random UUID drawn at each boot, the same in every container of the node
+    (docs/upstream-facts.md). Data written but not yet synced is good for as long as it stays the same."""
+    with open(path) as handle:
+        return handle.read().strip()

@@ -4,6 +4,12 @@ The key is derived from the S3 listing (key, size, ETag of every object), so new
 path make a new key: the update is detected and served, unlike a cache keyed by path. A pointer per model
 names the current complete copy and when the agent last confirmed it against S3; the pods' entry script
 uses the local copy only while that pointer is fresh, and streams from S3 otherwise.
+
+A copy is published as soon as every byte is verified in the page cache, before the disk has it: a pod reads
+what the page cache holds, so it need not wait for the disk's write rate. The marker says so (`durable` false,
+with the boot id), and a copy not yet durable is trusted in that boot only: after a crash or a reboot, when
+unsynced bytes may be lost, it is no copy at all (the next fill replaces it). The agent then syncs the filesystem
+and marks the copy durable; if the sync fails, the copy is withdrawn.
 """
 
 from __future__ import annotations
@@ -16,10 +22,10 @@ import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from node_agent.runtime.fs import remove_tree, rename_no_replace, write_atomic
+from node_agent.runtime.fs import current_boot_id, remove_tree, rename_no_replace, sync_filesystem, write_atomic
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import ListedObject, WeightsSource
 from node_agent.runtime.untrusted import Refused, finite, parse_json, read_capped
@@ -45,9 +51,24 @@ def weights_key(listing: list[ListedObject], prefix: str) -> str:
     return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
+def marker_trusted(marker: dict, boot_id: str) -> bool:
+    """A completion marker vouches for its copy when the copy is on disk (`durable` true; a marker without the
+    field was written by an agent that synced before it marked), or when it was written in this boot: until the
+    machine restarts, the page cache holds every byte the agent verified. Mirrored by the pods' plugin
+    (model_workload/runtime/node_copy_loader.py)."""
+    durable = marker.get("durable", True)
+    return durable is True or (durable is False and isinstance(boot_id, str) and marker.get("boot_id") == boot_id)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclass(frozen=True)
 class WeightsLayout:
     root: Path
+    # The boot this agent runs in (what a copy not yet on disk is good for).
+    boot_id: str = field(default_factory=current_boot_id)
 
     def key_dir(self, model: str, key: str) -> Path:
         return self.root / model / key
@@ -70,8 +91,17 @@ class WeightsLayout:
         path.mkdir(parents=True)
         return path
 
+    def read_marker(self, model: str, key: str) -> dict | None:
+        try:
+            marker = parse_json(read_capped(str(self.complete_marker(model, key)), max_bytes=POINTER_MAX_BYTES))
+        except Refused:
+            return None
+        return marker if isinstance(marker, dict) else None
+
     def is_complete(self, model: str, key: str) -> bool:
-        return self.complete_marker(model, key).exists() and self.key_dir(model, key).is_dir()
+        """Marked complete by a marker this boot may trust (marker_trusted), its folder in place."""
+        marker = self.read_marker(model, key)
+        return marker is not None and marker_trusted(marker, self.boot_id) and self.key_dir(model, key).is_dir()
 
     def read_pointer(self, model: str) -> dict | None:
         """The agent's own pointer, parsed strictly: a key of the weights-key form, a finite check time."""
@@ -104,6 +134,9 @@ class SyncOutcome:
     reason: str = ""
     bytes: int = 0
     seconds: float = 0.0
+    # From the start of the sync to the copy's publication (what a pod waits for); `seconds` runs on to the end,
+    # the copy on disk.
+    published_seconds: float | None = None
 
 
 class WeightsCache:
@@ -133,10 +166,21 @@ class WeightsCache:
     def _reporter(self, model: str, event: str = "weights-sync"):
         started = self.clock()
 
-        def done(status: str, key: str = "", reason: str = "", size: int = 0) -> SyncOutcome:
-            outcome = SyncOutcome(status, key, reason, size, self.clock() - started)
+        def done(
+            status: str, key: str = "", reason: str = "", size: int = 0, published_at: float | None = None
+        ) -> SyncOutcome:
+            published = None if published_at is None else published_at - started
+            outcome = SyncOutcome(status, key, reason, size, self.clock() - started, published)
+            extra = {} if published is None else {"published_seconds": round(published, 3)}
             self.log.event(
-                event, model=model, key=key, status=status, reason=reason, bytes=size, seconds=round(outcome.seconds, 3)
+                event,
+                model=model,
+                key=key,
+                status=status,
+                reason=reason,
+                bytes=size,
+                seconds=round(outcome.seconds, 3),
+                **extra,
             )
             return outcome
 
@@ -205,6 +249,9 @@ class WeightsCache:
         key = weights_key(listing, prefix)
         size = sum(o.size for o in listing)
         if self.layout.is_complete(model, key):
+            problem = self._make_durable(model, key)  # published in this boot by an agent that did not get to sync
+            if problem:
+                return done("failed", key, problem)
             self._point(model, key, s3_uri)
             return done("ready", key, size=size)
         self._retire_current(model)  # new pods stream the new version from S3 meanwhile
@@ -230,17 +277,52 @@ class WeightsCache:
                 remove_tree(target)
             if not rename_no_replace(staged, target):
                 return done("failed", key, "the key folder appeared during the download")
-            write_atomic(
-                self.layout.complete_marker(model, key),
-                json.dumps({"key": key, "files": len(listing), "bytes": size, "time": self.clock()}).encode(),
-            )
+            self._write_marker(model, key, files=len(listing), size=size, durable=False)
         except Exception as error:
             return done("failed", key, f"{type(error).__name__}: {error}")
         finally:
             if temp is not None:
                 remove_tree(temp)
         self._point(model, key, s3_uri)
-        return done("downloaded", key, size=size)
+        published_at = self.clock()
+        problem = self._make_durable(model, key)
+        if problem:
+            return done("failed", key, problem, published_at=published_at)
+        return done("downloaded", key, size=size, published_at=published_at)
+
+    def _write_marker(self, model: str, key: str, *, files: int, size: int, durable: bool) -> None:
+        """The copy's marker: what it holds (the pods' plugin checks it before streaming), and whether it is on
+        disk; one not on disk names this boot, and needs no fsync of its own (after a crash it is void anyway)."""
+        document = {
+            "key": key,
+            "files": files,
+            "bytes": size,
+            "time": self.clock(),
+            "boot_id": self.layout.boot_id,
+            "durable": durable,
+        }
+        write_atomic(self.layout.complete_marker(model, key), json.dumps(document).encode(), durable=durable)
+
+    def _make_durable(self, model: str, key: str) -> str | None:
+        """Puts a copy published from the page cache on disk (one syncfs: every file, one journal commit) and marks
+        it durable; None when done. A failed sync (a disk error: some bytes may never reach the disk) withdraws the
+        copy: no marker and no pointer, so no new pod chooses it, and the next fill replaces it."""
+        marker = self.layout.read_marker(model, key)
+        if marker is None or marker.get("durable", True) is True:
+            return None
+        files, size = marker.get("files"), marker.get("bytes")
+        try:
+            if not isinstance(files, int) or not isinstance(size, int) or not _count(files) or not _count(size):
+                raise OSError(f"its marker counts no files and bytes: {marker!r:.200}")
+            sync_filesystem(self.layout.key_dir(model, key))
+            self._write_marker(model, key, files=files, size=size, durable=True)
+        except OSError as error:
+            self.layout.complete_marker(model, key).unlink(missing_ok=True)
+            pointer = self.layout.read_pointer(model)
+            if pointer is not None and pointer["key"] == key:
+                self._retire_current(model)
+            return f"the copy could not be written to disk ({error}): withdrawn"
+        return None
 
     def _point(self, model: str, key: str, s3_uri: str) -> None:
         current = self.layout.read_pointer(model)

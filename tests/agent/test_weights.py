@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from node_agent.runtime.s3_store import CacheStore, Unverifiable, WeightsSource
+from node_agent.runtime import weights as weights_module
+from node_agent.runtime.s3_store import WRITE_SLICE_BYTES, CacheStore, Unverifiable, WeightsSource
 from node_agent.runtime.weights import WeightsCache, WeightsLayout, weights_key
 from tests.s3_server import SeaweedS3
 
@@ -610,8 +611,141 @@ def test_a_server_that_ignores_the_range_writes_nothing_past_it(tmp_path):
     try:
         check = _Check("crc", "CRC64NVME", "unused", [])
         with pytest.raises(OSError, match="more bytes than asked"):
-            source._fetch((item, 0, 2**18 - 1, False), {item: check}, {item: (descriptor, None)}, None)
+            source._fetch((item, 0, 2**18 - 1, False), {item: check}, {item: descriptor}, None)
     finally:
         os.close(descriptor)
     written = path.read_bytes()
     assert written[: 2**18] == data[: 2**18] and written[2**18 :] == neighbour
+
+
+# -- published from the page cache, then made durable --
+
+
+def _cache_in_boot(root: Path, client, bucket, clock, log, boot_id: str) -> WeightsCache:
+    source = WeightsSource(client, bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
+    return WeightsCache(
+        source=source, layout=WeightsLayout(root, boot_id=boot_id), clock=clock, log=log, reserve_bytes=0
+    )
+
+
+def test_a_copy_is_published_before_the_disk_has_it_and_then_marked_durable(
+    tmp_path, s3_server, model_bucket, clock, log, monkeypatch
+):
+    bucket, files = model_bucket
+    cache = _cache_in_boot(tmp_path / "weights", s3_server.client(), bucket, clock, log, "boot-a")
+    seen_at_sync = []
+
+    def sync_filesystem(path):
+        key = path.name
+        seen_at_sync.append((cache.layout.read_marker(MODEL, key), cache.layout.read_pointer(MODEL)))
+        clock.advance(2)  # the disk taking its time
+
+    monkeypatch.setattr(weights_module, "sync_filesystem", sync_filesystem)
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "downloaded" and outcome.published_seconds == 0 and outcome.seconds == 2
+    ((marker, pointer),) = seen_at_sync  # one syncfs, after the copy was published
+    assert marker["durable"] is False and marker["boot_id"] == "boot-a" and pointer["key"] == outcome.key
+    final = cache.layout.read_marker(MODEL, outcome.key)
+    assert final["durable"] is True and (final["files"], final["bytes"]) == (marker["files"], marker["bytes"])
+    assert read_tree(cache.layout.key_dir(MODEL, outcome.key)) == files
+
+
+def test_a_copy_not_on_disk_is_trusted_in_its_own_boot_only(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
+    bucket, files = model_bucket
+    root = tmp_path / "weights"
+    monkeypatch.setattr(weights_module, "sync_filesystem", lambda path: None)
+    first = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-a")
+    key = first.sync(MODEL, S3_URI, PREFIX, never_in_use).key
+    marker = first.layout.complete_marker(MODEL, key)
+    document = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**document, "durable": False}))  # the agent stopped before the sync
+    (first.layout.key_dir(MODEL, key) / "model-00004.safetensors").write_bytes(b"\0" * 10)  # bytes the crash lost
+    # The same boot (the agent's container restarted): the page cache still holds every byte; the sync resumes.
+    assert first.layout.is_complete(MODEL, key)
+    assert first.sync(MODEL, S3_URI, PREFIX, never_in_use).status == "ready"
+    assert json.loads(marker.read_text())["durable"] is True
+    # After a reboot, a copy that never reached the disk is no copy: replaced, never served.
+    marker.write_text(json.dumps({**document, "durable": False}))
+    rebooted = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-b")
+    assert not rebooted.layout.is_complete(MODEL, key)
+    assert rebooted.sync(MODEL, S3_URI, PREFIX, never_in_use).status == "downloaded"
+    assert read_tree(rebooted.layout.key_dir(MODEL, key)) == files
+    assert rebooted.layout.read_marker(MODEL, key)["boot_id"] == "boot-b"
+
+
+def test_a_failed_sync_withdraws_the_published_copy(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
+    bucket, files = model_bucket
+    cache = _cache_in_boot(tmp_path / "weights", s3_server.client(), bucket, clock, log, "boot-a")
+
+    def failing(path):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(weights_module, "sync_filesystem", failing)
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "failed" and "withdrawn" in outcome.reason and outcome.published_seconds is not None
+    assert not cache.layout.complete_marker(MODEL, outcome.key).exists()
+    assert cache.layout.read_pointer(MODEL) is None
+    assert cache.retired_at(MODEL, outcome.key) is not None  # recorded: a pod that chose it meanwhile is known
+    monkeypatch.setattr(weights_module, "sync_filesystem", lambda path: None)
+    assert cache.sync(MODEL, S3_URI, PREFIX, never_in_use).status == "downloaded"
+    assert read_tree(cache.layout.key_dir(MODEL, outcome.key)) == files
+
+
+@pytest.mark.parametrize(
+    "marker, trusted",
+    [
+        ({"files": 1, "bytes": 1}, True),  # an agent before the field: it synced before it marked
+        ({"files": 1, "bytes": 1, "durable": True, "boot_id": "boot-b"}, True),
+        ({"files": 1, "bytes": 1, "durable": False, "boot_id": "boot-a"}, True),
+        ({"files": 1, "bytes": 1, "durable": False, "boot_id": "boot-b"}, False),
+        ({"files": 1, "bytes": 1, "durable": False}, False),
+        ({"files": 1, "bytes": 1, "durable": "yes", "boot_id": "boot-a"}, False),
+        ({"files": 1, "bytes": 1, "durable": 1, "boot_id": "boot-a"}, False),
+        ({"files": 1, "bytes": 1, "durable": None, "boot_id": "boot-a"}, False),
+        ({"files": 1, "bytes": 1, "durable": False, "boot_id": ["boot-a"]}, False),
+    ],
+)
+def test_the_agent_and_the_pods_plugin_trust_the_same_markers(marker, trusted):
+    from model_workload.runtime.node_copy_loader import marker_vouches
+    from node_agent.runtime.weights import marker_trusted
+
+    assert marker_trusted(marker, "boot-a") is trusted
+    assert marker_vouches(marker, "boot-a") is trusted
+
+
+def test_a_same_boot_marker_without_counts_is_withdrawn_not_marked_durable(
+    tmp_path, s3_server, model_bucket, clock, log, monkeypatch
+):
+    bucket, _ = model_bucket
+    cache = _cache_in_boot(tmp_path / "weights", s3_server.client(), bucket, clock, log, "boot-a")
+    monkeypatch.setattr(weights_module, "sync_filesystem", lambda path: None)
+    key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
+    cache.layout.complete_marker(MODEL, key).write_text(json.dumps({"durable": False, "boot_id": "boot-a"}))
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "failed" and "no files and bytes" in outcome.reason
+    assert not cache.layout.complete_marker(MODEL, key).exists() and cache.layout.read_pointer(MODEL) is None
+
+
+def test_writes_go_to_the_page_cache_in_slices_and_threads_take_the_files_in_turn(
+    tmp_path, s3_server, model_bucket, monkeypatch
+):
+    """Large writes make large page-cache folios, and one file's buffered writes queue on its inode lock
+    (WRITE_SLICE_BYTES, _spread): no write is larger than a slice, and the first ranges started are of different
+    files."""
+    bucket, files = model_bucket
+    written, real_pwrite = [], os.pwrite
+
+    def pwrite(descriptor, data, offset):
+        written.append((os.readlink(f"/proc/self/fd/{descriptor}"), len(data)))
+        return real_pwrite(descriptor, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=1, buffer_bytes=2**20)
+    destination = tmp_path / "copy"
+    destination.mkdir()
+    source.download_all(source.list(PREFIX), destination, PREFIX)
+    assert read_tree(destination) == files
+    assert max(size for _, size in written) <= WRITE_SLICE_BYTES < 2**20
+    large = [Path(name).name for name, size in written if name.endswith(".safetensors") and "00004" not in name]
+    turns = [name for index, name in enumerate(large) if index == 0 or large[index - 1] != name]
+    assert turns[:6] == ["model-00001.safetensors", "model-00002.safetensors", "model-00003.safetensors"] * 2

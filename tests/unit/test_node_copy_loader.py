@@ -12,6 +12,7 @@ from pathlib import Path
 from model_workload.runtime.node_copy_loader import (
     FOLDER_VARIABLE,
     MODEL_VARIABLE,
+    current_boot_id,
     local_weight_files,
     node_copy_files,
     register,
@@ -127,3 +128,20 @@ def test_without_the_entry_steps_choice_the_plugin_does_nothing(monkeypatch):
     monkeypatch.delenv(MODEL_VARIABLE, raising=False)
     register()
     assert "vllm" not in sys.modules
+
+
+def test_a_copy_not_yet_on_disk_is_streamed_in_the_boot_that_wrote_it_only(tmp_path):
+    """The agent publishes a copy from the page cache and marks it durable after its sync; a copy a crash or a
+    reboot caught before the sync may hold lost bytes."""
+    folder = _copy(tmp_path)
+    env = {FOLDER_VARIABLE: str(folder), MODEL_VARIABLE: URI}
+    this_boot = current_boot_id()
+    assert this_boot
+    _mark(folder, durable=False, boot_id=this_boot)
+    assert node_copy_files(URI, env)
+    _mark(folder, durable=False, boot_id="another-boot")
+    assert node_copy_files(URI, env) is None
+    _mark(folder, durable=True, boot_id="another-boot")
+    assert node_copy_files(URI, env)
+    _mark(folder, durable="false", boot_id=this_boot)
+    assert node_copy_files(URI, env) is None

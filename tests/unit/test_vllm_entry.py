@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from model_workload.runtime import vllm_entry
+from model_workload.runtime.node_copy_loader import current_boot_id
 from model_workload.runtime.vllm_entry import choose_weights, prepare, vllm_hash_dirs
 from node_agent.runtime.pod_records import PodRecords
 
@@ -52,6 +53,17 @@ def test_without_a_pointer_the_pod_streams_from_s3(tmp_path):
 def test_with_a_fresh_complete_copy_the_pod_serves_it(tmp_path):
     choice = choose_weights("llama", S3, node(tmp_path), 90, NOW)
     assert (choice.source, choice.key) == ("node", KEY)
+
+
+def test_a_copy_the_agent_had_not_synced_before_the_node_restarted_means_s3(tmp_path):
+    root = node(tmp_path)
+    marker = root / "llama" / f"{KEY}.complete"
+    document = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**document, "durable": False, "boot_id": current_boot_id()}))
+    assert choose_weights("llama", S3, root, 90, NOW).source == "node"  # this boot's page cache holds it
+    marker.write_text(json.dumps({**document, "durable": False, "boot_id": "an-earlier-boot"}))
+    choice = choose_weights("llama", S3, root, 90, NOW)
+    assert choice.source == "s3" and "not on disk when the node restarted" in choice.reason
 
 
 @pytest.mark.parametrize(
