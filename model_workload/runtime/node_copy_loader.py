@@ -75,9 +75,20 @@ def read_json_object(path: str, max_bytes: int) -> dict | None:
 
 
 def copy_marker(folder: str) -> dict | None:
-    """The agent's marker beside the copy (`<key>.complete`)."""
+    """The agent's marker that vouches for the copy: `<key>.complete` (synced to disk), or `<key>.published` when it
+    names this boot. The agent publishes a copy once every byte is verified in the page cache, and syncs it after;
+    after a crash or a reboot, a copy that never reached the disk may have lost bytes. The agent reads them by the
+    same rule (node_agent/runtime/weights.py WeightsLayout.read_marker)."""
     name = folder.rstrip("/")
-    return read_json_object(os.path.join(os.path.dirname(name), os.path.basename(name) + ".complete"), MARKER_MAX_BYTES)
+    base = os.path.join(os.path.dirname(name), os.path.basename(name))
+    durable = read_json_object(base + ".complete", MARKER_MAX_BYTES)
+    if durable is not None:
+        return durable
+    published = read_json_object(base + ".published", MARKER_MAX_BYTES)
+    boot_id = current_boot_id()
+    if published is not None and boot_id is not None and published.get("boot_id") == boot_id:
+        return published
+    return None
 
 
 def current_boot_id(path: str = BOOT_ID_PATH) -> str | None:
@@ -86,16 +97,6 @@ def current_boot_id(path: str = BOOT_ID_PATH) -> str | None:
             return handle.read(64).strip() or None
     except OSError:
         return None
-
-
-def marker_vouches(marker: dict, boot_id: str | None) -> bool:
-    """The agent publishes a copy once every byte is verified in the page cache and marks it durable once synced:
-    a marker vouches for its copy when it is durable (or older than the field: that agent synced first), or when
-    it names this boot, whose page cache still holds what the agent verified. After a crash or a reboot, a copy
-    that never reached the disk may hold lost bytes. The agent's own rule: node_agent/runtime/weights.py
-    marker_trusted."""
-    durable = marker.get("durable", True)
-    return durable is True or (durable is False and boot_id is not None and marker.get("boot_id") == boot_id)
 
 
 def _holds(folder: str) -> tuple[int, int]:
@@ -122,9 +123,7 @@ def node_copy_files(requested: str, env: Mapping[str, str]) -> list[str] | None:
         return None
     marker = copy_marker(folder)
     try:
-        if marker is None or not marker_vouches(marker, current_boot_id()):
-            return None
-        if (marker.get("files"), marker.get("bytes")) != _holds(folder):
+        if marker is None or (marker.get("files"), marker.get("bytes")) != _holds(folder):
             return None
         files = local_weight_files(folder)
     except OSError:

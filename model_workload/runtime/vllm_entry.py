@@ -119,15 +119,16 @@ def choose_weights(name: str, s3_uri: str, weights_root: Path, max_age_seconds: 
     incomplete = WeightsChoice("s3", None, f"local copy of {name} is incomplete: streaming from {s3_uri}")
     if not isinstance(key, str) or not _WEIGHTS_KEY.fullmatch(key):
         return incomplete
-    marker = _read_pointer(weights_root / name / f"{key}.complete")
-    if marker is None or not (weights_root / name / key).is_dir():
-        return incomplete
-    from node_copy_loader import current_boot_id, marker_vouches
+    from node_copy_loader import copy_marker
 
-    if not marker_vouches(marker, current_boot_id()):
-        return WeightsChoice(
-            "s3", None, f"local copy of {name} was not on disk when the node restarted: streaming from {s3_uri}"
-        )
+    if copy_marker(str(weights_root / name / key)) is None:
+        if (weights_root / name / f"{key}.published").exists():
+            return WeightsChoice(
+                "s3", None, f"local copy of {name} was not on disk when the node restarted: streaming from {s3_uri}"
+            )
+        return incomplete
+    if not (weights_root / name / key).is_dir():
+        return incomplete
     return WeightsChoice("node", key, f"serving {s3_uri} from the node-local copy {weights_root / name / key}")
 
 

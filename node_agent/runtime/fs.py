@@ -130,18 +130,28 @@ def sync_filesystem(path: Path) -> None:
     """Flush the filesystem holding `path` in one call (syncfs): one journal commit instead of one per file."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
-        if _libc.syncfs(descriptor) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code), str(path))
+        syncfs(descriptor)
     finally:
         os.close(descriptor)
+
+
+def syncfs(descriptor: int) -> None:
+    """syncfs(2) on the filesystem of an open descriptor. It raises for a writeback error of that filesystem since
+    the descriptor was opened (Linux >= 5.8; docs/upstream-facts.md), so open it before the writes it must vouch for."""
+    if _libc.syncfs(descriptor) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
 
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
-def current_boot_id(path: str = BOOT_ID_PATH) -> str:
+def current_boot_id(path: str = BOOT_ID_PATH) -> str | None:
     """The running kernel's boot id: a random UUID drawn at each boot, the same in every container of the node
-    (docs/upstream-facts.md). Data written but not yet synced is good for as long as it stays the same."""
-    with open(path) as handle:
-        return handle.read().strip()
+    (docs/upstream-facts.md). Data written but not yet synced is good for as long as it stays the same. None where
+    it cannot be read (a sandboxed runtime): then nothing unsynced is trusted."""
+    try:
+        with open(path) as handle:
+            return handle.read(64).strip() or None
+    except OSError:
+        return None

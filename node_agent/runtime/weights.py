@@ -5,17 +5,20 @@ path make a new key: the update is detected and served, unlike a cache keyed by 
 names the current complete copy and when the agent last confirmed it against S3; the pods' entry script
 uses the local copy only while that pointer is fresh, and streams from S3 otherwise.
 
-A copy is published as soon as every byte is verified in the page cache, before the disk has it: a pod reads
-what the page cache holds, so it need not wait for the disk's write rate. The marker says so (`durable` false,
-with the boot id), and a copy not yet durable is trusted in that boot only: after a crash or a reboot, when
-unsynced bytes may be lost, it is no copy at all (the next fill replaces it). The agent then syncs the filesystem
-and marks the copy durable; if the sync fails, the copy is withdrawn.
+A copy is published as soon as every byte is verified in the page cache, before the disk has it, so a pod need
+not wait for the last of the writeback. Its marker is then `<key>.published`, naming the boot: trusted in that boot
+only (a crash or a reboot may lose unsynced bytes), and unknown to agents and entry steps of earlier versions, which
+read `<key>.complete` alone. The agent then syncs the filesystem through a descriptor opened before the first
+write (so a writeback error during the download is reported to it, whoever else synced meanwhile), writes
+`<key>.complete` and removes the published marker; if the sync fails, the copy is withdrawn. A published copy left
+by an agent that died before its sync is withdrawn and filled again: no sync could vouch for it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import threading
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node_agent.runtime.fs import current_boot_id, remove_tree, rename_no_replace, sync_filesystem, write_atomic
+from node_agent.runtime.fs import current_boot_id, remove_tree, rename_no_replace, syncfs, write_atomic
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import ListedObject, WeightsSource
 from node_agent.runtime.untrusted import Refused, finite, parse_json, read_capped
@@ -51,31 +54,22 @@ def weights_key(listing: list[ListedObject], prefix: str) -> str:
     return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def marker_trusted(marker: dict, boot_id: str) -> bool:
-    """A completion marker vouches for its copy when the copy is on disk (`durable` true; a marker without the
-    field was written by an agent that synced before it marked), or when it was written in this boot: until the
-    machine restarts, the page cache holds every byte the agent verified. Mirrored by the pods' plugin
-    (model_workload/runtime/node_copy_loader.py)."""
-    durable = marker.get("durable", True)
-    return durable is True or (durable is False and isinstance(boot_id, str) and marker.get("boot_id") == boot_id)
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 @dataclass(frozen=True)
 class WeightsLayout:
     root: Path
-    # The boot this agent runs in (what a copy not yet on disk is good for).
-    boot_id: str = field(default_factory=current_boot_id)
+    # The boot this agent runs in (what a copy not yet on disk is good for); None where it cannot be read.
+    boot_id: str | None = field(default_factory=current_boot_id)
 
     def key_dir(self, model: str, key: str) -> Path:
         return self.root / model / key
 
     def complete_marker(self, model: str, key: str) -> Path:
-        """Written only after every file is verified and the folder renamed into place."""
+        """Written only after every file is verified, the folder renamed into place and synced to disk."""
         return self.root / model / f"{key}.complete"
+
+    def published_marker(self, model: str, key: str) -> Path:
+        """Every file verified and the folder in place, not yet synced: good in the boot it names only."""
+        return self.root / model / f"{key}.published"
 
     def pointer(self, model: str) -> Path:
         return self.root / STATE / "current" / model
@@ -91,17 +85,34 @@ class WeightsLayout:
         path.mkdir(parents=True)
         return path
 
-    def read_marker(self, model: str, key: str) -> dict | None:
+    def _read_object(self, path: Path) -> dict | None:
         try:
-            marker = parse_json(read_capped(str(self.complete_marker(model, key)), max_bytes=POINTER_MAX_BYTES))
+            document = parse_json(read_capped(str(path), max_bytes=POINTER_MAX_BYTES))
         except Refused:
             return None
-        return marker if isinstance(marker, dict) else None
+        return document if isinstance(document, dict) else None
+
+    def read_marker(self, model: str, key: str) -> dict | None:
+        """The marker that vouches for the copy: its completion marker, or its published marker of this boot.
+        The pods' plugin reads them by the same rule (model_workload/runtime/node_copy_loader.py copy_marker)."""
+        durable = self._read_object(self.complete_marker(model, key))
+        if durable is not None:
+            return durable
+        published = self._read_object(self.published_marker(model, key))
+        if published is not None and self.boot_id is not None and published.get("boot_id") == self.boot_id:
+            return published
+        return None
+
+    def is_durable(self, model: str, key: str) -> bool:
+        return self._read_object(self.complete_marker(model, key)) is not None
 
     def is_complete(self, model: str, key: str) -> bool:
-        """Marked complete by a marker this boot may trust (marker_trusted), its folder in place."""
-        marker = self.read_marker(model, key)
-        return marker is not None and marker_trusted(marker, self.boot_id) and self.key_dir(model, key).is_dir()
+        """Vouched for by a marker (read_marker), its folder in place."""
+        return self.read_marker(model, key) is not None and self.key_dir(model, key).is_dir()
+
+    def unmark(self, model: str, key: str) -> None:
+        self.complete_marker(model, key).unlink(missing_ok=True)
+        self.published_marker(model, key).unlink(missing_ok=True)
 
     def read_pointer(self, model: str) -> dict | None:
         """The agent's own pointer, parsed strictly: a key of the weights-key form, a finite check time."""
@@ -248,10 +259,11 @@ class WeightsCache:
             return done("failed", reason=f"no objects under s3://{self.source.bucket}/{prefix}")
         key = weights_key(listing, prefix)
         size = sum(o.size for o in listing)
+        if self.layout.is_complete(model, key) and not self.layout.is_durable(model, key):
+            # Published by an agent that died before its sync: nothing can say its bytes reached the disk.
+            self._withdraw(model, key)
+            self.log.event("weights-withdrawn", model=model, key=key, reason="published, never synced")
         if self.layout.is_complete(model, key):
-            problem = self._make_durable(model, key)  # published in this boot by an agent that did not get to sync
-            if problem:
-                return done("failed", key, problem)
             self._point(model, key, s3_uri)
             return done("ready", key, size=size)
         self._retire_current(model)  # new pods stream the new version from S3 meanwhile
@@ -265,64 +277,52 @@ class WeightsCache:
             shortfall = size + self.reserve_bytes - self.free_bytes(self.layout.root)
             if shortfall > 0:
                 return done("failed", key, f"needs {size} bytes plus reserve; {shortfall} bytes short after eviction")
-        temp = None
+        self.layout.unmark(model, key)  # a marker left without its folder must never vouch for the new one
+        temp, errors = None, None
         try:
-            temp = self.layout.new_temp_dir()
-            staged = temp / "weights"
-            staged.mkdir()
-            self.source.download_all(listing, staged, prefix, on_bytes=progress, pause=pause)
-            target = self.layout.key_dir(model, key)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():  # an incomplete folder left by a crash: never trusted, replaced
-                remove_tree(target)
-            if not rename_no_replace(staged, target):
-                return done("failed", key, "the key folder appeared during the download")
-            self._write_marker(model, key, files=len(listing), size=size, durable=False)
-        except Exception as error:
-            return done("failed", key, f"{type(error).__name__}: {error}")
+            try:
+                temp = self.layout.new_temp_dir()
+                # Opened before the first write: its syncfs reports every writeback error of the filesystem from
+                # now on, even one that another process's sync saw first (the error is sampled at open).
+                errors = os.open(temp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                staged = temp / "weights"
+                staged.mkdir()
+                self.source.download_all(listing, staged, prefix, on_bytes=progress, pause=pause)
+                target = self.layout.key_dir(model, key)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.exists():  # an incomplete folder left by a crash: never trusted, replaced
+                    remove_tree(target)
+                if not rename_no_replace(staged, target):
+                    return done("failed", key, "the key folder appeared during the download")
+                document = {"key": key, "files": len(listing), "bytes": size, "boot_id": self.layout.boot_id}
+                # No fsync of its own: after a crash it is void anyway (another boot).
+                write_atomic(self.layout.published_marker(model, key), json.dumps(document).encode(), durable=False)
+            except Exception as error:
+                return done("failed", key, f"{type(error).__name__}: {error}")
+            finally:
+                if temp is not None:
+                    remove_tree(temp)
+            self._point(model, key, s3_uri)
+            published_at = self.clock()
+            try:
+                syncfs(errors)
+                write_atomic(self.layout.complete_marker(model, key), json.dumps(document).encode())
+            except OSError as error:
+                self._withdraw(model, key)
+                reason = f"the copy could not be written to disk ({error}): withdrawn"
+                return done("failed", key, reason, published_at=published_at)
+            self.layout.published_marker(model, key).unlink(missing_ok=True)
+            return done("downloaded", key, size=size, published_at=published_at)
         finally:
-            if temp is not None:
-                remove_tree(temp)
-        self._point(model, key, s3_uri)
-        published_at = self.clock()
-        problem = self._make_durable(model, key)
-        if problem:
-            return done("failed", key, problem, published_at=published_at)
-        return done("downloaded", key, size=size, published_at=published_at)
+            if errors is not None:
+                os.close(errors)
 
-    def _write_marker(self, model: str, key: str, *, files: int, size: int, durable: bool) -> None:
-        """The copy's marker: what it holds (the pods' plugin checks it before streaming), and whether it is on
-        disk; one not on disk names this boot, and needs no fsync of its own (after a crash it is void anyway)."""
-        document = {
-            "key": key,
-            "files": files,
-            "bytes": size,
-            "time": self.clock(),
-            "boot_id": self.layout.boot_id,
-            "durable": durable,
-        }
-        write_atomic(self.layout.complete_marker(model, key), json.dumps(document).encode(), durable=durable)
-
-    def _make_durable(self, model: str, key: str) -> str | None:
-        """Puts a copy published from the page cache on disk (one syncfs: every file, one journal commit) and marks
-        it durable; None when done. A failed sync (a disk error: some bytes may never reach the disk) withdraws the
-        copy: no marker and no pointer, so no new pod chooses it, and the next fill replaces it."""
-        marker = self.layout.read_marker(model, key)
-        if marker is None or marker.get("durable", True) is True:
-            return None
-        files, size = marker.get("files"), marker.get("bytes")
-        try:
-            if not isinstance(files, int) or not isinstance(size, int) or not _count(files) or not _count(size):
-                raise OSError(f"its marker counts no files and bytes: {marker!r:.200}")
-            sync_filesystem(self.layout.key_dir(model, key))
-            self._write_marker(model, key, files=files, size=size, durable=True)
-        except OSError as error:
-            self.layout.complete_marker(model, key).unlink(missing_ok=True)
-            pointer = self.layout.read_pointer(model)
-            if pointer is not None and pointer["key"] == key:
-                self._retire_current(model)
-            return f"the copy could not be written to disk ({error}): withdrawn"
-        return None
+    def _withdraw(self, model: str, key: str) -> None:
+        """No marker and no pointer: no new pod chooses the copy, and the next fill replaces it."""
+        self.layout.unmark(model, key)
+        pointer = self.layout.read_pointer(model)
+        if pointer is not None and pointer["key"] == key:
+            self._retire_current(model)
 
     def _point(self, model: str, key: str, s3_uri: str) -> None:
         current = self.layout.read_pointer(model)
@@ -374,8 +374,9 @@ class WeightsCache:
         candidates = []
         for model, key in self.layout.cached_keys():
             if evictable(model, key):
-                marker = self.layout.complete_marker(model, key)
-                last_used = self.retired_at(model, key) or (marker.stat().st_mtime if marker.exists() else 0.0)
+                marked = (self.layout.complete_marker(model, key), self.layout.published_marker(model, key))
+                marked_at = max((m.stat().st_mtime for m in marked if m.exists()), default=0.0)
+                last_used = self.retired_at(model, key) or marked_at
                 candidates.append((last_used, model, key))
         evicted, freed = [], 0
         for _, model, key in sorted(candidates):
@@ -389,7 +390,7 @@ class WeightsCache:
                 # invisible (no complete marker: no pointer, no pod picks it) before it goes.
                 if not evictable(model, key):
                     continue
-                self.layout.complete_marker(model, key).unlink(missing_ok=True)
+                self.layout.unmark(model, key)
             finally:
                 lock.release()
             folder = self.layout.key_dir(model, key)

@@ -621,109 +621,148 @@ def test_a_server_that_ignores_the_range_writes_nothing_past_it(tmp_path):
 # -- published from the page cache, then made durable --
 
 
-def _cache_in_boot(root: Path, client, bucket, clock, log, boot_id: str) -> WeightsCache:
+def _cache_in_boot(root: Path, client, bucket, clock, log, boot_id: str | None) -> WeightsCache:
     source = WeightsSource(client, bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
     return WeightsCache(
         source=source, layout=WeightsLayout(root, boot_id=boot_id), clock=clock, log=log, reserve_bytes=0
     )
 
 
-def test_a_copy_is_published_before_the_disk_has_it_and_then_marked_durable(
+def _marker(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_a_copy_is_published_before_the_disk_has_it_and_then_marked_complete(
     tmp_path, s3_server, model_bucket, clock, log, monkeypatch
 ):
     bucket, files = model_bucket
     cache = _cache_in_boot(tmp_path / "weights", s3_server.client(), bucket, clock, log, "boot-a")
-    seen_at_sync = []
+    opened_before_the_writes, seen_at_sync = [], []
+    real_download = cache.source.download_all
 
-    def sync_filesystem(path):
-        key = path.name
-        seen_at_sync.append((cache.layout.read_marker(MODEL, key), cache.layout.read_pointer(MODEL)))
+    def download_all(*args, **kwargs):
+        opened_before_the_writes.append(sorted(os.listdir("/proc/self/fd")))
+        return real_download(*args, **kwargs)
+
+    def syncfs(descriptor):
+        layout = cache.layout
+        key = layout.read_pointer(MODEL)["key"]
+        seen_at_sync.append(
+            (
+                str(descriptor) in opened_before_the_writes[0],
+                _marker(layout.published_marker(MODEL, key)),
+                _marker(layout.complete_marker(MODEL, key)),
+            )
+        )
         clock.advance(2)  # the disk taking its time
 
-    monkeypatch.setattr(weights_module, "sync_filesystem", sync_filesystem)
+    monkeypatch.setattr(cache.source, "download_all", download_all)
+    monkeypatch.setattr(weights_module, "syncfs", syncfs)
     outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
     assert outcome.status == "downloaded" and outcome.published_seconds == 0 and outcome.seconds == 2
-    ((marker, pointer),) = seen_at_sync  # one syncfs, after the copy was published
-    assert marker["durable"] is False and marker["boot_id"] == "boot-a" and pointer["key"] == outcome.key
-    final = cache.layout.read_marker(MODEL, outcome.key)
-    assert final["durable"] is True and (final["files"], final["bytes"]) == (marker["files"], marker["bytes"])
-    assert read_tree(cache.layout.key_dir(MODEL, outcome.key)) == files
+    ((opened_before, published, complete),) = seen_at_sync  # one syncfs, after the copy was published
+    assert opened_before  # its descriptor was open before the first byte was written
+    assert published["boot_id"] == "boot-a" and complete is None
+    layout = cache.layout
+    final = _marker(layout.complete_marker(MODEL, outcome.key))
+    assert (final["files"], final["bytes"]) == (published["files"], published["bytes"]) == (len(files), outcome.bytes)
+    assert not layout.published_marker(MODEL, outcome.key).exists()
+    assert read_tree(layout.key_dir(MODEL, outcome.key)) == files
 
 
-def test_a_copy_not_on_disk_is_trusted_in_its_own_boot_only(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
+def test_a_published_copy_is_trusted_in_its_own_boot_only(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
     bucket, files = model_bucket
     root = tmp_path / "weights"
-    monkeypatch.setattr(weights_module, "sync_filesystem", lambda path: None)
-    first = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-a")
-    key = first.sync(MODEL, S3_URI, PREFIX, never_in_use).key
-    marker = first.layout.complete_marker(MODEL, key)
-    document = json.loads(marker.read_text())
-    marker.write_text(json.dumps({**document, "durable": False}))  # the agent stopped before the sync
-    (first.layout.key_dir(MODEL, key) / "model-00004.safetensors").write_bytes(b"\0" * 10)  # bytes the crash lost
-    # The same boot (the agent's container restarted): the page cache still holds every byte; the sync resumes.
-    assert first.layout.is_complete(MODEL, key)
-    assert first.sync(MODEL, S3_URI, PREFIX, never_in_use).status == "ready"
-    assert json.loads(marker.read_text())["durable"] is True
-    # After a reboot, a copy that never reached the disk is no copy: replaced, never served.
-    marker.write_text(json.dumps({**document, "durable": False}))
-    rebooted = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-b")
-    assert not rebooted.layout.is_complete(MODEL, key)
-    assert rebooted.sync(MODEL, S3_URI, PREFIX, never_in_use).status == "downloaded"
-    assert read_tree(rebooted.layout.key_dir(MODEL, key)) == files
-    assert rebooted.layout.read_marker(MODEL, key)["boot_id"] == "boot-b"
+    monkeypatch.setattr(weights_module, "syncfs", lambda descriptor: None)
+    cache = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-a")
+    key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
+    complete = cache.layout.complete_marker(MODEL, key)
+    published = cache.layout.published_marker(MODEL, key)
+    published.write_text(complete.read_text().replace("}", ', "boot_id": "boot-a"}', 1))
+    complete.unlink()  # as an agent that was published and had not synced leaves it
+    assert cache.layout.is_complete(MODEL, key)  # this boot: the page cache holds every byte
+    for other in ("boot-b", None):  # after a reboot, or where no boot id can be read: no copy
+        assert not _cache_in_boot(root, s3_server.client(), bucket, clock, log, other).layout.is_complete(MODEL, key)
+
+
+def test_a_published_copy_an_agent_never_synced_is_filled_again(
+    tmp_path, s3_server, model_bucket, clock, log, monkeypatch
+):
+    """The agent died between publishing and its sync: no descriptor of its own saw the writes, so nothing says
+    the bytes reached the disk; the copy is withdrawn and filled again, never marked complete."""
+    bucket, files = model_bucket
+    root = tmp_path / "weights"
+    monkeypatch.setattr(weights_module, "syncfs", lambda descriptor: None)
+    cache = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-a")
+    key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
+    complete = cache.layout.complete_marker(MODEL, key)
+    cache.layout.published_marker(MODEL, key).write_text(complete.read_text())
+    complete.unlink()
+    (cache.layout.key_dir(MODEL, key) / "model-00004.safetensors").write_bytes(b"\0" * 10)  # bytes a crash lost
+    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
+    assert outcome.status == "downloaded"
+    assert read_tree(cache.layout.key_dir(MODEL, key)) == files and complete.exists()
 
 
 def test_a_failed_sync_withdraws_the_published_copy(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
     bucket, files = model_bucket
     cache = _cache_in_boot(tmp_path / "weights", s3_server.client(), bucket, clock, log, "boot-a")
 
-    def failing(path):
+    def failing(descriptor):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(weights_module, "sync_filesystem", failing)
+    monkeypatch.setattr(weights_module, "syncfs", failing)
     outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
     assert outcome.status == "failed" and "withdrawn" in outcome.reason and outcome.published_seconds is not None
     assert not cache.layout.complete_marker(MODEL, outcome.key).exists()
+    assert not cache.layout.published_marker(MODEL, outcome.key).exists()
     assert cache.layout.read_pointer(MODEL) is None
     assert cache.retired_at(MODEL, outcome.key) is not None  # recorded: a pod that chose it meanwhile is known
-    monkeypatch.setattr(weights_module, "sync_filesystem", lambda path: None)
+    monkeypatch.setattr(weights_module, "syncfs", lambda descriptor: None)
     assert cache.sync(MODEL, S3_URI, PREFIX, never_in_use).status == "downloaded"
     assert read_tree(cache.layout.key_dir(MODEL, outcome.key)) == files
 
 
-@pytest.mark.parametrize(
-    "marker, trusted",
-    [
-        ({"files": 1, "bytes": 1}, True),  # an agent before the field: it synced before it marked
-        ({"files": 1, "bytes": 1, "durable": True, "boot_id": "boot-b"}, True),
-        ({"files": 1, "bytes": 1, "durable": False, "boot_id": "boot-a"}, True),
-        ({"files": 1, "bytes": 1, "durable": False, "boot_id": "boot-b"}, False),
-        ({"files": 1, "bytes": 1, "durable": False}, False),
-        ({"files": 1, "bytes": 1, "durable": "yes", "boot_id": "boot-a"}, False),
-        ({"files": 1, "bytes": 1, "durable": 1, "boot_id": "boot-a"}, False),
-        ({"files": 1, "bytes": 1, "durable": None, "boot_id": "boot-a"}, False),
-        ({"files": 1, "bytes": 1, "durable": False, "boot_id": ["boot-a"]}, False),
-    ],
-)
-def test_the_agent_and_the_pods_plugin_trust_the_same_markers(marker, trusted):
-    from model_workload.runtime.node_copy_loader import marker_vouches
-    from node_agent.runtime.weights import marker_trusted
-
-    assert marker_trusted(marker, "boot-a") is trusted
-    assert marker_vouches(marker, "boot-a") is trusted
-
-
-def test_a_same_boot_marker_without_counts_is_withdrawn_not_marked_durable(
+def test_a_marker_left_without_its_folder_never_vouches_for_the_next_fill(
     tmp_path, s3_server, model_bucket, clock, log, monkeypatch
 ):
     bucket, _ = model_bucket
     cache = _cache_in_boot(tmp_path / "weights", s3_server.client(), bucket, clock, log, "boot-a")
-    monkeypatch.setattr(weights_module, "sync_filesystem", lambda path: None)
-    key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
-    cache.layout.complete_marker(MODEL, key).write_text(json.dumps({"durable": False, "boot_id": "boot-a"}))
-    outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
-    assert outcome.status == "failed" and "no files and bytes" in outcome.reason
-    assert not cache.layout.complete_marker(MODEL, key).exists() and cache.layout.read_pointer(MODEL) is None
+    key = weights_key(cache.source.list(PREFIX), PREFIX)
+    stale = cache.layout.complete_marker(MODEL, key)
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"key": key, "files": 1, "bytes": 1}))  # its folder deleted by hand
+    at_sync = []
+    monkeypatch.setattr(weights_module, "syncfs", lambda descriptor: at_sync.append(stale.exists()))
+    assert cache.sync(MODEL, S3_URI, PREFIX, never_in_use).status == "downloaded"
+    assert at_sync == [False]  # gone before the new, unsynced folder was in place
+
+
+@pytest.mark.parametrize(
+    "files, trusted",
+    [
+        ({"complete": {"files": 1, "bytes": 1}}, True),  # synced (and every earlier agent's marker)
+        ({"complete": {"files": 1, "bytes": 1}, "published": {"boot_id": "another"}}, True),
+        ({"published": {"files": 1, "bytes": 1, "boot_id": "THIS"}}, True),
+        ({"published": {"files": 1, "bytes": 1, "boot_id": "another"}}, False),
+        ({"published": {"files": 1, "bytes": 1}}, False),
+        ({"published": {"files": 1, "bytes": 1, "boot_id": ["THIS"]}}, False),
+        ({"published": [1, 2]}, False),
+        ({"complete": "not an object"}, False),
+        ({}, False),
+    ],
+)
+def test_the_agent_and_the_pods_plugin_trust_the_same_markers(tmp_path, files, trusted):
+    from model_workload.runtime.node_copy_loader import copy_marker, current_boot_id
+
+    this_boot = current_boot_id()
+    layout = WeightsLayout(tmp_path, boot_id=this_boot)
+    layout.key_dir(MODEL, "0123456789abcdef").mkdir(parents=True)
+    for kind, document in files.items():
+        text = json.dumps(document).replace('"THIS"', json.dumps(this_boot))
+        (tmp_path / MODEL / f"0123456789abcdef.{kind}").write_text(text)
+    assert layout.is_complete(MODEL, "0123456789abcdef") is trusted
+    assert (copy_marker(str(layout.key_dir(MODEL, "0123456789abcdef"))) is not None) is trusted
 
 
 def test_writes_go_to_the_page_cache_in_slices_and_threads_take_the_files_in_turn(

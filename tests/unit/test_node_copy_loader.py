@@ -130,18 +130,22 @@ def test_without_the_entry_steps_choice_the_plugin_does_nothing(monkeypatch):
     assert "vllm" not in sys.modules
 
 
-def test_a_copy_not_yet_on_disk_is_streamed_in_the_boot_that_wrote_it_only(tmp_path):
-    """The agent publishes a copy from the page cache and marks it durable after its sync; a copy a crash or a
-    reboot caught before the sync may hold lost bytes."""
+def test_a_copy_not_yet_on_disk_is_streamed_in_the_boot_that_published_it_only(tmp_path):
+    """The agent publishes a copy from the page cache (`<key>.published`, naming the boot) and writes
+    `<key>.complete` after its sync; a copy a crash or a reboot caught before the sync may hold lost bytes."""
     folder = _copy(tmp_path)
     env = {FOLDER_VARIABLE: str(folder), MODEL_VARIABLE: URI}
+    complete = folder.with_name(f"{folder.name}.complete")
+    published = folder.with_name(f"{folder.name}.published")
+    document = json.loads(complete.read_text())
+    complete.unlink()
     this_boot = current_boot_id()
     assert this_boot
-    _mark(folder, durable=False, boot_id=this_boot)
+    published.write_text(json.dumps({**document, "boot_id": this_boot}))
     assert node_copy_files(URI, env)
-    _mark(folder, durable=False, boot_id="another-boot")
+    published.write_text(json.dumps({**document, "boot_id": "another-boot"}))
     assert node_copy_files(URI, env) is None
-    _mark(folder, durable=True, boot_id="another-boot")
+    published.write_text(json.dumps(document))  # no boot named
+    assert node_copy_files(URI, env) is None
+    complete.write_text(json.dumps(document))  # synced: good in every boot
     assert node_copy_files(URI, env)
-    _mark(folder, durable="false", boot_id=this_boot)
-    assert node_copy_files(URI, env) is None

@@ -57,11 +57,13 @@ def test_with_a_fresh_complete_copy_the_pod_serves_it(tmp_path):
 
 def test_a_copy_the_agent_had_not_synced_before_the_node_restarted_means_s3(tmp_path):
     root = node(tmp_path)
-    marker = root / "llama" / f"{KEY}.complete"
-    document = json.loads(marker.read_text())
-    marker.write_text(json.dumps({**document, "durable": False, "boot_id": current_boot_id()}))
+    complete = root / "llama" / f"{KEY}.complete"
+    published = root / "llama" / f"{KEY}.published"
+    document = json.loads(complete.read_text())
+    complete.unlink()
+    published.write_text(json.dumps({**document, "boot_id": current_boot_id()}))
     assert choose_weights("llama", S3, root, 90, NOW).source == "node"  # this boot's page cache holds it
-    marker.write_text(json.dumps({**document, "durable": False, "boot_id": "an-earlier-boot"}))
+    published.write_text(json.dumps({**document, "boot_id": "an-earlier-boot"}))
     choice = choose_weights("llama", S3, root, 90, NOW)
     assert choice.source == "s3" and "not on disk when the node restarted" in choice.reason
 
