@@ -342,9 +342,9 @@ def main() -> None:
     )
     teardown = report.median([r["exit_s"] for r in runs["warmstart_process"]])
     print(
-        f"warmstart with Python start-up: from the process's start to the folder published; what follows ({teardown:.3f}"
-        " s: the sync to disk, in the durable row, and the interpreter's teardown, which the daemon never pays) is not"
-        " counted"
+        "warmstart with Python start-up: from the process's start to the folder published; what follows "
+        f"({teardown:.3f} s: the sync to disk, in the durable row, and the interpreter's teardown, which the daemon "
+        "never pays) is not counted"
     )
     print(f"load before {load_before['load_1m']:.2f}, after {report.machine_load()['load_1m']:.2f}")
     print(
