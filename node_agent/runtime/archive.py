@@ -15,7 +15,7 @@ from pathlib import Path
 
 import zstandard
 
-from node_agent.runtime.fs import sync_filesystem
+from node_agent.runtime.fs import syncfs
 
 COPY_BYTES = 2**20
 ZSTD_LEVEL = 3  # compile artifacts compress well already at low levels; packing stays I/O-bound
@@ -190,6 +190,18 @@ def unpack(archive: Path, destination: Path, *, max_bytes: int | None = None, ma
 def unpack_stream(raw, destination: Path, *, max_bytes: int | None = None, max_files: int | None = None) -> int:
     """unpack() from a readable stream (a file, or an S3 response read through a HashingReader)."""
     destination.mkdir(parents=True, exist_ok=True)
+    # Opened before the first write: its syncfs reports a writeback error of these files even when another
+    # process's sync saw it first (fs.syncfs).
+    errors = os.open(destination, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        files = _extract(raw, destination, max_bytes=max_bytes, max_files=max_files)
+        syncfs(errors)
+    finally:
+        os.close(errors)
+    return files
+
+
+def _extract(raw, destination: Path, *, max_bytes: int | None, max_files: int | None) -> int:
     files, members, total = 0, 0, 0
     decompressor = zstandard.ZstdDecompressor()
     with decompressor.stream_reader(raw, closefd=False) as stream:
@@ -208,5 +220,4 @@ def unpack_stream(raw, destination: Path, *, max_bytes: int | None = None, max_f
                 except tarfile.FilterError as error:
                     raise UnsafeArchive(str(error)) from error
                 files += member.isfile()
-    sync_filesystem(destination)
     return files

@@ -126,17 +126,9 @@ def _flatten(name: str, top: int) -> None:
         pass
 
 
-def sync_filesystem(path: Path) -> None:
-    """Flush the filesystem holding `path` in one call (syncfs): one journal commit instead of one per file."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        syncfs(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def syncfs(descriptor: int) -> None:
-    """syncfs(2) on the filesystem of an open descriptor. It raises for a writeback error of that filesystem since
+    """syncfs(2) on the filesystem of an open descriptor: every file in one call, one journal commit instead of one
+    per file. It raises for a writeback error of that filesystem since
     the descriptor was opened (Linux >= 5.8; docs/upstream-facts.md), so open it before the writes it must vouch for."""
     if _libc.syncfs(descriptor) != 0:
         code = ctypes.get_errno()

@@ -397,6 +397,55 @@ def test_an_unpacked_member_is_written_in_large_writes(tmp_path, monkeypatch):
     assert copies == [archive.COPY_BYTES] and archive.COPY_BYTES >= 2**20
 
 
+def test_an_unpacked_archive_is_synced_through_a_descriptor_opened_before_its_first_write(tmp_path, monkeypatch):
+    """syncfs reports a writeback error recorded since its descriptor was opened: one opened after the writes would
+    miss an error another process's sync saw first (docs/upstream-facts.md)."""
+    import os
+    import tarfile
+
+    from node_agent.runtime import archive
+
+    source = tmp_path / "cache"
+    (source / "inductor").mkdir(parents=True)
+    (source / "inductor" / "kernel.bin").write_bytes(b"k" * 5000)
+    packed = archive.pack(source, tmp_path / "cache.tar.zst")
+    open_at_first_write, synced = [], []
+    real_copy = tarfile.copyfileobj
+
+    def recording_copy(*args, **kwargs):
+        if not open_at_first_write:
+            for name in os.listdir("/proc/self/fd"):
+                try:
+                    open_at_first_write.append((name, os.readlink(f"/proc/self/fd/{name}")))
+                except OSError:  # the listing's own descriptor, closed by now
+                    pass
+        return real_copy(*args, **kwargs)
+
+    def syncfs(descriptor):
+        synced.append((str(descriptor), os.readlink(f"/proc/self/fd/{descriptor}")))
+
+    monkeypatch.setattr(tarfile, "copyfileobj", recording_copy)
+    monkeypatch.setattr(archive, "syncfs", syncfs)
+    assert archive.unpack(packed.path, tmp_path / "out") == 1
+    assert synced == [(synced[0][0], str(tmp_path / "out"))] and synced[0] in open_at_first_write
+
+
+def test_an_unpack_whose_sync_fails_raises(tmp_path, monkeypatch):
+    from node_agent.runtime import archive
+
+    source = tmp_path / "cache"
+    source.mkdir()
+    (source / "kernel.bin").write_bytes(b"k")
+    packed = archive.pack(source, tmp_path / "cache.tar.zst")
+
+    def failing(descriptor):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(archive, "syncfs", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        archive.unpack(packed.path, tmp_path / "out")
+
+
 @pytest.mark.parametrize("flipped_at", [0.1, 0.5, 0.95])
 def test_a_tampered_archive_fetched_in_ranges_is_never_used(tmp_path, s3_server, bucket, clock, log, flipped_at):
     """An archive larger than a part is fetched in parallel ranges and hashed in order as they land: one flipped
