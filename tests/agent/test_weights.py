@@ -670,16 +670,23 @@ def test_a_copy_is_published_before_the_disk_has_it_and_then_marked_complete(
     assert read_tree(layout.key_dir(MODEL, outcome.key)) == files
 
 
-def test_a_published_copy_is_trusted_in_its_own_boot_only(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
-    bucket, files = model_bucket
-    root = tmp_path / "weights"
+def _published_never_synced(root: Path, s3_server, bucket, clock, log, monkeypatch) -> tuple[WeightsCache, str]:
+    """A copy as an agent leaves it that published it and died before its sync: `<key>.published` (naming
+    boot-a, as the agent wrote it) and no `<key>.complete`."""
     monkeypatch.setattr(weights_module, "syncfs", lambda descriptor: None)
     cache = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-a")
     key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
     complete = cache.layout.complete_marker(MODEL, key)
-    published = cache.layout.published_marker(MODEL, key)
-    published.write_text(complete.read_text().replace("}", ', "boot_id": "boot-a"}', 1))
-    complete.unlink()  # as an agent that was published and had not synced leaves it
+    assert json.loads(complete.read_text())["boot_id"] == "boot-a"
+    cache.layout.published_marker(MODEL, key).write_text(complete.read_text())
+    complete.unlink()
+    return cache, key
+
+
+def test_a_published_copy_is_trusted_in_its_own_boot_only(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
+    bucket, _ = model_bucket
+    root = tmp_path / "weights"
+    cache, key = _published_never_synced(root, s3_server, bucket, clock, log, monkeypatch)
     assert cache.layout.is_complete(MODEL, key)  # this boot: the page cache holds every byte
     for other in ("boot-b", None):  # after a reboot, or where no boot id can be read: no copy
         assert not _cache_in_boot(root, s3_server.client(), bucket, clock, log, other).layout.is_complete(MODEL, key)
@@ -691,13 +698,8 @@ def test_a_published_copy_an_agent_never_synced_is_filled_again(
     """The agent died between publishing and its sync: no descriptor of its own saw the writes, so nothing says
     the bytes reached the disk; the copy is withdrawn and filled again, never marked complete."""
     bucket, files = model_bucket
-    root = tmp_path / "weights"
-    monkeypatch.setattr(weights_module, "syncfs", lambda descriptor: None)
-    cache = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-a")
-    key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
+    cache, key = _published_never_synced(tmp_path / "weights", s3_server, bucket, clock, log, monkeypatch)
     complete = cache.layout.complete_marker(MODEL, key)
-    cache.layout.published_marker(MODEL, key).write_text(complete.read_text())
-    complete.unlink()
     (cache.layout.key_dir(MODEL, key) / "model-00004.safetensors").write_bytes(b"\0" * 10)  # bytes a crash lost
     outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
     assert outcome.status == "downloaded"
