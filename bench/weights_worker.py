@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from node_agent.runtime.collector import built_then_frozen  # noqa: E402
 from node_agent.runtime.log import EventLog  # noqa: E402
 from node_agent.runtime.s3_store import WeightsSource, s3_client  # noqa: E402
 from node_agent.runtime.weights import WeightsCache, WeightsLayout  # noqa: E402
@@ -33,22 +34,24 @@ def main(
     buffer_bytes: int,
     pause_file: str | None = None,
 ) -> None:
-    # The agent's own client (its timeouts, retries and pool), pointed at the local server.
-    client = s3_client(
-        "us-east-1",
-        connections=2 * threads,
-        endpoint_url=endpoint,
-        aws_access_key_id=access_key,
-        aws_secret_access_key=secret_key,
-    )
-    source = WeightsSource(client, bucket, part_bytes=part_mib * 2**20, threads=threads, buffer_bytes=buffer_bytes)
-    cache = WeightsCache(
-        source=source,
-        layout=WeightsLayout(Path(root)),
-        clock=time.time,
-        log=EventLog(time.time, stream=open("/dev/null", "w")),
-        reserve_bytes=0,
-    )
+    # Built as the agent builds its clients (node_agent/runtime/__main__.py): the collector off, then frozen.
+    with built_then_frozen():
+        # The agent's own client (its timeouts, retries and pool), pointed at the local server.
+        client = s3_client(
+            "us-east-1",
+            connections=2 * threads,
+            endpoint_url=endpoint,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+        )
+        source = WeightsSource(client, bucket, part_bytes=part_mib * 2**20, threads=threads, buffer_bytes=buffer_bytes)
+        cache = WeightsCache(
+            source=source,
+            layout=WeightsLayout(Path(root)),
+            clock=time.time,
+            log=EventLog(time.time, stream=open("/dev/null", "w")),
+            reserve_bytes=0,
+        )
     started, started_monotonic = time.perf_counter(), time.monotonic()
     # The agent holds back while a pod of the node streams from S3 (it reads the pod's record before each
     # part); here the benchmark's pod announces itself with a file.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from contracts.agent_settings import AgentSettings
 from node_agent.runtime.agent import NodeAgent
+from node_agent.runtime.collector import built_then_frozen
 from node_agent.runtime.fs import remove_tree
 from node_agent.runtime.kube import InClusterTransport, KubeApi
 from node_agent.runtime.layout import NodeCacheLayout
@@ -30,9 +31,10 @@ READY = "/tmp/warmstart-agent-ready"
 
 
 def main() -> None:
-    settings = AgentSettings.model_validate(json.loads(Path(os.environ["WARMSTART_AGENT_SETTINGS"]).read_text()))
-    log = EventLog(time.time)
-    agent, weights = build(settings, log)
+    with built_then_frozen():  # the long-lived objects: no collection walks them (collector.py)
+        settings = AgentSettings.model_validate(json.loads(Path(os.environ["WARMSTART_AGENT_SETTINGS"]).read_text()))
+        log = EventLog(time.time)
+        agent, weights = build(settings, log)
     heartbeat = Path(os.environ.get("WARMSTART_HEARTBEAT", HEARTBEAT))
     ready = Path(os.environ.get("WARMSTART_READY", READY))
     # /tmp outlives a container restart (an emptyDir): marks from before must not pass the probes.

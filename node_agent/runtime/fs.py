@@ -135,6 +135,23 @@ def syncfs(descriptor: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
+def allocate(descriptor: int, size: int) -> None:
+    """The open file made `size` bytes long with its blocks allocated up front (fallocate(2), mode 0).
+
+    Buffered writes into allocated blocks skip the filesystem's delayed allocation, which reserves space page by
+    page under locks every writing thread shares: 8 threads writing 2 GiB in 64 KiB slices spent 0.7 s of CPU
+    against 3.5 s into a sparse file (ext4, docs/upstream-facts.md). A full disk fails here, at once, instead of
+    at writeback, where only the sync would see it. Where the filesystem cannot allocate (EOPNOTSUPP), the file
+    is made sparse instead (ftruncate); glibc's posix_fallocate would write a zero byte every 4 KiB."""
+    if size > 0:
+        if _libc.fallocate(descriptor, 0, ctypes.c_int64(0), ctypes.c_int64(size)) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EOPNOTSUPP, errno.ENOSYS):
+            raise OSError(code, os.strerror(code))
+    os.ftruncate(descriptor, size)
+
+
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 

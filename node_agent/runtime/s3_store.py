@@ -24,6 +24,7 @@ from awscrt import checksums
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from node_agent.runtime.fs import allocate
 from node_agent.runtime.untrusted import Refused, parse_json
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
@@ -293,7 +294,7 @@ class CacheStore:
         """
         descriptor = os.open(destination, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(descriptor, size)
+            allocate(descriptor, size)
 
             def fetch(start: int) -> tuple[int, int]:
                 end = min(start + self.part_bytes, size) - 1
@@ -497,7 +498,7 @@ class WeightsSource:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)  # RDWR: MD5 reads back
                 files[item] = descriptor
-                os.ftruncate(descriptor, item.size)
+                allocate(descriptor, item.size)
                 if item in checks:
                     check = checks[item]
                     ranges = check.parts or [

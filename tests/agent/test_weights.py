@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 
+from node_agent.runtime import s3_store as s3_store_module
 from node_agent.runtime import weights as weights_module
 from node_agent.runtime.s3_store import WRITE_SLICE_BYTES, CacheStore, Unverifiable, WeightsSource
 from node_agent.runtime.weights import WeightsCache, WeightsLayout, weights_key
@@ -790,3 +792,49 @@ def test_writes_go_to_the_page_cache_in_slices_and_threads_take_the_files_in_tur
     large = [Path(name).name for name, size in written if name.endswith(".safetensors") and "00004" not in name]
     turns = [name for index, name in enumerate(large) if index == 0 or large[index - 1] != name]
     assert turns[:6] == ["model-00001.safetensors", "model-00002.safetensors", "model-00003.safetensors"] * 2
+
+
+def test_every_file_has_its_blocks_allocated_before_its_first_write(tmp_path, s3_server, model_bucket, monkeypatch):
+    """Writes into allocated blocks skip delayed allocation's per-page reservations, and a full disk fails the
+    download instead of the writeback after publication (fs.allocate)."""
+    bucket, files = model_bucket
+    events, real_pwrite, real_allocate = [], os.pwrite, s3_store_module.allocate
+
+    def allocate(descriptor, size):
+        events.append(("allocate", os.readlink(f"/proc/self/fd/{descriptor}"), size))
+        real_allocate(descriptor, size)
+
+    def pwrite(descriptor, data, offset):
+        events.append(("write", os.readlink(f"/proc/self/fd/{descriptor}"), len(data)))
+        return real_pwrite(descriptor, data, offset)
+
+    monkeypatch.setattr(s3_store_module, "allocate", allocate)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
+    destination = tmp_path / "copy"
+    destination.mkdir()
+    source.download_all(source.list(PREFIX), destination, PREFIX)
+    assert read_tree(destination) == files
+    allocated, first_write = {}, {}
+    for index, (kind, name, size) in enumerate(events):
+        if kind == "allocate":
+            allocated[name] = (index, size)
+        else:
+            first_write.setdefault(name, index)
+    sizes = {Path(name).relative_to(destination).as_posix(): size for name, (_, size) in allocated.items()}
+    assert sizes == {name: len(data) for name, data in files.items()}
+    assert first_write and all(allocated[name][0] < index for name, index in first_write.items())
+
+
+def test_a_full_disk_fails_the_download_at_allocation(tmp_path, s3_server, model_bucket, monkeypatch):
+    bucket, _ = model_bucket
+
+    def full(descriptor, size):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(s3_store_module, "allocate", full)
+    source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=2, buffer_bytes=2**20)
+    destination = tmp_path / "copy"
+    destination.mkdir()
+    with pytest.raises(OSError, match="No space left"):
+        source.download_all(source.list(PREFIX), destination, PREFIX)

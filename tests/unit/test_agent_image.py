@@ -93,6 +93,12 @@ def test_dockerfile_pins_its_base_image_and_runs_the_agent():
     # Every package the image source holds is copied in.
     for package in FIRST_PARTY:
         assert f"COPY {package} {package}" in dockerfile, package
+    # ...and compiled after the last copy (the image never writes bytecode at run time).
+    assert "ENV PYTHONDONTWRITEBYTECODE=1" in dockerfile
+    lines = dockerfile.splitlines()
+    compile_step = next(i for i, line in enumerate(lines) if line.startswith("RUN python -m compileall"))
+    assert {word for word in lines[compile_step].split()[4:] if not word.startswith("-")} == set(FIRST_PARTY)
+    assert compile_step > max(i for i, line in enumerate(lines) if line.startswith("COPY "))
 
 
 def test_make_agent_image_sends_the_same_context_as_cdk():
