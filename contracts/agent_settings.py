@@ -94,7 +94,7 @@ class AgentSettings(_Strict):
     # agent near 120 MB and on par with s5cmd on a 2-core machine; large nodes can raise the streams.
     download_part_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
     download_threads: int = Field(default=8, ge=1, le=64)
-    download_buffer_bytes: int = Field(default=4 * 2**20, ge=2**20, multiple_of=4096)
+    download_buffer_bytes: int = Field(default=2**20, ge=2**20, multiple_of=4096)
     # The NVMe reserved for the compile cache (caches.compile_cache_reserve_gb): no archive a node published may
     # claim or unpack to more.
     compile_archive_max_bytes: int = Field(default=10 * 10**9, ge=1)

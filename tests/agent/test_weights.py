@@ -530,6 +530,32 @@ def test_the_agents_client_looks_in_s3s_model_folder_alone(s3_server, model_buck
         ]
 
 
+def test_the_agents_loader_reads_every_model_file_as_botocores_does_into_plain_dicts(tmp_path):
+    """The same data, in the same order, from the same files (plain and gzipped), without the OrderedDict hook."""
+    import gzip
+
+    import botocore.loaders
+
+    from node_agent.runtime.s3_store import PlainJSONFileLoader, S3OnlyLoader
+
+    ours, botocores = S3OnlyLoader(), botocore.loaders.Loader()
+    for name in ("endpoints", "partitions", "sdk-default-configuration", "_retry"):
+        assert ours.load_data(name) == botocores.load_data(name)
+        assert type(ours.load_data(name)) is dict
+    for type_name in ("service-2", "paginators-1", "waiters-2", "endpoint-rule-set-1"):
+        theirs = botocores.load_service_model("s3", type_name)
+        mine = ours.load_service_model("s3", type_name)
+        assert mine == theirs and json.dumps(mine) == json.dumps(theirs)  # the order kept too
+
+    (tmp_path / "plain.json").write_text('{"b": 1, "a": [2]}')
+    (tmp_path / "packed.json.gz").write_bytes(gzip.compress(b'{"z": {"y": null}}'))
+    loader = PlainJSONFileLoader()
+    assert loader.load_file(str(tmp_path / "plain")) == {"b": 1, "a": [2]}
+    assert list(loader.load_file(str(tmp_path / "plain"))) == ["b", "a"]
+    assert loader.load_file(str(tmp_path / "packed")) == {"z": {"y": None}}
+    assert loader.load_file(str(tmp_path / "absent")) is None
+
+
 def test_the_agents_client_reads_aws_data_path_as_botocore_does(monkeypatch, tmp_path):
     """A model folder given in AWS_DATA_PATH (botocore's own setting) is searched first, as botocore's loader would."""
     import botocore.session
@@ -613,7 +639,9 @@ def test_a_server_that_ignores_the_range_writes_nothing_past_it(tmp_path):
     try:
         check = _Check("crc", "CRC64NVME", "unused", [])
         with pytest.raises(OSError, match="more bytes than asked"):
-            source._fetch((item, 0, 2**18 - 1, False), {item: check}, {item: descriptor}, None)
+            source._fetch(
+                (item, 0, 2**18 - 1, False), {item: check}, {item: descriptor}, {item: threading.Lock()}, None
+            )
     finally:
         os.close(descriptor)
     written = path.read_bytes()
@@ -838,3 +866,47 @@ def test_a_full_disk_fails_the_download_at_allocation(tmp_path, s3_server, model
     destination.mkdir()
     with pytest.raises(OSError, match="No space left"):
         source.download_all(source.list(PREFIX), destination, PREFIX)
+
+
+def test_one_thread_writes_a_file_at_a_time_while_its_ranges_download_side_by_side(
+    tmp_path, s3_server, model_bucket, monkeypatch
+):
+    """A buffered write holds its file's lock in the kernel, where a second writer spins on a CPU while the holder
+    copies (ext4, xfs): the agent's threads take turns on a file asleep instead, its ranges still in flight together."""
+    bucket, files = model_bucket
+    guard = threading.Lock()
+    writing: dict[int, int] = {}
+    most_writing: dict[int, int] = {}
+    in_flight: dict[str, int] = {}
+    most_in_flight: dict[str, int] = {}
+    real_pwrite_all, real_fetch = s3_store_module.pwrite_all, WeightsSource._fetch
+
+    def pwrite_all(descriptor, data, offset):
+        with guard:
+            writing[descriptor] = writing.get(descriptor, 0) + 1
+            most_writing[descriptor] = max(most_writing.get(descriptor, 0), writing[descriptor])
+        time.sleep(0.001)  # a slow disk's write: room for a second writer to arrive
+        real_pwrite_all(descriptor, data, offset)
+        with guard:
+            writing[descriptor] -= 1
+
+    def fetch(self, job, *rest):
+        key = job[0].key
+        with guard:
+            in_flight[key] = in_flight.get(key, 0) + 1
+            most_in_flight[key] = max(most_in_flight.get(key, 0), in_flight[key])
+        try:
+            return real_fetch(self, job, *rest)
+        finally:
+            with guard:
+                in_flight[key] -= 1
+
+    monkeypatch.setattr(s3_store_module, "pwrite_all", pwrite_all)
+    monkeypatch.setattr(WeightsSource, "_fetch", fetch)
+    source = WeightsSource(s3_server.client(), bucket, part_bytes=2**20, threads=6, buffer_bytes=2**20)
+    destination = tmp_path / "copy"
+    destination.mkdir()
+    source.download_all(source.list(PREFIX), destination, PREFIX)
+    assert read_tree(destination) == files
+    assert max(most_in_flight.values()) > 1  # two ranges of one file downloading at once
+    assert set(most_writing.values()) == {1}
