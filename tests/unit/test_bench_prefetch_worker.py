@@ -22,11 +22,11 @@ def test_the_worker_starts_from_bytecode_its_warm_up_compiled_as_the_image_has_i
     subprocess.run(worker, env=env, check=True)
     compiled = tmp_path / "bytecode" / str(ROOT).lstrip("/") / "node_agent" / "runtime"
     s3_store = next(compiled.glob("s3_store.*.pyc"))
-    written = {path: path.stat().st_mtime_ns for path in (tmp_path / "bytecode").rglob("*.pyc")}
+    written = _bytecode_beside(tmp_path / "bytecode")
     assert len(written) > 100  # the packages it imports too (botocore, urllib3, awscrt)
 
     subprocess.run(worker, env=env, check=True)
-    assert {path: path.stat().st_mtime_ns for path in (tmp_path / "bytecode").rglob("*.pyc")} == written
+    assert _bytecode_beside(tmp_path / "bytecode") == written
     assert s3_store.exists()
     assert _bytecode_beside(ROOT / "node_agent") == in_repository  # the repository left alone
 
