@@ -142,6 +142,30 @@ def pwrite_all(descriptor: int, data, offset: int) -> None:
 WRITE_SLICE_BYTES = 32 * 2**10
 
 
+def write_slices(buffer: memoryview) -> list[memoryview]:
+    """The buffer cut once into views of WRITE_SLICE_BYTES (the last may be shorter), reused by every flush."""
+    return [buffer[at : at + WRITE_SLICE_BYTES] for at in range(0, len(buffer), WRITE_SLICE_BYTES)]
+
+
+def write_from_slices(descriptor: int, slices: list[memoryview], filled: int, offset: int) -> None:
+    """The first `filled` bytes of the buffer cut by write_slices, written at `offset`, a slice per write.
+
+    One pwrite per slice and no new view unless a write falls short. The generic loop (pwrite_all per slice) built
+    three views and made two calls per 32 KiB: the agent's 2.1 GB download took 2.71 and 2.82 s of CPU with it,
+    2.51 and 2.67 s with this one (two A/Bs of 9 interleaved runs, 2 cores, 2026-12-03)."""
+    pwrite, size = os.pwrite, WRITE_SLICE_BYTES  # looked up once: this loop runs 32 times per MiB
+    for piece in slices:
+        if filled < size:  # the last piece: part of a slice, or all of the buffer's shorter last one
+            if filled > 0:
+                pwrite_all(descriptor, piece[:filled], offset)
+            return
+        written = pwrite(descriptor, piece, offset)
+        if written != size:
+            pwrite_all(descriptor, piece[written:], offset + written)
+        offset += size
+        filled -= size
+
+
 def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
@@ -575,13 +599,14 @@ class WeightsSource:
         buffer = getattr(self._local, "buffer", None)
         if buffer is None:  # off the Python heap, returned to the system with the download's threads
             buffer = self._local.buffer = memoryview(mmap.mmap(-1, self.buffer_bytes))
+            self._local.slices = write_slices(buffer)
+        slices = self._local.slices
         descriptor = files[item]
         crc, offset, filled = 0, start, 0
 
         def flush() -> None:
             with writers[item]:
-                for at in range(0, filled, WRITE_SLICE_BYTES):
-                    pwrite_all(descriptor, buffer[at : min(at + WRITE_SLICE_BYTES, filled)], offset + at)
+                write_from_slices(descriptor, slices, filled, offset)
 
         with response["Body"] as body:
             read_into = _zero_copy_reader(body)

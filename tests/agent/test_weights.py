@@ -16,7 +16,14 @@ from boto3.s3.transfer import TransferConfig
 
 from node_agent.runtime import s3_store as s3_store_module
 from node_agent.runtime import weights as weights_module
-from node_agent.runtime.s3_store import WRITE_SLICE_BYTES, CacheStore, Unverifiable, WeightsSource
+from node_agent.runtime.s3_store import (
+    WRITE_SLICE_BYTES,
+    CacheStore,
+    Unverifiable,
+    WeightsSource,
+    write_from_slices,
+    write_slices,
+)
 from node_agent.runtime.weights import WeightsCache, WeightsLayout, weights_key
 from tests.s3_server import SeaweedS3
 
@@ -822,6 +829,43 @@ def test_writes_go_to_the_page_cache_in_slices_and_threads_take_the_files_in_tur
     assert turns[:6] == ["model-00001.safetensors", "model-00002.safetensors", "model-00003.safetensors"] * 2
 
 
+@pytest.mark.parametrize("buffer_bytes", [WRITE_SLICE_BYTES, 3 * WRITE_SLICE_BYTES, 2 * WRITE_SLICE_BYTES + 1000])
+@pytest.mark.parametrize("short_every", [0, 1, 3])
+def test_a_buffer_reaches_its_file_whole_in_slices_even_when_writes_fall_short(
+    tmp_path, monkeypatch, buffer_bytes, short_every
+):
+    """Every length the buffer can hold (nothing, part of a slice, whole slices, the whole buffer, whose last slice
+    may be shorter) lands at its offset byte for byte, a write that falls short (a filling disk, a signal) is
+    finished, none is larger than a slice, and a write of nothing is a full disk."""
+    data = random.Random(buffer_bytes).randbytes(buffer_bytes)
+    buffer = memoryview(bytearray(data))
+    slices = write_slices(buffer)
+    assert b"".join(slices) == data and max(map(len, slices)) <= WRITE_SLICE_BYTES
+    calls, real_pwrite = [], os.pwrite
+
+    def pwrite(descriptor, view, offset):
+        calls.append(len(view))
+        if short_every and len(calls) % short_every == 0 and len(view) > 1:
+            view = view[: len(view) // 2]
+        return real_pwrite(descriptor, view, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    path = tmp_path / "file"
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        lengths = sorted({0, 1, WRITE_SLICE_BYTES - 1, WRITE_SLICE_BYTES, WRITE_SLICE_BYTES + 1, buffer_bytes})
+        for filled in (length for length in lengths if length <= buffer_bytes):
+            os.ftruncate(descriptor, 0)
+            write_from_slices(descriptor, slices, filled, 5)
+            assert path.read_bytes() == (b"\0" * 5 + data[:filled] if filled else b"")
+        assert max(calls) <= WRITE_SLICE_BYTES
+        monkeypatch.setattr(os, "pwrite", lambda descriptor, view, offset: 0)
+        with pytest.raises(OSError, match="No space left"):
+            write_from_slices(descriptor, slices, buffer_bytes, 0)
+    finally:
+        os.close(descriptor)
+
+
 def test_every_file_has_its_blocks_allocated_before_its_first_write(tmp_path, s3_server, model_bucket, monkeypatch):
     """Writes into allocated blocks skip delayed allocation's per-page reservations, and a full disk fails the
     download instead of the writeback after publication (fs.allocate)."""
@@ -879,14 +923,14 @@ def test_one_thread_writes_a_file_at_a_time_while_its_ranges_download_side_by_si
     most_writing: dict[int, int] = {}
     in_flight: dict[str, int] = {}
     most_in_flight: dict[str, int] = {}
-    real_pwrite_all, real_fetch = s3_store_module.pwrite_all, WeightsSource._fetch
+    real_write, real_fetch = s3_store_module.write_from_slices, WeightsSource._fetch
 
-    def pwrite_all(descriptor, data, offset):
+    def write_from_slices(descriptor, slices, filled, offset):
         with guard:
             writing[descriptor] = writing.get(descriptor, 0) + 1
             most_writing[descriptor] = max(most_writing.get(descriptor, 0), writing[descriptor])
         time.sleep(0.001)  # a slow disk's write: room for a second writer to arrive
-        real_pwrite_all(descriptor, data, offset)
+        real_write(descriptor, slices, filled, offset)
         with guard:
             writing[descriptor] -= 1
 
@@ -901,7 +945,7 @@ def test_one_thread_writes_a_file_at_a_time_while_its_ranges_download_side_by_si
             with guard:
                 in_flight[key] -= 1
 
-    monkeypatch.setattr(s3_store_module, "pwrite_all", pwrite_all)
+    monkeypatch.setattr(s3_store_module, "write_from_slices", write_from_slices)
     monkeypatch.setattr(WeightsSource, "_fetch", fetch)
     source = WeightsSource(s3_server.client(), bucket, part_bytes=2**20, threads=6, buffer_bytes=2**20)
     destination = tmp_path / "copy"
