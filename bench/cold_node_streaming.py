@@ -36,8 +36,15 @@ from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
 REPEATS = 3
 FILES, TENSORS_PER_FILE = 4, 8  # 4 x 512 MiB of fp16 tensors
 # The pod's streamer: warmstart's chunk and request settings are for models of tens of GB; this 2 GB model on
-# 2 cores uses the streamer's own S3 defaults scaled up a little.
-STREAMER = {"RUNAI_STREAMER_CONCURRENCY": "8", "RUNAI_STREAMER_CHUNK_BYTESIZE": str(64 * 2**20)}
+# 2 cores uses the streamer's own S3 defaults scaled up a little. Its buffer is held to 256 MiB (4 of the model's
+# largest tensors) and reused: with the pod's limit (the whole model) every run faults 2 GB of fresh memory in,
+# which on these VMs (nested virtualisation) took 1.2-3.7 s alone and made the reads 2.3-4.8 s against 0.3-0.55 s,
+# swamping the read paths compared (2026-12-03).
+STREAMER = {
+    "RUNAI_STREAMER_CONCURRENCY": "8",
+    "RUNAI_STREAMER_CHUNK_BYTESIZE": str(64 * 2**20),
+    "RUNAI_STREAMER_MEMORY_LIMIT": str(256 * 2**20),
+}
 
 
 def make_model(folder: Path) -> int:

@@ -24,13 +24,32 @@ def machine() -> dict:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "free_page_reporting": free_page_reporting(),
+        "fresh_memory_gb_per_s": fresh_memory_gb_per_s(),
     }
 
 
+def fresh_memory_gb_per_s(size: int = 256 * 2**20) -> float:
+    """How fast this machine hands a process new memory: `size` bytes mapped and first touched a page at a time
+    (the kernel's fault and zeroing of each page). Every run of the streamer and of the agent pays it for its
+    buffers; on a nested VM it is slow and moves from run to run (0.6-2.0 GB/s on 2026-12-03's, where touching
+    the same 2 GiB again took 0.16 s), so it is recorded with every result it can blur."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    region = mmap.mmap(-1, size)
+    try:
+        started = time.perf_counter()
+        for offset in range(0, size, page):
+            region[offset] = 1
+        return round(size / 1e9 / (time.perf_counter() - started), 3)
+    finally:
+        region.close()
+
+
 def free_page_reporting() -> bool:
-    """A VM whose balloon device takes free memory back (virtio-balloon free page reporting): there every fresh
-    buffer is faulted in again from the host, and the streamer's runs (a new 2 GB buffer each) vary by 2x or more
-    with what the machine freed just before. Said beside the figures that it blurs."""
+    """A VM whose balloon device takes free memory back (virtio-balloon free page reporting): there a fresh buffer
+    may be faulted in again from the host, so what a run pays for new memory varies with what the machine freed
+    just before. Said beside the figures that it blurs."""
     return Path("/sys/module/page_reporting").exists() and any(
         Path("/sys/bus/virtio/drivers/virtio_balloon").glob("virtio*")
     )

@@ -160,3 +160,11 @@ def test_a_command_runs_inside_the_limited_cgroup_where_this_machine_allows_one(
     assert folder.name.startswith("warmstart-bench-") and folder.name in shown.stdout
     assert int(limit) == 2**30
     assert not folder.exists()  # removed once the command exited
+
+
+def test_the_machine_record_says_how_fast_new_memory_is_handed_out():
+    """Every result carries the rate at which the machine faults new memory in (what blurs the streamer's runs on a
+    nested VM): a measured rate, its region unmapped afterwards, and smaller regions timed as well."""
+    record = report.machine()
+    assert isinstance(record["fresh_memory_gb_per_s"], float) and record["fresh_memory_gb_per_s"] > 0
+    assert report.fresh_memory_gb_per_s(16 * 2**20) > 0
