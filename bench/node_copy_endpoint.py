@@ -127,6 +127,11 @@ def run(folder: Path, names: list[str], cpus: str) -> dict:
         "client_cpu_s_per_gb": {
             side: report.median([r["cpu_s"] / gb for r in results]) for side, results in runs.items()
         },
+        # The read's own CPU (the streamer's threads and the consumer), the process's start-up left out: what a
+        # pod's CPU request has to cover per GB while it loads.
+        "read_cpu_s_per_gb": {
+            side: report.median([r["cpu_seconds"] / gb for r in results]) for side, results in runs.items()
+        },
         "endpoint_cpu_s_per_gb": report.median([r["server_cpu_s"] / gb for r in runs["endpoint"]]),
         "load_before": load_before,
         "load_after": report.machine_load(),
@@ -158,6 +163,9 @@ def main() -> None:
             "client_cpu_per_gb_plugin": r["client_cpu_s_per_gb"]["plugin"],
             "client_cpu_per_gb_endpoint": r["client_cpu_s_per_gb"]["endpoint"],
             "client_cpu_per_gb_local": r["client_cpu_s_per_gb"]["local"],
+            "read_cpu_per_gb_plugin": r["read_cpu_s_per_gb"]["plugin"],
+            "read_cpu_per_gb_endpoint": r["read_cpu_s_per_gb"]["endpoint"],
+            "read_cpu_per_gb_local": r["read_cpu_s_per_gb"]["local"],
             "endpoint_cpu_per_gb": r["endpoint_cpu_s_per_gb"],
         }
         for r in results
