@@ -196,8 +196,11 @@ def _cell(value) -> str:
     return "" if value is None else str(value)
 
 
-def write(name: str, figures: dict) -> Path:
+def write(name: str, figures: dict, measured: dict | None = None) -> Path:
+    """The figures in bench/results/<name>.json beside the machine's record: `measured` where the benchmark took it
+    already (to print from it), else taken now."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"benchmark": name, "machine": machine(), **figures}, indent=2, sort_keys=True))
+    record = machine() if measured is None else measured
+    path.write_text(json.dumps({"benchmark": name, "machine": record, **figures}, indent=2, sort_keys=True))
     return path
