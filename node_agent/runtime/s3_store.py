@@ -437,6 +437,82 @@ def _crc_bytes(value: int, width: int) -> bytes:
     return value.to_bytes(width, "big")
 
 
+# An O_DIRECT transfer starts, ends and sits in memory on a multiple of the device's logical block size (open(2),
+# "O_DIRECT"): 512 or 4096 bytes for NVMe drives and for md arrays built on them; 4096 meets both.
+DIRECT_ALIGN = 4096
+
+
+def open_direct(path: Path) -> int | None:
+    """A second, write-only descriptor of `path` whose writes bypass the page cache (O_DIRECT); None where the
+    filesystem refuses the flag (EINVAL): that file is then written through the page cache alone."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_DIRECT | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.EINVAL:
+            return None
+        raise
+
+
+class FileWriter:
+    """One downloaded file's writes: whole blocks straight to the disk, the rest through the page cache.
+
+    A buffered write allocates a page-cache page, copies into it and writes it back later, and in the agent's 1 GiB
+    container every page it writes is charged to it, so a model of hundreds of GB is reclaimed from its own limit
+    all the way down (docs/upstream-facts.md). Written with O_DIRECT, whole blocks go from the thread's buffer to the
+    disk: the agent's 2.1 GB download cost 0.82 s of CPU per GB instead of 1.32, and the copy is on the disk when
+    the download ends. What is not a whole block at a block boundary (a file's tail; the head of a range that starts
+    between blocks, an upload part of odd size) is a buffered write. One thread writes a file at a time: a buffered
+    writer waiting for the inode's lock spins on a CPU, a Python lock's waiters sleep. Aligned direct writes take that
+    lock shared (ext4 since 6.3, xfs); letting them overlap gained nothing here (3.63 s against 3.41, 5 runs each)."""
+
+    def __init__(self, descriptor: int, direct: int | None) -> None:
+        self.descriptor, self.direct = descriptor, direct
+        self.lock = threading.Lock()
+
+    @classmethod
+    def create(cls, path: Path, size: int) -> FileWriter:
+        """`path` made `size` bytes long, blocks allocated (fs.allocate), and opened for both kinds of write."""
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)  # RDWR: MD5 reads back
+        try:
+            allocate(descriptor, size)
+            return cls(descriptor, open_direct(path) if size >= DIRECT_ALIGN else None)
+        except BaseException:
+            os.close(descriptor)
+            raise
+
+    def write(self, buffer: memoryview, slices: list[memoryview], filled: int, offset: int) -> None:
+        """The first `filled` bytes of `buffer` (page-aligned, cut by write_slices) written at `offset`."""
+        with self.lock:
+            aligned = self.direct is not None and offset % DIRECT_ALIGN == 0
+            whole = filled - filled % DIRECT_ALIGN if aligned else 0
+            if whole and not self._write_direct(buffer[:whole], offset):
+                whole = 0
+            if not whole:
+                write_from_slices(self.descriptor, slices, filled, offset)
+            elif filled > whole:
+                pwrite_all(self.descriptor, buffer[whole:filled], offset + whole)
+
+    def _write_direct(self, data: memoryview, offset: int) -> bool:
+        """False where the device refuses the transfer (EINVAL: its logical blocks are larger than DIRECT_ALIGN, or
+        a write fell short of a block); from then on this file goes through the page cache, from `offset` again."""
+        direct = self.direct
+        assert direct is not None  # write() asks only while there is one
+        try:
+            pwrite_all(direct, data, offset)
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                raise
+            os.close(direct)
+            self.direct = None
+            return False
+        return True
+
+    def close(self) -> None:
+        for descriptor in (self.descriptor, self.direct):
+            if descriptor is not None:
+                os.close(descriptor)
+
+
 class WeightsSource:
     """Reads one model bucket: paginated listings and verified, parallel, in-place downloads."""
 
@@ -526,26 +602,21 @@ class WeightsSource:
         Objects up to one part are fetched whole, their checksum taken from the GET itself; larger ones are
         HEAD-ed first and fetched as ranges (aligned with their upload parts when the checksum needs it).
         All ranges share one thread pool; each is checksummed as it streams through a per-thread buffer and
-        written to the page cache. Nothing is synced here: the caller publishes the verified folder and then
-        makes it durable (weights.py), so a pod never waits for the disk's write rate. Raises on the first failure.
+        written in place, whole blocks straight to the disk (FileWriter). Nothing is synced here: the caller
+        publishes the verified folder and then makes it durable (weights.py). Raises on the first failure.
         While `pause()` is true no new range starts (the ones in flight finish): a pod of this node streaming
         from S3 keeps the network to itself.
         """
         large = [item for item in items if item.size > self.part_bytes]
         with ThreadPoolExecutor(max_workers=self.threads) as pool:
             checks = dict(zip(large, pool.map(self._check, large), strict=False))
-        files: dict[ListedObject, int] = {}
-        # One writer per file at a time, waiting asleep: the kernel takes the file's lock for every buffered write
-        # and spins on the CPU while another thread holds it (see _fetch).
-        writers = {item: threading.Lock() for item in items}
+        files: dict[ListedObject, FileWriter] = {}
         jobs = []
         try:
             for item in items:
                 path = destination / relative_key(item.key, prefix)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)  # RDWR: MD5 reads back
-                files[item] = descriptor
-                allocate(descriptor, item.size)
+                files[item] = FileWriter.create(path, item.size)
                 if item in checks:
                     check = checks[item]
                     ranges = check.parts or [
@@ -563,7 +634,7 @@ class WeightsSource:
                     if on_bytes:
                         on_bytes(0)  # holding back for a pod is progress too (the agent's liveness)
                     time.sleep(PAUSE_POLL_SECONDS)
-                return self._fetch(job, checks, files, writers, on_bytes)
+                return self._fetch(job, checks, files, on_bytes)
 
             with ThreadPoolExecutor(max_workers=self.threads) as pool:
                 fetched = list(pool.map(run, jobs))
@@ -572,12 +643,12 @@ class WeightsSource:
                 checks[item] = check
                 results.setdefault(item, []).append((start, end, digest))
             for item, ranges in results.items():
-                self._verify(item, checks[item], sorted(ranges), files[item])
+                self._verify(item, checks[item], sorted(ranges), files[item].descriptor)
         finally:
-            for descriptor in files.values():
-                os.close(descriptor)
+            for target in files.values():
+                target.close()
 
-    def _fetch(self, job, checks, files, writers, on_bytes):
+    def _fetch(self, job, checks, files, on_bytes):
         """One range (or one whole object): returns its check and the digest computed while streaming."""
         item, start, end, whole = job
         request = {"Bucket": self.bucket, "Key": item.key, "IfMatch": item.etag}
@@ -597,21 +668,19 @@ class WeightsSource:
             hashlib.md5() if (check.kind == "md5" and whole) or (check.kind == "multipart-md5" and not whole) else None
         )
         buffer = getattr(self._local, "buffer", None)
-        if buffer is None:  # off the Python heap, returned to the system with the download's threads
+        if buffer is None:  # off the Python heap, page-aligned (O_DIRECT), returned with the download's threads
             buffer = self._local.buffer = memoryview(mmap.mmap(-1, self.buffer_bytes))
             self._local.slices = write_slices(buffer)
         slices = self._local.slices
-        descriptor = files[item]
+        target = files[item]
         crc, offset, filled = 0, start, 0
-
-        def flush() -> None:
-            with writers[item]:
-                write_from_slices(descriptor, slices, filled, offset)
-
+        # A range that starts between two blocks (an upload part of odd size) first fills up to the next block, so
+        # that every later buffer is written at a block boundary, straight to the disk.
+        limit = (-start) % DIRECT_ALIGN or len(buffer)
         with response["Body"] as body:
             read_into = _zero_copy_reader(body)
             while True:
-                room = min(len(buffer) - filled, end + 1 - offset - filled)  # never past the range asked for
+                room = min(limit - filled, end + 1 - offset - filled)  # never past the range asked for
                 count = read_into(buffer[filled : filled + room]) if room else 0
                 if not count:
                     break
@@ -623,10 +692,10 @@ class WeightsSource:
                 filled += count
                 if on_bytes:
                     on_bytes(count)
-                if filled == len(buffer):
-                    flush()
-                    offset, filled = offset + filled, 0
-            flush()
+                if filled == limit:
+                    target.write(buffer, slices, filled, offset)
+                    offset, filled, limit = offset + filled, 0, len(buffer)
+            target.write(buffer, slices, filled, offset)
             offset += filled
             _end_of_range(body, read_into, item.key, start, end, offset)
         digest = md5.digest() if md5 else (crc if crc_function else None)

@@ -5,8 +5,9 @@ path make a new key: the update is detected and served, unlike a cache keyed by 
 names the current complete copy and when the agent last confirmed it against S3; the pods' entry script
 uses the local copy only while that pointer is fresh, and streams from S3 otherwise.
 
-A copy is published as soon as every byte is verified in the page cache, before the disk has it, so a pod need
-not wait for the last of the writeback. Its marker is then `<key>.published`, naming the boot: trusted in that boot
+A copy is published as soon as every byte is verified, before the disk has all of it (whole blocks go to the disk
+as they arrive, s3_store.FileWriter; files' tails and the folder's metadata are still in the page cache), so a
+pod need not wait for the sync. Its marker is then `<key>.published`, naming the boot: trusted in that boot
 only (a crash or a reboot may lose unsynced bytes), and unknown to agents and entry steps of earlier versions, which
 read `<key>.complete` alone. The agent then syncs the filesystem through a descriptor opened before the first
 write (so a writeback error during the download is reported to it, whoever else synced meanwhile), writes

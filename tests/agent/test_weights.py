@@ -17,10 +17,13 @@ from boto3.s3.transfer import TransferConfig
 from node_agent.runtime import s3_store as s3_store_module
 from node_agent.runtime import weights as weights_module
 from node_agent.runtime.s3_store import (
+    DIRECT_ALIGN,
     WRITE_SLICE_BYTES,
     CacheStore,
+    FileWriter,
     Unverifiable,
     WeightsSource,
+    open_direct,
     write_from_slices,
     write_slices,
 )
@@ -642,15 +645,13 @@ def test_a_server_that_ignores_the_range_writes_nothing_past_it(tmp_path):
     path = tmp_path / "a.safetensors"
     neighbour = b"\xff" * (len(data) - 2**18)
     path.write_bytes(bytes(2**18) + neighbour)
-    descriptor = os.open(path, os.O_RDWR)
+    writer = FileWriter(os.open(path, os.O_RDWR), open_direct(path))
     try:
         check = _Check("crc", "CRC64NVME", "unused", [])
         with pytest.raises(OSError, match="more bytes than asked"):
-            source._fetch(
-                (item, 0, 2**18 - 1, False), {item: check}, {item: descriptor}, {item: threading.Lock()}, None
-            )
+            source._fetch((item, 0, 2**18 - 1, False), {item: check}, {item: writer}, None)
     finally:
-        os.close(descriptor)
+        writer.close()
     written = path.read_bytes()
     assert written[: 2**18] == data[: 2**18] and written[2**18 :] == neighbour
 
@@ -804,29 +805,81 @@ def test_the_agent_and_the_pods_plugin_trust_the_same_markers(tmp_path, files, t
     assert (copy_marker(str(layout.key_dir(MODEL, "0123456789abcdef"))) is not None) is trusted
 
 
-def test_writes_go_to_the_page_cache_in_slices_and_threads_take_the_files_in_turn(
-    tmp_path, s3_server, model_bucket, monkeypatch
+def _is_direct(descriptor: int) -> bool:
+    import fcntl
+
+    return bool(fcntl.fcntl(descriptor, fcntl.F_GETFL) & os.O_DIRECT)
+
+
+@pytest.mark.parametrize("part_bytes", [4 * 2**20, 2**20 + 100])
+def test_whole_blocks_go_straight_to_the_disk_and_threads_take_the_files_in_turn(
+    tmp_path, s3_server, model_bucket, monkeypatch, part_bytes
 ):
-    """Large writes make large page-cache folios, and one file's buffered writes queue on its inode lock
-    (WRITE_SLICE_BYTES, _spread): no write is larger than a slice, and the first ranges started are of different
-    files."""
+    """Whole blocks are written with O_DIRECT, on block boundaries and in block multiples (what the kernel requires);
+    only a file's tail, a range's head up to the next boundary (ranges of an odd part size) and files smaller than a
+    block go through the page cache, in slices (WRITE_SLICE_BYTES). One file's writes queue on its inode lock, so the
+    first ranges started are of different files (_spread)."""
     bucket, files = model_bucket
     written, real_pwrite = [], os.pwrite
 
     def pwrite(descriptor, data, offset):
-        written.append((os.readlink(f"/proc/self/fd/{descriptor}"), len(data)))
+        written.append((os.readlink(f"/proc/self/fd/{descriptor}"), _is_direct(descriptor), offset, len(data)))
         return real_pwrite(descriptor, data, offset)
 
     monkeypatch.setattr(os, "pwrite", pwrite)
-    source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=1, buffer_bytes=2**20)
+    source = WeightsSource(s3_server.client(), bucket, part_bytes=part_bytes, threads=1, buffer_bytes=2**20)
     destination = tmp_path / "copy"
     destination.mkdir()
     source.download_all(source.list(PREFIX), destination, PREFIX)
     assert read_tree(destination) == files
-    assert max(size for _, size in written) <= WRITE_SLICE_BYTES < 2**20
-    large = [Path(name).name for name, size in written if name.endswith(".safetensors") and "00004" not in name]
+    direct = [(offset, size) for _, is_direct, offset, size in written if is_direct]
+    assert direct and all(offset % DIRECT_ALIGN == 0 and size % DIRECT_ALIGN == 0 for offset, size in direct)
+    assert max(size for _, is_direct, _, size in written if not is_direct) <= WRITE_SLICE_BYTES
+    # Through the page cache: at most a block's worth at each end of each range, and the files under a block.
+    ranges = sum(-(-len(data) // part_bytes) for name, data in files.items() if len(data) > part_bytes)
+    small = sum(len(data) for data in files.values() if len(data) <= part_bytes)
+    buffered = sum(size for _, is_direct, _, size in written if not is_direct)
+    assert buffered <= small + 2 * DIRECT_ALIGN * (ranges + 4)  # + 4: the multipart files' own part boundaries
+    large = [Path(name).name for name, _, _, _ in written if name.endswith(".safetensors") and "00004" not in name]
     turns = [name for index, name in enumerate(large) if index == 0 or large[index - 1] != name]
     assert turns[:6] == ["model-00001.safetensors", "model-00002.safetensors", "model-00003.safetensors"] * 2
+
+
+@pytest.mark.parametrize("refused_at", ["open", "write"])
+def test_a_file_the_disk_will_not_take_directly_is_written_through_the_page_cache(
+    tmp_path, s3_server, model_bucket, monkeypatch, refused_at
+):
+    """A filesystem that refuses O_DIRECT (EINVAL at open), or a device whose blocks are larger than DIRECT_ALIGN
+    (EINVAL at the first write): the same bytes arrive through the page cache, and the file is not asked again."""
+    bucket, files = model_bucket
+    real_open, real_pwrite = os.open, os.pwrite
+    refused, direct_written = [], []
+
+    def open_(path, flags, *rest, **named):
+        if refused_at == "open" and flags & os.O_DIRECT:
+            refused.append(path)
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_open(path, flags, *rest, **named)
+
+    def pwrite(descriptor, data, offset):
+        if _is_direct(descriptor):
+            if refused_at == "write":
+                refused.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+            direct_written.append(descriptor)
+        return real_pwrite(descriptor, data, offset)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
+    destination = tmp_path / "copy"
+    destination.mkdir()
+    source.download_all(source.list(PREFIX), destination, PREFIX)
+    assert read_tree(destination) == files
+    assert direct_written == []
+    # Each file of a block or more asked once, then never again (its writes take turns, so none asks twice).
+    at_least_a_block = sorted(str(destination / name) for name, data in files.items() if len(data) >= DIRECT_ALIGN)
+    assert sorted(str(path) for path in refused) == at_least_a_block
 
 
 @pytest.mark.parametrize("buffer_bytes", [WRITE_SLICE_BYTES, 3 * WRITE_SLICE_BYTES, 2 * WRITE_SLICE_BYTES + 1000])
@@ -915,24 +968,28 @@ def test_a_full_disk_fails_the_download_at_allocation(tmp_path, s3_server, model
 def test_one_thread_writes_a_file_at_a_time_while_its_ranges_download_side_by_side(
     tmp_path, s3_server, model_bucket, monkeypatch
 ):
-    """A buffered write holds its file's lock in the kernel, where a second writer spins on a CPU while the holder
-    copies (ext4, xfs): the agent's threads take turns on a file asleep instead, its ranges still in flight together."""
+    """A writer waiting for a file's inode lock in the kernel spins on a CPU while the holder copies (ext4, xfs): the
+    agent's threads take turns on a file asleep instead, direct and buffered writes alike, its ranges still in flight
+    together."""
     bucket, files = model_bucket
     guard = threading.Lock()
-    writing: dict[int, int] = {}
-    most_writing: dict[int, int] = {}
+    writing: dict[str, int] = {}
+    most_writing: dict[str, int] = {}
     in_flight: dict[str, int] = {}
     most_in_flight: dict[str, int] = {}
-    real_write, real_fetch = s3_store_module.write_from_slices, WeightsSource._fetch
+    real_pwrite, real_fetch = os.pwrite, WeightsSource._fetch
 
-    def write_from_slices(descriptor, slices, filled, offset):
+    def pwrite(descriptor, data, offset):
+        name = os.readlink(f"/proc/self/fd/{descriptor}")
         with guard:
-            writing[descriptor] = writing.get(descriptor, 0) + 1
-            most_writing[descriptor] = max(most_writing.get(descriptor, 0), writing[descriptor])
+            writing[name] = writing.get(name, 0) + 1
+            most_writing[name] = max(most_writing.get(name, 0), writing[name])
         time.sleep(0.001)  # a slow disk's write: room for a second writer to arrive
-        real_write(descriptor, slices, filled, offset)
-        with guard:
-            writing[descriptor] -= 1
+        try:
+            return real_pwrite(descriptor, data, offset)
+        finally:
+            with guard:
+                writing[name] -= 1
 
     def fetch(self, job, *rest):
         key = job[0].key
@@ -945,7 +1002,7 @@ def test_one_thread_writes_a_file_at_a_time_while_its_ranges_download_side_by_si
             with guard:
                 in_flight[key] -= 1
 
-    monkeypatch.setattr(s3_store_module, "write_from_slices", write_from_slices)
+    monkeypatch.setattr(os, "pwrite", pwrite)
     monkeypatch.setattr(WeightsSource, "_fetch", fetch)
     source = WeightsSource(s3_server.client(), bucket, part_bytes=2**20, threads=6, buffer_bytes=2**20)
     destination = tmp_path / "copy"
