@@ -13,7 +13,7 @@ from pathlib import Path
 from contracts.agent_settings import AgentSettings
 from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.collector import built_then_frozen
-from node_agent.runtime.fs import remove_tree
+from node_agent.runtime.fs import raise_open_files_limit, remove_tree
 from node_agent.runtime.kube import InClusterTransport, KubeApi
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.liveness import Liveness, keep_heartbeat
@@ -34,6 +34,8 @@ def main() -> None:
     with built_then_frozen():  # the long-lived objects: no collection walks them (collector.py)
         settings = AgentSettings.model_validate(json.loads(Path(os.environ["WARMSTART_AGENT_SETTINGS"]).read_text()))
         log = EventLog(time.time)
+        before, after = raise_open_files_limit()
+        log.event("open-files-limit", before=before, after=after)
         agent, weights = build(settings, log)
     heartbeat = Path(os.environ.get("WARMSTART_HEARTBEAT", HEARTBEAT))
     ready = Path(os.environ.get("WARMSTART_READY", READY))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import resource
+import struct
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 _AT_FDCWD = -100
@@ -164,3 +167,46 @@ def current_boot_id(path: str = BOOT_ID_PATH) -> str | None:
             return handle.read(64).strip() or None
     except OSError:
         return None
+
+
+@dataclass(frozen=True)
+class DirectIoAlignment:
+    """What a file asks of O_DIRECT transfers: their offset and length a multiple of `offset`, their memory of
+    `memory` (bytes); 0 and 0: no direct I/O for this file."""
+
+    offset: int
+    memory: int
+
+
+_AT_EMPTY_PATH = 0x1000
+_STATX_DIOALIGN = 0x2000
+# struct statx (include/uapi/linux/stat.h): stx_mask at 0, stx_dio_mem_align and stx_dio_offset_align at 152 and 156.
+_STATX_BYTES = 256
+
+
+def direct_io_alignment(descriptor: int) -> DirectIoAlignment | None:
+    """The open file's direct-I/O alignment as the kernel reports it (statx, STATX_DIOALIGN, Linux >= 6.1); None
+    where it does not (an older kernel or C library, or a filesystem that keeps it to itself, as tmpfs does)."""
+    statx = getattr(_libc, "statx", None)
+    if statx is None:
+        return None
+    answer = ctypes.create_string_buffer(_STATX_BYTES)
+    if statx(descriptor, b"", _AT_EMPTY_PATH, _STATX_DIOALIGN, answer) != 0:
+        return None
+    (mask,) = struct.unpack_from("=I", answer.raw, 0)
+    if not mask & _STATX_DIOALIGN:
+        return None
+    memory, offset = struct.unpack_from("=II", answer.raw, 152)
+    return DirectIoAlignment(offset=offset, memory=memory)
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """The process's soft limit on open descriptors raised to its hard limit; returns (before, after).
+
+    A weights download holds two descriptors per file of its listing (FileWriter), up to `max_objects` files, all
+    open at once. Since containerd 2.0 its service unit no longer raises the limit, so containers start with the
+    system's soft 1024 under a hard 524288; Go programs raise theirs at start (Go >= 1.19), Python does not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]

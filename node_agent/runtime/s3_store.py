@@ -25,7 +25,7 @@ from awscrt import checksums
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from node_agent.runtime.fs import allocate
+from node_agent.runtime.fs import DirectIoAlignment, allocate, direct_io_alignment
 from node_agent.runtime.untrusted import Refused, parse_json
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
@@ -437,9 +437,13 @@ def _crc_bytes(value: int, width: int) -> bytes:
     return value.to_bytes(width, "big")
 
 
-# An O_DIRECT transfer starts, ends and sits in memory on a multiple of the device's logical block size (open(2),
-# "O_DIRECT"): 512 or 4096 bytes for NVMe drives and for md arrays built on them; 4096 meets both.
+# An O_DIRECT transfer starts and ends on a multiple of the file's direct-I/O alignment and sits in memory on the
+# device's DMA alignment (open(2), "O_DIRECT"). Linux >= 6.1 reports both (statx, STATX_DIOALIGN: 512 on this VM's
+# ext4); where it does not, writes are aligned to 4096, the largest logical block of NVMe drives and of md arrays
+# built on them, and a refusal (EINVAL) sends the file through the page cache.
 DIRECT_ALIGN = 4096
+# The download threads' buffers are anonymous mappings: aligned to a page, no more.
+PAGE_BYTES = mmap.PAGESIZE
 
 
 def open_direct(path: Path) -> int | None:
@@ -453,48 +457,70 @@ def open_direct(path: Path) -> int | None:
         raise
 
 
+def direct_alignment(reported: DirectIoAlignment | None, buffer_bytes: int) -> int | None:
+    """The boundary the agent's direct writes keep to, or None where they cannot be made: the filesystem says it
+    does no direct I/O for the file (ext4 with data=journal, inline data, fs-verity), wants memory aligned beyond a
+    page, or an offset alignment that the threads' buffers are not a multiple of."""
+    if reported is None:  # not reported (Linux < 6.1, or the filesystem keeps it to itself): try the safe one
+        return DIRECT_ALIGN
+    if not reported.offset or not reported.memory or reported.memory > PAGE_BYTES:
+        return None
+    align = max(DIRECT_ALIGN, reported.offset)
+    return align if buffer_bytes % align == 0 else None
+
+
 class FileWriter:
     """One downloaded file's writes: whole blocks straight to the disk, the rest through the page cache.
 
-    A buffered write allocates a page-cache page, copies into it and writes it back later, and in the agent's 1 GiB
-    container every page it writes is charged to it, so a model of hundreds of GB is reclaimed from its own limit
-    all the way down (docs/upstream-facts.md). Written with O_DIRECT, whole blocks go from the thread's buffer to the
-    disk: the agent's 2.1 GB download cost 0.82 s of CPU per GB instead of 1.32, and the copy is on the disk when
-    the download ends. What is not a whole block at a block boundary (a file's tail; the head of a range that starts
-    between blocks, an upload part of odd size) is a buffered write. One thread writes a file at a time: a buffered
-    writer waiting for the inode's lock spins on a CPU, a Python lock's waiters sleep. Aligned direct writes take that
-    lock shared (ext4 since 6.3, xfs); letting them overlap gained nothing here (3.63 s against 3.41, 5 runs each)."""
+    A buffered write allocates a page-cache page, copies into it and leaves it to be written back, and in the agent's
+    1 GiB container every page it writes is charged to it, so a model of hundreds of GB is reclaimed from its own
+    limit all the way down (docs/upstream-facts.md). Written with O_DIRECT, whole blocks go from the thread's buffer
+    to the device as they arrive, and the sync after publication has only the files' tails, the extents' conversion
+    and the device's cache left to flush. What is not a whole block at a block boundary (a file's tail; the head of
+    a range that starts between blocks, an upload part of odd size) is a buffered write. One thread writes a file at
+    a time: a buffered writer waiting for the inode's lock spins on a CPU, a Python lock's waiters sleep; aligned
+    direct writes take that lock shared (ext4 since 6.3, xfs), and letting them overlap gained nothing here
+    (3.63 s against 3.41 s for 2.1 GB, 5 runs each)."""
 
-    def __init__(self, descriptor: int, direct: int | None) -> None:
-        self.descriptor, self.direct = descriptor, direct
+    def __init__(self, descriptor: int, direct: int | None, align: int = DIRECT_ALIGN) -> None:
+        self.descriptor, self.direct, self.align = descriptor, direct, align
         self.lock = threading.Lock()
+        self.page_cache_bytes = 0  # written through the page cache: the whole file where direct writes are refused
 
     @classmethod
-    def create(cls, path: Path, size: int) -> FileWriter:
+    def create(cls, path: Path, size: int, buffer_bytes: int) -> FileWriter:
         """`path` made `size` bytes long, blocks allocated (fs.allocate), and opened for both kinds of write."""
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)  # RDWR: MD5 reads back
         try:
             allocate(descriptor, size)
-            return cls(descriptor, open_direct(path) if size >= DIRECT_ALIGN else None)
+            align = direct_alignment(direct_io_alignment(descriptor), buffer_bytes)
+            direct = open_direct(path) if align is not None and size >= align else None
+            return cls(descriptor, direct, align or DIRECT_ALIGN)
         except BaseException:
             os.close(descriptor)
             raise
 
+    def head_bytes(self, start: int) -> int:
+        """How much of a range starting at `start` goes before the first block boundary (0: none)."""
+        return (-start) % self.align if self.direct is not None else 0
+
     def write(self, buffer: memoryview, slices: list[memoryview], filled: int, offset: int) -> None:
         """The first `filled` bytes of `buffer` (page-aligned, cut by write_slices) written at `offset`."""
         with self.lock:
-            aligned = self.direct is not None and offset % DIRECT_ALIGN == 0
-            whole = filled - filled % DIRECT_ALIGN if aligned else 0
+            aligned = self.direct is not None and offset % self.align == 0
+            whole = filled - filled % self.align if aligned else 0
             if whole and not self._write_direct(buffer[:whole], offset):
                 whole = 0
             if not whole:
                 write_from_slices(self.descriptor, slices, filled, offset)
             elif filled > whole:
                 pwrite_all(self.descriptor, buffer[whole:filled], offset + whole)
+            self.page_cache_bytes += filled - whole
 
     def _write_direct(self, data: memoryview, offset: int) -> bool:
-        """False where the device refuses the transfer (EINVAL: its logical blocks are larger than DIRECT_ALIGN, or
-        a write fell short of a block); from then on this file goes through the page cache, from `offset` again."""
+        """False where the device refuses the transfer (EINVAL: its logical blocks are larger than the alignment, or
+        a write fell short of a block and the rest is misaligned); from then on this file goes through the page
+        cache, from `offset` again (what went directly is written again, the same bytes)."""
         direct = self.direct
         assert direct is not None  # write() asks only while there is one
         try:
@@ -502,14 +528,18 @@ class FileWriter:
         except OSError as error:
             if error.errno != errno.EINVAL:
                 raise
-            os.close(direct)
             self.direct = None
+            os.close(direct)
             return False
         return True
 
     def close(self) -> None:
-        for descriptor in (self.descriptor, self.direct):
-            if descriptor is not None:
+        descriptors = [d for d in (self.descriptor, self.direct) if d is not None]
+        self.direct = None
+        try:
+            os.close(descriptors[0])
+        finally:
+            for descriptor in descriptors[1:]:
                 os.close(descriptor)
 
 
@@ -519,6 +549,10 @@ class WeightsSource:
     def __init__(
         self, client, bucket: str, *, part_bytes: int = 64 * 2**20, threads: int = 8, buffer_bytes: int = 8 * 2**20
     ) -> None:
+        if buffer_bytes <= 0 or buffer_bytes % DIRECT_ALIGN:
+            raise ValueError(
+                f"buffer_bytes must be a positive multiple of {DIRECT_ALIGN} (direct writes), not {buffer_bytes}"
+            )
         self._s3 = client
         self.bucket = bucket
         self.part_bytes = part_bytes
@@ -596,8 +630,9 @@ class WeightsSource:
         prefix: str,
         on_bytes: Callable[[int], None] | None = None,
         pause: Callable[[], bool] | None = None,
-    ) -> None:
-        """Downloads every object under `destination` (paths relative to `prefix`) and verifies each.
+    ) -> int:
+        """Downloads every object under `destination` (paths relative to `prefix`) and verifies each; returns the
+        bytes written through the page cache (FileWriter: all of them where the filesystem refuses direct writes).
 
         Objects up to one part are fetched whole, their checksum taken from the GET itself; larger ones are
         HEAD-ed first and fetched as ranges (aligned with their upload parts when the checksum needs it).
@@ -616,7 +651,7 @@ class WeightsSource:
             for item in items:
                 path = destination / relative_key(item.key, prefix)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                files[item] = FileWriter.create(path, item.size)
+                files[item] = FileWriter.create(path, item.size, self.buffer_bytes)
                 if item in checks:
                     check = checks[item]
                     ranges = check.parts or [
@@ -644,9 +679,13 @@ class WeightsSource:
                 results.setdefault(item, []).append((start, end, digest))
             for item, ranges in results.items():
                 self._verify(item, checks[item], sorted(ranges), files[item].descriptor)
+            return sum(target.page_cache_bytes for target in files.values())
         finally:
             for target in files.values():
-                target.close()
+                try:
+                    target.close()
+                except OSError:  # a write's failure surfaces in the write or in the caller's syncfs, never here
+                    pass
 
     def _fetch(self, job, checks, files, on_bytes):
         """One range (or one whole object): returns its check and the digest computed while streaming."""
@@ -676,7 +715,7 @@ class WeightsSource:
         crc, offset, filled = 0, start, 0
         # A range that starts between two blocks (an upload part of odd size) first fills up to the next block, so
         # that every later buffer is written at a block boundary, straight to the disk.
-        limit = (-start) % DIRECT_ALIGN or len(buffer)
+        limit = target.head_bytes(start) or len(buffer)
         with response["Body"] as body:
             read_into = _zero_copy_reader(body)
             while True:

@@ -179,11 +179,18 @@ class WeightsCache:
         started = self.clock()
 
         def done(
-            status: str, key: str = "", reason: str = "", size: int = 0, published_at: float | None = None
+            status: str,
+            key: str = "",
+            reason: str = "",
+            size: int = 0,
+            published_at: float | None = None,
+            page_cache_bytes: int | None = None,
         ) -> SyncOutcome:
             published = None if published_at is None else published_at - started
             outcome = SyncOutcome(status, key, reason, size, self.clock() - started, published)
-            extra = {} if published is None else {"published_seconds": round(published, 3)}
+            extra: dict = {} if published is None else {"published_seconds": round(published, 3)}
+            if page_cache_bytes is not None:
+                extra["page_cache_bytes"] = page_cache_bytes
             self.log.event(
                 event,
                 model=model,
@@ -288,7 +295,7 @@ class WeightsCache:
                 errors = os.open(temp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 staged = temp / "weights"
                 staged.mkdir()
-                self.source.download_all(listing, staged, prefix, on_bytes=progress, pause=pause)
+                page_cache_bytes = self.source.download_all(listing, staged, prefix, on_bytes=progress, pause=pause)
                 target = self.layout.key_dir(model, key)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if target.exists():  # an incomplete folder left by a crash: never trusted, replaced
@@ -313,7 +320,8 @@ class WeightsCache:
                 reason = f"the copy could not be written to disk ({error}): withdrawn"
                 return done("failed", key, reason, published_at=published_at)
             self.layout.published_marker(model, key).unlink(missing_ok=True)
-            return done("downloaded", key, size=size, published_at=published_at)
+            # Bytes not written straight to the disk: near the whole size, the filesystem refused O_DIRECT.
+            return done("downloaded", key, size=size, published_at=published_at, page_cache_bytes=page_cache_bytes)
         finally:
             if errors is not None:
                 os.close(errors)

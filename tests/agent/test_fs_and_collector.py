@@ -1,4 +1,5 @@
-"""The agent's filesystem allocation (fs.allocate) and its start-up collector policy (collector.py)."""
+"""The agent's filesystem allocation (fs.allocate), direct-I/O alignment (fs.direct_io_alignment) and its start-up
+collector policy (collector.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import ctypes
 import errno
 import gc
 import os
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +107,82 @@ def test_the_collector_comes_back_when_start_up_fails(collector):
     with pytest.raises(RuntimeError), built_then_frozen():
         raise RuntimeError("settings refused")
     assert gc.isenabled()
+
+
+def test_the_kernel_tells_a_files_direct_io_alignment_and_holds_writes_to_it(tmp_path):
+    """statx's STATX_DIOALIGN (Linux >= 6.1) against the kernel itself: a direct write of one alignment unit at
+    that offset goes through, half a unit at half the offset is refused (EINVAL)."""
+    import mmap
+
+    descriptor = open_new(tmp_path / "weights")
+    try:
+        fs.allocate(descriptor, 2**20)
+        reported = fs.direct_io_alignment(descriptor)
+    finally:
+        os.close(descriptor)
+    assert reported is not None, "this kernel or filesystem does not report STATX_DIOALIGN"
+    unit = reported.offset
+    assert unit >= 512 and unit & (unit - 1) == 0 and 0 < reported.memory <= mmap.PAGESIZE
+    direct = os.open(tmp_path / "weights", os.O_WRONLY | os.O_DIRECT)
+    buffer = mmap.mmap(-1, 2 * unit)
+    try:
+        buffer[:unit] = b"\x07" * unit
+        assert os.pwrite(direct, memoryview(buffer)[:unit], unit) == unit
+        with pytest.raises(OSError) as refused:
+            os.pwrite(direct, memoryview(buffer)[: unit // 2], unit // 2)
+        assert refused.value.errno == errno.EINVAL
+    finally:
+        buffer.close()
+        os.close(direct)
+    assert (tmp_path / "weights").read_bytes()[unit : 2 * unit] == b"\x07" * unit
+
+
+class StatxLibc:
+    """libc whose statx answers with `mask` (the fields it filled) and the two alignments."""
+
+    def __init__(self, mask: int, memory: int = 512, offset: int = 512) -> None:
+        self.mask, self.memory, self.offset = mask, memory, offset
+
+    def statx(self, descriptor, path, flags, wanted, answer) -> int:
+        import struct
+
+        struct.pack_into("=I", answer, 0, self.mask)
+        struct.pack_into("=II", answer, 152, self.memory, self.offset)
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("libc", "expected"),
+    [
+        (StatxLibc(0x2000 | 0x7FF, memory=512, offset=4096), fs.DirectIoAlignment(offset=4096, memory=512)),
+        (StatxLibc(0x2000, memory=0, offset=0), fs.DirectIoAlignment(offset=0, memory=0)),  # no direct I/O
+        (StatxLibc(0x7FF), None),  # the filesystem did not fill the field (tmpfs)
+        (RefusingLibc(errno.ENOSYS), None),  # a C library without statx
+    ],
+)
+def test_an_alignment_the_kernel_does_not_report_is_unknown_not_zero(tmp_path, monkeypatch, libc, expected):
+    monkeypatch.setattr(fs, "_libc", libc)
+    descriptor = open_new(tmp_path / "weights")
+    try:
+        assert fs.direct_io_alignment(descriptor) == expected
+    finally:
+        os.close(descriptor)
+
+
+def test_the_agent_raises_its_open_files_limit_to_the_hard_one():
+    """A container started with a soft 1024 (containerd >= 2.0) could open two descriptors for only ~500 files."""
+    import resource
+    import subprocess
+    import sys
+
+    script = (
+        "import resource; from node_agent.runtime.fs import raise_open_files_limit; "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
+        "print(*raise_open_files_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[1])"
+    )
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert hard > 1024, "this machine's hard limit leaves nothing to raise"
+    root = Path(__file__).resolve().parents[2]
+    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root).stdout
+    before, after, hard_in_child = map(int, output.split())
+    assert (before, after) == (1024, hard_in_child) and hard_in_child == hard

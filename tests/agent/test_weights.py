@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
+import mmap
 import os
 import random
 import threading
@@ -20,9 +22,11 @@ from node_agent.runtime.s3_store import (
     DIRECT_ALIGN,
     WRITE_SLICE_BYTES,
     CacheStore,
+    DirectIoAlignment,
     FileWriter,
     Unverifiable,
     WeightsSource,
+    direct_alignment,
     open_direct,
     write_from_slices,
     write_slices,
@@ -106,6 +110,10 @@ def test_prefix_is_downloaded_byte_equal_and_marked_complete(tmp_path, s3_server
     outcome = cache.sync(MODEL, S3_URI, PREFIX, never_in_use)
     assert outcome.status == "downloaded" and outcome.bytes == sum(len(d) for d in files.values())
     assert read_tree(cache.layout.key_dir(MODEL, outcome.key)) == files
+    # The sync's event says how much went through the page cache: the small files and the large ones' tails here.
+    (event,) = [e for e in log.events if e["event"] == "weights-sync"]
+    small = sum(len(d) for d in files.values() if len(d) < DIRECT_ALIGN)
+    assert small <= event["page_cache_bytes"] < small + len(files) * DIRECT_ALIGN
     marker = json.loads(cache.layout.complete_marker(MODEL, outcome.key).read_text())
     assert marker["files"] == len(files) and marker["bytes"] == outcome.bytes
     assert cache.layout.read_pointer(MODEL) == {"key": outcome.key, "s3_uri": S3_URI, "checked_at": clock()}
@@ -822,38 +830,46 @@ def test_whole_blocks_go_straight_to_the_disk_and_threads_take_the_files_in_turn
     bucket, files = model_bucket
     written, real_pwrite = [], os.pwrite
 
+    addresses = []
+
     def pwrite(descriptor, data, offset):
         written.append((os.readlink(f"/proc/self/fd/{descriptor}"), _is_direct(descriptor), offset, len(data)))
+        if _is_direct(descriptor):
+            addresses.append(ctypes.addressof(ctypes.c_char.from_buffer(data)))
         return real_pwrite(descriptor, data, offset)
 
     monkeypatch.setattr(os, "pwrite", pwrite)
     source = WeightsSource(s3_server.client(), bucket, part_bytes=part_bytes, threads=1, buffer_bytes=2**20)
     destination = tmp_path / "copy"
     destination.mkdir()
-    source.download_all(source.list(PREFIX), destination, PREFIX)
+    page_cache_bytes = source.download_all(source.list(PREFIX), destination, PREFIX)
     assert read_tree(destination) == files
     direct = [(offset, size) for _, is_direct, offset, size in written if is_direct]
-    assert direct and all(offset % DIRECT_ALIGN == 0 and size % DIRECT_ALIGN == 0 for offset, size in direct)
+    assert direct, "no direct write: does the test's filesystem refuse O_DIRECT?"
+    assert all(offset % DIRECT_ALIGN == 0 and size % DIRECT_ALIGN == 0 for offset, size in direct)
+    assert all(address % mmap.PAGESIZE == 0 for address in addresses)
     assert max(size for _, is_direct, _, size in written if not is_direct) <= WRITE_SLICE_BYTES
     # Through the page cache: at most a block's worth at each end of each range, and the files under a block.
     ranges = sum(-(-len(data) // part_bytes) for name, data in files.items() if len(data) > part_bytes)
     small = sum(len(data) for data in files.values() if len(data) <= part_bytes)
     buffered = sum(size for _, is_direct, _, size in written if not is_direct)
     assert buffered <= small + 2 * DIRECT_ALIGN * (ranges + 4)  # + 4: the multipart files' own part boundaries
+    assert page_cache_bytes == buffered
     large = [Path(name).name for name, _, _, _ in written if name.endswith(".safetensors") and "00004" not in name]
     turns = [name for index, name in enumerate(large) if index == 0 or large[index - 1] != name]
     assert turns[:6] == ["model-00001.safetensors", "model-00002.safetensors", "model-00003.safetensors"] * 2
 
 
-@pytest.mark.parametrize("refused_at", ["open", "write"])
+@pytest.mark.parametrize("refused_at", ["open", "write", "after a short write"])
 def test_a_file_the_disk_will_not_take_directly_is_written_through_the_page_cache(
     tmp_path, s3_server, model_bucket, monkeypatch, refused_at
 ):
-    """A filesystem that refuses O_DIRECT (EINVAL at open), or a device whose blocks are larger than DIRECT_ALIGN
-    (EINVAL at the first write): the same bytes arrive through the page cache, and the file is not asked again."""
+    """A filesystem that refuses O_DIRECT (EINVAL at open), a device whose blocks are larger than DIRECT_ALIGN (EINVAL
+    at the first write), or one that writes part of a buffer and refuses the rest: the same bytes arrive through the
+    page cache (from the buffer's start again), and the file is not asked again."""
     bucket, files = model_bucket
     real_open, real_pwrite = os.open, os.pwrite
-    refused, direct_written = [], []
+    refused, direct_written, short = [], [], set()
 
     def open_(path, flags, *rest, **named):
         if refused_at == "open" and flags & os.O_DIRECT:
@@ -863,8 +879,12 @@ def test_a_file_the_disk_will_not_take_directly_is_written_through_the_page_cach
 
     def pwrite(descriptor, data, offset):
         if _is_direct(descriptor):
-            if refused_at == "write":
-                refused.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+            name = os.readlink(f"/proc/self/fd/{descriptor}")
+            if refused_at == "after a short write" and name not in short and len(data) > DIRECT_ALIGN:
+                short.add(name)  # half a buffer written directly, then the rest (misaligned in memory) refused
+                return real_pwrite(descriptor, data[: len(data) // 2], offset)
+            if refused_at != "open":
+                refused.append(name)
                 raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
             direct_written.append(descriptor)
         return real_pwrite(descriptor, data, offset)
@@ -874,12 +894,75 @@ def test_a_file_the_disk_will_not_take_directly_is_written_through_the_page_cach
     source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
     destination = tmp_path / "copy"
     destination.mkdir()
-    source.download_all(source.list(PREFIX), destination, PREFIX)
+    page_cache_bytes = source.download_all(source.list(PREFIX), destination, PREFIX)
     assert read_tree(destination) == files
     assert direct_written == []
+    # All through the page cache but what a short write put on the disk first, and written again.
+    assert page_cache_bytes == sum(len(data) for data in files.values())
     # Each file of a block or more asked once, then never again (its writes take turns, so none asks twice).
     at_least_a_block = sorted(str(destination / name) for name, data in files.items() if len(data) >= DIRECT_ALIGN)
     assert sorted(str(path) for path in refused) == at_least_a_block
+
+
+@pytest.mark.parametrize(
+    ("reported", "expected"),
+    [
+        (None, DIRECT_ALIGN),  # not reported (Linux < 6.1, tmpfs): tried at 4096, a refusal falls back
+        (DirectIoAlignment(offset=0, memory=0), None),  # no direct I/O for this file (ext4 data=journal)
+        (DirectIoAlignment(offset=512, memory=512), DIRECT_ALIGN),  # finer than 4096: 4096 meets it
+        (DirectIoAlignment(offset=8192, memory=512), 8192),
+        (DirectIoAlignment(offset=512, memory=2 * mmap.PAGESIZE), None),  # more than a mapping's alignment
+        (DirectIoAlignment(offset=3 * 2**20, memory=512), None),  # the buffer is no multiple of it
+    ],
+)
+def test_direct_writes_keep_to_the_alignment_the_file_reports(reported, expected):
+    assert direct_alignment(reported, 2**20) == expected
+
+
+@pytest.mark.parametrize("reported", [DirectIoAlignment(offset=8192, memory=512), DirectIoAlignment(0, 0)])
+def test_a_download_keeps_to_the_reported_alignment_or_asks_for_no_direct_write(
+    tmp_path, s3_server, model_bucket, monkeypatch, reported
+):
+    """Ranges of an odd size against a filesystem asking for 8 KiB (offsets and lengths of every direct write kept to
+    it), or saying it does no direct I/O for the file (O_DIRECT never asked for, every byte through the page cache)."""
+    bucket, files = model_bucket
+    real_open, real_pwrite = os.open, os.pwrite
+    opened_direct, direct = [], []
+
+    def open_(path, flags, *rest, **named):
+        if flags & os.O_DIRECT:
+            opened_direct.append(path)
+        return real_open(path, flags, *rest, **named)
+
+    def pwrite(descriptor, data, offset):
+        if _is_direct(descriptor):
+            direct.append((offset, len(data)))
+        return real_pwrite(descriptor, data, offset)
+
+    monkeypatch.setattr(s3_store_module, "direct_io_alignment", lambda descriptor: reported)
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    source = WeightsSource(s3_server.client(), bucket, part_bytes=2**20 + 100, threads=4, buffer_bytes=2**20)
+    destination = tmp_path / "copy"
+    destination.mkdir()
+    page_cache_bytes = source.download_all(source.list(PREFIX), destination, PREFIX)
+    assert read_tree(destination) == files
+    if reported.offset:
+        assert direct and all(offset % 8192 == 0 and size % 8192 == 0 for offset, size in direct)
+        assert page_cache_bytes == sum(len(data) for data in files.values()) - sum(size for _, size in direct)
+        # Only what is not a whole 8 KiB unit: each range's head and tail, and the files under a unit.
+        part_bytes = 2**20 + 100
+        ranges = sum(-(-len(data) // part_bytes) for data in files.values() if len(data) > part_bytes)
+        small = sum(len(data) for data in files.values() if len(data) <= part_bytes)
+        assert page_cache_bytes <= small + 2 * 8192 * (ranges + 4)
+    else:
+        assert opened_direct == [] and direct == []
+        assert page_cache_bytes == sum(len(data) for data in files.values())
+
+
+def test_a_buffer_that_is_no_multiple_of_a_block_is_refused_at_once():
+    with pytest.raises(ValueError, match="buffer_bytes must be a positive multiple of 4096"):
+        WeightsSource(object(), "bucket", buffer_bytes=2**20 + 1)
 
 
 @pytest.mark.parametrize("buffer_bytes", [WRITE_SLICE_BYTES, 3 * WRITE_SLICE_BYTES, 2 * WRITE_SLICE_BYTES + 1000])
