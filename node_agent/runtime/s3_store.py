@@ -534,13 +534,12 @@ class FileWriter:
         return True
 
     def close(self) -> None:
-        descriptors = [d for d in (self.descriptor, self.direct) if d is not None]
-        self.direct = None
+        direct, self.direct = self.direct, None
         try:
-            os.close(descriptors[0])
+            os.close(self.descriptor)
         finally:
-            for descriptor in descriptors[1:]:
-                os.close(descriptor)
+            if direct is not None:
+                os.close(direct)
 
 
 class WeightsSource:

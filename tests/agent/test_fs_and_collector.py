@@ -7,6 +7,8 @@ import ctypes
 import errno
 import gc
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,53 +29,47 @@ class RefusingLibc:
         return -1
 
 
-def open_new(path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+@contextmanager
+def new_file(path) -> Iterator[int]:
+    """A new, empty file open for reading and writing, closed after the block."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        yield descriptor
+    finally:
+        os.close(descriptor)
 
 
 def test_the_file_gets_its_size_and_its_blocks(tmp_path):
-    descriptor = open_new(tmp_path / "weights")
-    try:
+    with new_file(tmp_path / "weights") as descriptor:
         fs.allocate(descriptor, 5 * 2**20 + 3)
         stat = os.fstat(descriptor)
-    finally:
-        os.close(descriptor)
     assert stat.st_size == 5 * 2**20 + 3
     assert stat.st_blocks * 512 >= stat.st_size  # allocated, not sparse
     assert (tmp_path / "weights").read_bytes() == bytes(5 * 2**20 + 3)  # unwritten blocks read as zeros
 
 
 def test_an_empty_object_makes_an_empty_file(tmp_path):
-    descriptor = open_new(tmp_path / "empty")
-    try:
+    with new_file(tmp_path / "empty") as descriptor:
         fs.allocate(descriptor, 0)  # fallocate refuses a zero length (EINVAL)
-    finally:
-        os.close(descriptor)
     assert (tmp_path / "empty").stat().st_size == 0
 
 
 def test_a_filesystem_without_fallocate_gets_a_sparse_file(tmp_path, monkeypatch):
     libc = RefusingLibc(errno.EOPNOTSUPP)
     monkeypatch.setattr(fs, "_libc", libc)
-    descriptor = open_new(tmp_path / "weights")
-    try:
+    with new_file(tmp_path / "weights") as descriptor:
         fs.allocate(descriptor, 2**20)
         stat = os.fstat(descriptor)
-    finally:
-        os.close(descriptor)
     assert libc.calls == 1 and stat.st_size == 2**20 and stat.st_blocks == 0
 
 
 def test_a_full_disk_is_an_error_not_a_sparse_file(tmp_path, monkeypatch):
     monkeypatch.setattr(fs, "_libc", RefusingLibc(errno.ENOSPC))
-    descriptor = open_new(tmp_path / "weights")
-    try:
+    with new_file(tmp_path / "weights") as descriptor:
         with pytest.raises(OSError) as raised:
             fs.allocate(descriptor, 2**20)
         assert raised.value.errno == errno.ENOSPC
         assert os.fstat(descriptor).st_size == 0
-    finally:
-        os.close(descriptor)
 
 
 @pytest.fixture
@@ -114,12 +110,9 @@ def test_the_kernel_tells_a_files_direct_io_alignment_and_holds_writes_to_it(tmp
     that offset goes through, half a unit at half the offset is refused (EINVAL)."""
     import mmap
 
-    descriptor = open_new(tmp_path / "weights")
-    try:
+    with new_file(tmp_path / "weights") as descriptor:
         fs.allocate(descriptor, 2**20)
         reported = fs.direct_io_alignment(descriptor)
-    finally:
-        os.close(descriptor)
     assert reported is not None, "this kernel or filesystem does not report STATX_DIOALIGN"
     unit = reported.offset
     assert unit >= 512 and unit & (unit - 1) == 0 and 0 < reported.memory <= mmap.PAGESIZE
@@ -162,11 +155,8 @@ class StatxLibc:
 )
 def test_an_alignment_the_kernel_does_not_report_is_unknown_not_zero(tmp_path, monkeypatch, libc, expected):
     monkeypatch.setattr(fs, "_libc", libc)
-    descriptor = open_new(tmp_path / "weights")
-    try:
+    with new_file(tmp_path / "weights") as descriptor:
         assert fs.direct_io_alignment(descriptor) == expected
-    finally:
-        os.close(descriptor)
 
 
 def test_the_agent_raises_its_open_files_limit_to_the_hard_one():

@@ -81,6 +81,15 @@ def read_tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def download_copy(tmp_path: Path, client, bucket: str, *, part_bytes: int, threads: int) -> tuple[Path, int]:
+    """The model's prefix downloaded by a WeightsSource (1 MiB buffers) into a new folder `copy`: the folder, and
+    the bytes that went through the page cache."""
+    source = WeightsSource(client, bucket, part_bytes=part_bytes, threads=threads, buffer_bytes=2**20)
+    destination = tmp_path / "copy"
+    destination.mkdir()
+    return destination, source.download_all(source.list(PREFIX), destination, PREFIX)
+
+
 @pytest.fixture
 def model_bucket(s3_server):
     bucket = s3_server.new_bucket()
@@ -311,10 +320,7 @@ def test_every_download_path_verifies_and_reproduces_the_bytes(tmp_path, s3_serv
     """part_mib=64: every file is fetched whole (composite CRC and multipart MD5 checked from disk);
     4: large files in part-aligned ranges; 1: a single-part MD5 object larger than a range (hashed back)."""
     bucket, files = model_bucket
-    source = WeightsSource(s3_server.client(), bucket, part_bytes=part_mib * 2**20, threads=3, buffer_bytes=2**20)
-    destination = tmp_path / "out"
-    destination.mkdir()
-    source.download_all(source.list(PREFIX), destination, PREFIX)
+    destination, _ = download_copy(tmp_path, s3_server.client(), bucket, part_bytes=part_mib * 2**20, threads=3)
     assert read_tree(destination) == files
 
 
@@ -839,10 +845,9 @@ def test_whole_blocks_go_straight_to_the_disk_and_threads_take_the_files_in_turn
         return real_pwrite(descriptor, data, offset)
 
     monkeypatch.setattr(os, "pwrite", pwrite)
-    source = WeightsSource(s3_server.client(), bucket, part_bytes=part_bytes, threads=1, buffer_bytes=2**20)
-    destination = tmp_path / "copy"
-    destination.mkdir()
-    page_cache_bytes = source.download_all(source.list(PREFIX), destination, PREFIX)
+    destination, page_cache_bytes = download_copy(
+        tmp_path, s3_server.client(), bucket, part_bytes=part_bytes, threads=1
+    )
     assert read_tree(destination) == files
     direct = [(offset, size) for _, is_direct, offset, size in written if is_direct]
     assert direct, "no direct write: does the test's filesystem refuse O_DIRECT?"
@@ -891,10 +896,7 @@ def test_a_file_the_disk_will_not_take_directly_is_written_through_the_page_cach
 
     monkeypatch.setattr(os, "open", open_)
     monkeypatch.setattr(os, "pwrite", pwrite)
-    source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
-    destination = tmp_path / "copy"
-    destination.mkdir()
-    page_cache_bytes = source.download_all(source.list(PREFIX), destination, PREFIX)
+    destination, page_cache_bytes = download_copy(tmp_path, s3_server.client(), bucket, part_bytes=4 * 2**20, threads=4)
     assert read_tree(destination) == files
     assert direct_written == []
     # All through the page cache but what a short write put on the disk first, and written again.
@@ -942,10 +944,9 @@ def test_a_download_keeps_to_the_reported_alignment_or_asks_for_no_direct_write(
     monkeypatch.setattr(s3_store_module, "direct_io_alignment", lambda descriptor: reported)
     monkeypatch.setattr(os, "open", open_)
     monkeypatch.setattr(os, "pwrite", pwrite)
-    source = WeightsSource(s3_server.client(), bucket, part_bytes=2**20 + 100, threads=4, buffer_bytes=2**20)
-    destination = tmp_path / "copy"
-    destination.mkdir()
-    page_cache_bytes = source.download_all(source.list(PREFIX), destination, PREFIX)
+    destination, page_cache_bytes = download_copy(
+        tmp_path, s3_server.client(), bucket, part_bytes=2**20 + 100, threads=4
+    )
     assert read_tree(destination) == files
     if reported.offset:
         assert direct and all(offset % 8192 == 0 and size % 8192 == 0 for offset, size in direct)
@@ -1018,10 +1019,7 @@ def test_every_file_has_its_blocks_allocated_before_its_first_write(tmp_path, s3
 
     monkeypatch.setattr(s3_store_module, "allocate", allocate)
     monkeypatch.setattr(os, "pwrite", pwrite)
-    source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
-    destination = tmp_path / "copy"
-    destination.mkdir()
-    source.download_all(source.list(PREFIX), destination, PREFIX)
+    destination, _ = download_copy(tmp_path, s3_server.client(), bucket, part_bytes=4 * 2**20, threads=4)
     assert read_tree(destination) == files
     allocated, first_write = {}, {}
     for index, (kind, name, size) in enumerate(events):
@@ -1041,11 +1039,8 @@ def test_a_full_disk_fails_the_download_at_allocation(tmp_path, s3_server, model
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(s3_store_module, "allocate", full)
-    source = WeightsSource(s3_server.client(), bucket, part_bytes=4 * 2**20, threads=2, buffer_bytes=2**20)
-    destination = tmp_path / "copy"
-    destination.mkdir()
     with pytest.raises(OSError, match="No space left"):
-        source.download_all(source.list(PREFIX), destination, PREFIX)
+        download_copy(tmp_path, s3_server.client(), bucket, part_bytes=4 * 2**20, threads=2)
 
 
 def test_one_thread_writes_a_file_at_a_time_while_its_ranges_download_side_by_side(
@@ -1087,10 +1082,7 @@ def test_one_thread_writes_a_file_at_a_time_while_its_ranges_download_side_by_si
 
     monkeypatch.setattr(os, "pwrite", pwrite)
     monkeypatch.setattr(WeightsSource, "_fetch", fetch)
-    source = WeightsSource(s3_server.client(), bucket, part_bytes=2**20, threads=6, buffer_bytes=2**20)
-    destination = tmp_path / "copy"
-    destination.mkdir()
-    source.download_all(source.list(PREFIX), destination, PREFIX)
+    destination, _ = download_copy(tmp_path, s3_server.client(), bucket, part_bytes=2**20, threads=6)
     assert read_tree(destination) == files
     assert max(most_in_flight.values()) > 1  # two ranges of one file downloading at once
     assert set(most_writing.values()) == {1}
