@@ -8,6 +8,10 @@ before the sync (trusted in this boot only), then syncs and marks it durable; th
 followed by `sync`. Reports MB/s, the ratios with their spread, client and
 server CPU seconds per GB and peak memory. "With Python start-up" is a fresh agent process from its start to the
 folder's publication; s5cmd's figure is its whole process.
+
+Beside them, the ceiling: AWS's native S3 client (awscrt, bench/native_client_worker.py) in a fresh process, its
+parts written straight to the disk and nothing verified. Client and server share this machine's cores, so what
+the native client reaches against s5cmd is what any client could; the agent is set against it too.
 """
 
 from __future__ import annotations
@@ -141,19 +145,18 @@ def compiled_worker_env(work: Path) -> dict:
 
 def settle_alike(server: SeaweedS3, s5cmd: str, worker_env: dict | None = None) -> None:
     """Before each timed run: the page cache emptied (report.drop_caches), then the server's stored objects and
-    both tools' programs read back into it (the agent's modules imported, `s5cmd version` run). On this VM a run's
-    speed otherwise depends on what the run before it left in memory (the second run of a pair came out up to 1.7x
-    slower); the server would read from disk in one run and not in another; and a tool would start from a cold
-    disk, which on a node whose image was just pulled it does not."""
+    every tool's program read back into it (the agent's and the native client's modules imported, `s5cmd version`
+    run). On this VM a run's speed otherwise depends on what the run before it left in memory (the second run of a
+    pair came out up to 1.7x slower); the server would read from disk in one run and not in another; and a tool
+    would start from a cold disk, which on a node whose image was just pulled it does not."""
     if not report.drop_caches():
         return
     for path in sorted(p for p in server.data.rglob("*") if p.is_file()):
         with open(path, "rb") as handle:
             while handle.read(16 * 2**20):
                 pass
-    subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "weights_worker.py"), "--imports-only"], check=True, env=worker_env
-    )
+    for worker in ("weights_worker.py", "native_client_worker.py"):
+        subprocess.run([sys.executable, str(ROOT / "bench" / worker), "--imports-only"], check=True, env=worker_env)
     subprocess.run([s5cmd, "version"], check=True, stdout=subprocess.DEVNULL)
 
 
@@ -176,6 +179,7 @@ def main() -> None:
         "s5cmd": [],
         "s5cmd_then_sync": [],
         "s5cmd_agent_memory": [],
+        "native_client": [],
         "disk": [],
     }
     cleanup = ExitStack()
@@ -267,7 +271,23 @@ def main() -> None:
         def run_s5cmd_limited(attempt: int) -> None:
             run_s5cmd(attempt, agent_memory)
 
-        tools = [run_ours, run_s5cmd] + ([run_s5cmd_limited] if agent_memory else [])
+        def run_native_client(attempt: int) -> None:
+            target = work / f"native-{attempt}"
+            server_before = server_cpu(server)
+            result = run_measured(
+                [sys.executable, str(ROOT / "bench" / "native_client_worker.py"), server.endpoint, bucket, "model/"]
+                + [str(target)],
+                env=worker_env | env,
+            )
+            result["server_cpu_s"] = server_cpu(server) - server_before
+            outcome = json.loads(result.pop("stdout").strip().splitlines()[-1])
+            # To the last object on disk; the interpreter's teardown after it is not counted, as for the agent.
+            result["wall_s"] = outcome["done_monotonic"] - result["started_monotonic"]
+            result["byte_equal"] = tree_equal(source, target)
+            runs["native_client"].append(result)
+            shutil.rmtree(target)
+
+        tools = [run_ours, run_s5cmd, run_native_client] + ([run_s5cmd_limited] if agent_memory else [])
         for attempt in range(REPEATS):
             # The order rotates (no tool always follows another), and each run starts alike: nothing of the run
             # before in memory, the server's objects in the page cache (as S3 serves them warm).
@@ -301,6 +321,9 @@ def main() -> None:
     spreads = {  # as fast as s5cmd: its time over ours, pair by pair (the runs interleave)
         "warmstart_over_s5cmd": report.paired_ratio(walls["s5cmd"], walls["warmstart"]),
         "warmstart_process_over_s5cmd": report.paired_ratio(walls["s5cmd"], walls["warmstart_process"]),
+        # The ceiling: the native client against s5cmd, and the agent against the native client (both with start-up).
+        "native_client_over_s5cmd": report.paired_ratio(walls["s5cmd"], walls["native_client"]),
+        "warmstart_process_over_native_client": report.paired_ratio(walls["native_client"], walls["warmstart_process"]),
         # Against the disk's own rate for as many bytes, measured in the same attempt (the reference).
         "warmstart_over_disk": report.paired_ratio(walls["disk"], walls["warmstart"]),
         # Both on disk: the agent's copy durable against s5cmd followed by sync.
@@ -314,7 +337,7 @@ def main() -> None:
         )
     server_cpu_per_gb = {
         tool: report.median([r["server_cpu_s"] for r in runs[tool]]) / gb
-        for tool in ("warmstart_process", "s5cmd", "s5cmd_agent_memory")
+        for tool in ("warmstart_process", "s5cmd", "native_client", "s5cmd_agent_memory")
         if tool in runs
     }
     ratios = {
@@ -323,6 +346,7 @@ def main() -> None:
         "warmstart_durable_over_s5cmd_then_sync": summary["warmstart_durable"]["mb_per_s"]
         / summary["s5cmd_then_sync"]["mb_per_s"],
         "warmstart_over_disk": summary["warmstart"]["mb_per_s"] / summary["disk"]["mb_per_s"],
+        "native_client_over_s5cmd": summary["native_client"]["mb_per_s"] / summary["s5cmd"]["mb_per_s"],
     }
     rows = [{"tool": tool, **values} for tool, values in summary.items()]
     print(
@@ -335,25 +359,28 @@ def main() -> None:
         f"{ratios['warmstart_process_over_s5cmd']:.3f})   "
         f"warmstart durable/(s5cmd + sync): {ratios['warmstart_durable_over_s5cmd_then_sync']:.3f}   "
         f"warmstart/disk: {ratios['warmstart_over_disk']:.3f}   "
-        f"every byte verified: {all(r['verified'] for r in runs['warmstart'])}"
+        f"every byte verified: {all(r['verified'] for r in runs['warmstart'])}   "
+        f"native client (verifies nothing)/s5cmd: {ratios['native_client_over_s5cmd']:.3f}, its copies byte-equal: "
+        f"{all(r['byte_equal'] for r in runs['native_client'])}"
     )
     for name, spread in spreads.items():
         print(report.said(name, spread))
-    ours, theirs = server_cpu_per_gb["warmstart_process"], server_cpu_per_gb["s5cmd"]
+    ours, theirs, native = (server_cpu_per_gb[tool] for tool in ("warmstart_process", "s5cmd", "native_client"))
     limited = server_cpu_per_gb.get("s5cmd_agent_memory")
     print(
-        f"server CPU s/GB: warmstart {ours:.3f}, s5cmd {theirs:.3f}"
+        f"server CPU s/GB: warmstart {ours:.3f}, s5cmd {theirs:.3f}, native client {native:.3f}"
         + (f", s5cmd in the agent's memory limit {limited:.3f}" if limited is not None else "")
     )
     # Client and server share the machine's cores here: their CPU together, spread over every core, is a floor too.
     cpus = os.cpu_count() or 1
     cpu_floor = {
         tool: (summary[tool]["cpu_s_per_gb"] + server_cpu_per_gb[tool]) * gb / cpus
-        for tool in ("warmstart_process", "s5cmd")
+        for tool in ("warmstart_process", "s5cmd", "native_client")
     }
     print(
         f"floors: the disk {summary['disk']['wall_s']:.2f} s; client + server CPU over {cpus} cores: warmstart "
-        f"{cpu_floor['warmstart_process']:.2f} s, s5cmd {cpu_floor['s5cmd']:.2f} s"
+        f"{cpu_floor['warmstart_process']:.2f} s, s5cmd {cpu_floor['s5cmd']:.2f} s, native client "
+        f"{cpu_floor['native_client']:.2f} s"
     )
     teardown = report.median([r["exit_s"] for r in runs["warmstart_process"]])
     print(
