@@ -1,10 +1,14 @@
-"""The prefetch benchmark's ceiling: the same model downloaded by AWS's native S3 client (awscrt's S3Client, the C
-library under the AWS CLI's CRT transfers and Mountpoint for S3), in a fresh process, as a reference.
+"""The prefetch benchmark's native reference: the same model downloaded by AWS's native S3 client (awscrt's S3Client,
+the C library under the AWS CLI's CRT transfers and Mountpoint for S3) at its defaults, in a fresh process.
 
-It lists the prefix and fetches every object with the client's own parallel ranged GETs, written by the client
-straight to the disk (S3FileIoOptions.direct_io), and verifies nothing: what any client on this machine could reach
-with no Python between the socket and the disk. Its only Python is the interpreter and awscrt's import (botocore
-is never imported). Prints when the last object was on disk, on the clock every process of the machine shares.
+It lists the prefix and fetches every object with the client's own parallel ranged GETs (8 MiB parts, connections
+sized by its 10 Gb/s default target), which the client writes to the files itself: whole pages with O_DIRECT
+(S3FileIoOptions.direct_io; aws-c-s3 applies it to downloads too), and a body that is not whole pages (a small
+object, an odd last part) through the page cache, with a warning on stderr (direct_io_fallbacks counts them).
+Nothing is synced and nothing verified; its memory is its default limit's (no cgroup). What a client with no Python
+between the socket and the disk reaches on this machine: its only Python is the interpreter and awscrt's import
+(botocore is never imported). Prints when the last object was written (as the agent's publication and s5cmd's exit:
+not yet synced), on the clock every process of the machine shares.
 
 Credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, as they do for s5cmd.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
@@ -33,12 +38,27 @@ def relative_path(key: str, prefix: str) -> PurePosixPath:
     return PurePosixPath(*parts)
 
 
+# aws-c-s3's warnings when a download's O_DIRECT write or open is refused and it writes through the page cache
+# (awscrt 0.38.1: "Falling back to buffered I/O.", "This writer will use buffered I/O.", "Writing this body buffered.").
+_BUFFERED_FALLBACK = re.compile(r"buffered I/O|body buffered")
+
+
+def direct_io_fallbacks(log: str) -> int:
+    """How many of the client's log lines say a direct write fell back to the page cache."""
+    return sum(1 for line in log.splitlines() if _BUFFERED_FALLBACK.search(line))
+
+
 def listed_keys(document: bytes) -> tuple[list[str], str | None]:
-    """The keys of one ListObjectsV2 page and the token of the next (None on the last)."""
+    """The keys of one ListObjectsV2 page and the token of the next (None on the last); a truncated page without a
+    token is refused (the listing would end early, short of keys)."""
     root = ElementTree.fromstring(document)
     keys = [element.text or "" for element in root.iter(f"{S3_XMLNS}Key")]
-    truncated = (root.findtext(f"{S3_XMLNS}IsTruncated") or "false") == "true"
-    return keys, root.findtext(f"{S3_XMLNS}NextContinuationToken") if truncated else None
+    if (root.findtext(f"{S3_XMLNS}IsTruncated") or "false") != "true":
+        return keys, None
+    token = root.findtext(f"{S3_XMLNS}NextContinuationToken")
+    if not token:
+        raise ValueError("a truncated ListObjectsV2 page without a NextContinuationToken")
+    return keys, token
 
 
 class NativeClient:
@@ -64,6 +84,7 @@ class NativeClient:
     def list(self, bucket: str, prefix: str, *, page_keys: int = 1000) -> list[str]:
         keys: list[str] = []
         token: str | None = None
+        seen: set[str] = set()
         while True:
             query = f"list-type=2&max-keys={page_keys}&prefix={quote(prefix, safe='')}"
             query += f"&continuation-token={quote(token, safe='')}" if token else ""
@@ -79,6 +100,9 @@ class NativeClient:
             keys += page
             if token is None:
                 return keys
+            if token in seen:  # a server handing the same page again would list forever
+                raise ValueError(f"ListObjectsV2 returned the continuation token {token!r} twice")
+            seen.add(token)
 
     def download_all(self, bucket: str, keys: list[str], prefix: str, folder: Path) -> None:
         """Every object at once: the client spreads their parts over its connections."""
@@ -98,6 +122,7 @@ class NativeClient:
 
 
 def main(endpoint: str, bucket: str, prefix: str, folder: str) -> None:
+    io.init_logging(io.LogLevel.Warn, "stderr")  # once per process
     client = NativeClient(endpoint, os.environ.get("AWS_REGION", "us-east-1"))
     keys = [key for key in client.list(bucket, prefix) if not key.endswith("/")]
     client.download_all(bucket, keys, prefix, Path(folder))
