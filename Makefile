@@ -130,7 +130,7 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.test-installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
-# Prints each benchmark's table and writes bench/results/<benchmark>.json (about 24 minutes on 2 cores).
+# Prints each benchmark's table and writes bench/results/<benchmark>.json (35-45 minutes on 2 cores, the prefetch about 15 of them).
 bench: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/compile_cache_restore.py
 	$(BIN)/python bench/torch_compile_cpu.py
