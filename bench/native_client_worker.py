@@ -21,21 +21,17 @@ import re
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from awscrt import auth, http, io, s3
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# The agent's own check of a listed key (no botocore behind it: this worker's start-up stays awscrt's alone).
+from node_agent.runtime.untrusted import relative_key  # noqa: E402
+
 S3_XMLNS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
-
-
-def relative_path(key: str, prefix: str) -> PurePosixPath:
-    """`key` below `prefix` as a path that stays below the folder it is written to (the keys are this run's own,
-    still never trusted to build a path)."""
-    parts = key[len(prefix) :].split("/") if key.startswith(prefix) else []
-    if not parts or any(part in ("", ".", "..") for part in parts):
-        raise ValueError(f"{key!r} is no file path below {prefix!r}")
-    return PurePosixPath(*parts)
 
 
 # aws-c-s3's warnings when a download's O_DIRECT write or open is refused and it writes through the page cache
@@ -108,7 +104,7 @@ class NativeClient:
         """Every object at once: the client spreads their parts over its connections."""
         requests = []
         for key in keys:
-            path = folder / relative_path(key, prefix)
+            path = folder / relative_key(key, prefix)
             path.parent.mkdir(parents=True, exist_ok=True)
             requests.append(
                 self.client.make_request(

@@ -26,7 +26,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from node_agent.runtime.fs import DirectIoAlignment, allocate, direct_io_alignment
-from node_agent.runtime.untrusted import Refused, parse_json
+from node_agent.runtime.untrusted import Refused, parse_json, relative_key
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
 # The small JSON objects the agent reads (manifests, last-use records): a few kB each.
@@ -386,19 +386,6 @@ class CacheStore:
 
 
 # ---- Model weights: listing, and downloads where every byte is checked against S3's own checksums ----
-
-
-_KEY_PART = re.compile(r"^[^\x00-\x1f\x7f]{1,255}$")
-
-
-def relative_key(key: str, prefix: str) -> str:
-    """`key` below `prefix`, as a relative file path that stays inside the folder it is copied to."""
-    relative = key[len(prefix) :] if key.startswith(prefix) else ""
-    parts = relative.split("/") if relative else []
-    unsafe = any(part in ("", ".", "..") or not _KEY_PART.fullmatch(part) for part in parts)
-    if not parts or len(relative) > 1024 or unsafe:
-        raise Refused(f"the object key {key[:200]!r} is no file path below the model's prefix")
-    return relative
 
 
 class Unverifiable(ValueError):

@@ -135,3 +135,16 @@ def beneath_folder_names(root: str, parts: list[str], *, limit: int = 1024) -> l
         return []
     finally:
         os.close(folder)
+
+
+_KEY_PART = re.compile(r"^[^\x00-\x1f\x7f]{1,255}$")
+
+
+def relative_key(key: str, prefix: str) -> str:
+    """An S3 `key` below `prefix`, as a relative file path that stays inside the folder it is copied to."""
+    relative = key[len(prefix) :] if key.startswith(prefix) else ""
+    parts = relative.split("/") if relative else []
+    unsafe = any(part in ("", ".", "..") or not _KEY_PART.fullmatch(part) for part in parts)
+    if not parts or len(relative) > 1024 or unsafe:
+        raise Refused(f"the object key {key[:200]!r} is no file path below the model's prefix")
+    return relative
