@@ -103,13 +103,14 @@ test: setup $(VENV)/.test-installed
 test-fast: setup $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q tests/unit tests/infra -m "not slow"
 
-# The real vLLM tier: the pinned vLLM of the serving image (tests/real_vllm/requirements.txt), installed once into
-# ~/.cache/warmstart (WARMSTART_CACHE_DIR) and reused; about 8 GB and a few minutes the first time.
+# The real vLLM tier: every supported vLLM release (warmstart/vllm_releases/), each from its lock
+# (tests/real_vllm/locks/), installed once into ~/.cache/warmstart (WARMSTART_CACHE_DIR) and reused; 8-9 GB and
+# 5-7 minutes per release the first time.
 vllm-env: setup $(VENV)/.test-installed
 	$(BIN)/python -m tests.real_vllm.environment install
 
-# Every rendered vLLM container started in the real vLLM (tests/real_vllm): arguments, variables, engine config,
-# compile folders. CI runs it after make test.
+# Every rendered vLLM container started in the real vLLM of each supported release (tests/real_vllm): arguments,
+# variables and their values, engine config, compile folders, the recorded facts. CI runs it after make test.
 test-vllm: vllm-env
 	$(BIN)/python -m pytest -m real_vllm tests/real_vllm
 

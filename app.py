@@ -13,6 +13,7 @@ from aws_cdk import App
 
 from stacks.compose import compose_environment
 from warmstart.loader import ConfigError, load_config
+from warmstart.notes import config_notes
 from warmstart.scale import template_problems
 
 CONFIG_CONTEXT = "warmstart:config"
@@ -30,6 +31,8 @@ try:
 except ConfigError as error:
     print(error, file=sys.stderr)
     sys.exit(2)
+for note in config_notes(config):  # what the recorded facts do not reach: never a refusal
+    print(f"note: {note}", file=sys.stderr)
 compose_environment(app, config)
 assembly = app.synth()
 problems = [

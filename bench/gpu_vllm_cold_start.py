@@ -12,8 +12,9 @@ rendered ones (default config/dev.yaml). Cases, in order:
 For each: the time to the first completion, vLLM's compile folders before and after (hit or miss), and the
 phases the agent's own parser reads from vLLM's log (node_agent/runtime/vllm_log.py).
 
-  python3 bench/gpu_vllm_cold_start.py                 on the GPU machine: vLLM's server (--vllm-root: a Python
-                                                       prefix with vLLM 0.21.0; default the tier's environment)
+  python3 bench/gpu_vllm_cold_start.py                 on the GPU machine: vLLM's server (--vllm: the release,
+                                                       default the newest supported; --vllm-root: a Python prefix
+                                                       with it; default the tier's environment of that release)
   python3 bench/gpu_vllm_cold_start.py --engine probe  the same pipeline without a GPU, vLLM's start up to the
                                                        engine (the real vLLM tier runs this)
   python3 bench/gpu_vllm_cold_start.py --plan          the model and the plan only
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from model_workload.runtime.vllm_entry import vllm_hash_dirs  # noqa: E402
 from node_agent.runtime.compile_cache import VLLM_FOLDER  # noqa: E402
 from node_agent.runtime.vllm_log import parse_start  # noqa: E402
+from warmstart.vllm_release import NEWEST, SUPPORTED  # noqa: E402
 from warmstart.workload import VLLM_PORT  # noqa: E402
 
 CASES = ("cold", "warm_node", "restored", "node_copy")
@@ -97,14 +99,20 @@ def make_model(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir())
 
 
-def bench_config(config_path: Path, models_bucket: str, compile_bucket: str):
-    """The config with its buckets moved to the local S3 server, one model (its first) and its weights cache on."""
+def bench_config(config_path: Path, models_bucket: str, compile_bucket: str, version: str):
+    """The config with its buckets moved to the local S3 server, one model (its first) serving the vLLM release
+    run here, and its weights cache on."""
     from warmstart.loader import parse_config, read_yaml
+    from warmstart.vllm_release import releases
 
     document = read_yaml(config_path)
     document["buckets"]["compile_cache"] = compile_bucket
     document["buckets"]["models"]["name"] = models_bucket
-    model = {**document["models"][0], "s3_uri": f"s3://{models_bucket}/{document['models'][0]['name']}/"}
+    model = {
+        **{k: v for k, v in document["models"][0].items() if k != "torch_version"},
+        "s3_uri": f"s3://{models_bucket}/{document['models'][0]['name']}/",
+        "image": releases()[version].image["reference"],
+    }
     document["models"] = [model]
     document["caches"] = {**document.get("caches", {}), "compile": True, "weights": True}
     return parse_config(document, source=str(config_path))
@@ -200,11 +208,11 @@ def run(args: argparse.Namespace) -> dict:
     from warmstart.sizing import candidate_instances
 
     work = args.work
-    vllm_env = VllmEnvironment(args.vllm_root) if args.vllm_root else environment()
+    vllm_env = VllmEnvironment(args.vllm_root, args.vllm) if args.vllm_root else environment(args.vllm)
     server = SeaweedS3(work / "s3").start()
     try:
         models_bucket, compile_bucket = server.new_bucket(), server.new_bucket()
-        config = bench_config(args.config, models_bucket, compile_bucket)
+        config = bench_config(args.config, models_bucket, compile_bucket, args.vllm)
         model = config.models[0]
         client = server.client()
         for path in sorted((work / "model").iterdir()):
@@ -241,6 +249,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=ROOT / "config" / "dev.yaml")
     parser.add_argument("--engine", choices=["server", "probe"], default="server")
     parser.add_argument("--vllm-root", type=Path, help="a Python prefix with vLLM (its bin/python)")
+    parser.add_argument("--vllm", default=NEWEST, choices=SUPPORTED, help="the vLLM release (default the newest)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--plan", action="store_true", help="build the model and print the plan only")
     args = parser.parse_args()

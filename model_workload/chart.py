@@ -48,7 +48,6 @@ from warmstart.workload import (
 SERVICE_ACCOUNT = "vllm"
 # The downward API variable kubelet expands the pod-records mount's subPathExpr with.
 POD_UID_VARIABLE = "POD_UID"
-VLLM_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 AGENT_STATE_MOUNT = "/warmstart"
 WEIGHTS_MOUNT = "/warmstart-weights"
 ENTRY_MOUNT = "/warmstart-entry"
@@ -314,11 +313,12 @@ class PodParts:
     init_containers: list[k8s.Container] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     env_from_pod: list[k8s.EnvVar] = field(default_factory=list)
-    command: list[str] = field(default_factory=lambda: list(VLLM_COMMAND))
+    command: list[str] = field(default_factory=list)
 
 
 def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
     parts = _scratch(plan)
+    parts.command = list(plan.server_command)
     _compile_cache(parts, plan)
     parts.env = vllm_env(plan)
     _entry_step(parts, plan)
@@ -384,7 +384,7 @@ def _entry_step(parts: PodParts, plan: ModelPlan) -> None:
     the pod's loopback when the agent vouches for it, then execs vLLM with unchanged arguments."""
     if not plan.entry_step:
         return
-    parts.command = ["python3", f"{ENTRY_MOUNT}/vllm_entry.py", *VLLM_COMMAND]
+    parts.command = ["python3", f"{ENTRY_MOUNT}/vllm_entry.py", *plan.server_command]
     parts.env |= {"WARMSTART_POD_RECORDS": POD_RECORDS_MOUNT}
     if plan.compile_cache:
         parts.env |= {"WARMSTART_FINGERPRINT": plan.factors.fingerprint()}

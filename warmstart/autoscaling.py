@@ -1,8 +1,9 @@
 """Autoscaling on vLLM's own load signals: the HorizontalPodAutoscaler each autoscaled model gets, derived from
 its start time, and the HPA controller's arithmetic to check a policy against a load curve before deploying it.
 
-The metrics come from each vLLM pod's /metrics (vLLM 0.21.0, `PrometheusStatLogger`): `vllm:num_requests_waiting`
-(a gauge: requests queued, not yet running) and `vllm:kv_cache_usage_perc` (a gauge, 0 to 1). Prometheus scrapes
+The metrics come from each vLLM pod's /metrics (vLLM 0.21.0 and 0.34.0, `PrometheusStatLogger`,
+v1/metrics/loggers.py): `vllm:num_requests_waiting` (a gauge: requests queued, not yet running) and
+`vllm:kv_cache_usage_perc` (a gauge, 0 to 1). Prometheus scrapes
 them; prometheus-adapter serves them through the custom metrics API as `vllm_num_requests_waiting` and
 `vllm_kv_cache_usage_perc` per pod (docs/upstream-facts.md, "Autoscaling").
 """

@@ -24,6 +24,7 @@ from pydantic import (
 from warmstart.checks.fix import UNSET, Edit, Fix, Refused, removing, setting, together
 from warmstart.node_os import AMI_ALIAS_PATTERN, AUTO_MODE_OS, DEFAULT_AMI_ALIAS, NodeOs, karpenter_node_os
 from warmstart.preload_modes import PRELOAD_MODES, PreloadMode
+from warmstart.vllm_release import VERSION_PATTERN as VLLM_VERSION_PATTERN
 
 GIB = 2**30
 MIB = 2**20
@@ -565,12 +566,17 @@ class ModelSpec(Strict):
     # Scale on load instead of a fixed replica count (off by default).
     autoscaling: Autoscaling | None = None
 
+    # The vLLM release inside the image; default: the one its tag names (vllm/vllm-openai:v0.34.0, AWS's
+    # .../vllm:0.34.0-gpu-...). Needed for an image whose tag names none (a digest alone, your own build):
+    # warmstart reads the release's facts (warmstart/vllm_releases/) from it.
+    vllm_version: str | None = Field(default=None, pattern=VLLM_VERSION_PATTERN)
+
     # Compile-relevant identity: every field below is a factor of the torch.compile cache key.
     # Which weights (a commit, release or date): new weights under the same name get a new key.
     weights_revision: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    # PyTorch inside the serving image: compiled kernels are specific to it
-    # (check with: python3 -c 'import torch; print(torch.__version__)' in the image).
-    torch_version: str = Field(pattern=r"^\d+\.\d+(\.\d+)?([+a-z0-9.]*)$")
+    # PyTorch inside the serving image, in which compiled kernels are specific; default: what the image's vLLM
+    # release pins (its wheel's metadata). Needed for a release warmstart has no facts of.
+    torch_version: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.\d+)?([+a-z0-9.]*)$")
     # Single-node serving: pipeline stages across nodes are out of scope; kept as a key factor.
     pipeline_parallel_size: Literal[1] = 1
     max_num_batched_tokens: PositiveInt | None = None

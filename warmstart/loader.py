@@ -28,6 +28,8 @@ from warmstart.checks.fix import UNSET, Edit, Fix, Refused, join, removing, sett
 from warmstart.checks.problem import Problem
 from warmstart.config import COMPUTE_MODES, DNS_LABEL, DURATION, S3_BUCKET_NAME, EnvironmentConfig
 from warmstart.node_os import AMI_ALIAS_PATTERN, KARPENTER_NODE_OSES
+from warmstart.vllm_release import VERSION_PATTERN as VLLM_VERSION_PATTERN
+from warmstart.vllm_release import image_version, release
 
 EXAMPLE = "config/dev.yaml"
 MODES: dict[str, type[BaseModel]] = dict(COMPUTE_MODES)
@@ -61,6 +63,7 @@ PATTERN_WORDS = {
     r"^[a-z]{2}(-[a-z]+)+-\d$": "an AWS Region such as us-east-1",
     r"^\d+\.\d+(\.\d+)?([+a-z0-9.]*)$": "a PyTorch version such as 2.11.0 or 2.11.0+cu128",
     r"^\d+\.\d+\.\d+$": "a version such as 1.14.1",
+    VLLM_VERSION_PATTERN: "a vLLM release such as 0.34.0",
     r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$": "a KMS key ARN (arn:aws:kms:<region>:<account>:"
     "key/<key id>)",
     r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$": "an SNS topic ARN (arn:aws:sns:<region>:"
@@ -89,11 +92,23 @@ class ConfigError(ValueError):
 
 def load_config(path: str | Path, catalog: Catalog | None = None) -> EnvironmentConfig:
     path = Path(path)
-    return parse_config(read_yaml(path), source=str(path), catalog=catalog)
+    document, literals = read_yaml_literals(path)
+    return parse_config(document, source=str(path), catalog=catalog, literals=literals)
 
 
 def read_yaml(path: Path) -> Any:
     """The file's YAML document; any way the file cannot be read is a ConfigError naming the file."""
+    return read_yaml_literals(path)[0]
+
+
+# A settings path (keys and list indexes) and the text a plain scalar there was written as.
+Literals = dict[tuple[str | int, ...], str]
+
+
+def read_yaml_literals(path: Path) -> tuple[Any, Literals]:
+    """The file's YAML document and, for each plain scalar YAML 1.1 read as something other than text (a number, a
+    boolean, a date, nothing), the text as written: 012345678901 and 1.30 are what a refusal echoes and quotes, not
+    the octal number or 1.3 YAML made of them."""
 
     def refuse(message: str, fix: str) -> ConfigError:
         return ConfigError(str(path), [Problem("<file>", message, fix)])
@@ -112,7 +127,8 @@ def read_yaml(path: Path) -> Any:
         line = data[: error.start].count(b"\n") + 1
         raise refuse(f"is not UTF-8 text (byte {error.start}, line {line})", "save it as UTF-8") from None
     try:
-        return yaml.load(text, Loader=_loader(str(path)))  # noqa: S506 - a SafeLoader subclass
+        loader = _loader(str(path))
+        return yaml.load(text, Loader=loader), scalar_literals(yaml.compose(text, Loader=loader))  # noqa: S506
     except _DuplicateKey as duplicate:
         raise ConfigError(str(path), [duplicate.problem]) from None
     except yaml.MarkedYAMLError as error:
@@ -123,6 +139,30 @@ def read_yaml(path: Path) -> Any:
         raise refuse(f"not valid YAML at {where}: {what}{tabs}", "fix the YAML syntax at that line") from None
     except yaml.YAMLError as error:
         raise refuse(f"not valid YAML: {error}", "fix the YAML syntax") from None
+
+
+STRING_TAG = "tag:yaml.org,2002:str"
+
+
+def scalar_literals(node: Any, path: tuple[str | int, ...] = ()) -> Literals:
+    """Each plain scalar under `node` that YAML resolved to a non-string, by its settings path (a merge's keys count
+    where they are merged)."""
+    found: Literals = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            sources = [value_node] if key_node.tag != MERGE_TAG else []
+            if key_node.tag == MERGE_TAG:
+                merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                found |= {k: v for source in merged for k, v in scalar_literals(source, path).items() if k not in found}
+            elif isinstance(key_node, yaml.ScalarNode):
+                for source in sources:
+                    found |= scalar_literals(source, (*path, key_node.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found |= scalar_literals(item, (*path, index))
+    elif isinstance(node, yaml.ScalarNode) and node.style is None and node.tag != STRING_TAG:
+        found[path] = node.value
+    return found
 
 
 class _DuplicateKey(Exception):
@@ -179,7 +219,9 @@ def _loader(name: str) -> type[yaml.SafeLoader]:
     return UniqueKeyLoader
 
 
-def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None = None) -> EnvironmentConfig:
+def parse_config(
+    raw: Any, *, source: str = "<config>", catalog: Catalog | None = None, literals: Literals | None = None
+) -> EnvironmentConfig:
     if raw is None:
         raise ConfigError(source, [Problem("<root>", "the file is empty", f"start from {EXAMPLE}")])
     if not isinstance(raw, dict):
@@ -201,7 +243,7 @@ def parse_config(raw: Any, *, source: str = "<config>", catalog: Catalog | None 
     try:
         config = EnvironmentConfig.model_validate(settings)
     except ValidationError as error:
-        raise ConfigError(source, _problems(error, settings)) from None
+        raise ConfigError(source, _problems(error, settings, literals or {})) from None
     problems = check_environment(config, catalog or default_catalog())
     if problems:
         raise ConfigError(source, problems)
@@ -242,7 +284,7 @@ def _path(loc: tuple) -> str:
     return text or "<root>"
 
 
-def _problems(error: ValidationError, settings: dict) -> list[Problem]:
+def _problems(error: ValidationError, settings: dict, literals: Literals) -> list[Problem]:
     """One problem per error, with its fix as data; the branches of a union (a number or 'auto') fail together and
     make one."""
     by_field: dict[str, list[Any]] = {}
@@ -254,14 +296,41 @@ def _problems(error: ValidationError, settings: dict) -> list[Problem]:
         if union:
             forms = " or ".join(_expected(d) for d in details)
             problem = Problem(field, f"{_echo(details[0].get('input'))} is not {forms}", f"write {forms}")
-            problems.append(replace(problem, fixes=_fixes(field, details[0], settings), rule="config:union"))
+            literal = _literal(details[0], literals)
+            problems.append(replace(problem, fixes=_fixes(field, details[0], settings, literal), rule="config:union"))
         else:
             problems += [
-                replace(problem, fixes=problem.fixes or _fixes(field, d, settings), rule=_origin(d))
+                replace(problem, fixes=problem.fixes or _fixes(field, d, settings, literal), rule=_origin(d))
                 for d in details
-                for problem in [_problem(field, d, settings)]
+                for literal in [_literal(d, literals)]
+                for problem in [_problem(field, d, settings, literal)]
             ]
     return problems
+
+
+def _literal(detail: dict, literals: Literals) -> str | None:
+    """The text a refused value was written as, where YAML read it as something else (a number, a boolean)."""
+    given = detail.get("input")
+    if given is None or isinstance(given, (str, dict, list)):
+        return None
+    return literals.get(tuple(_settings_path(detail["loc"])))
+
+
+def _vllm_spelling(loc: tuple, given: Any, literal: str | None, settings: dict) -> tuple[str, list[str]] | None:
+    """For a `models[i].vllm_env.NAME` value YAML did not read as text: (the model's vLLM release, the values it reads
+    as meant), from the raw settings (the config is not valid yet); None elsewhere or for a release without facts."""
+    path = _settings_path(loc)
+    if len(path) != 4 or path[0] != "models" or path[2] != "vllm_env" or not isinstance(path[1], int):
+        return None
+    model = _node(settings, path[:2])
+    if not isinstance(model, dict):
+        return None
+    version = model.get("vllm_version")
+    version = version if isinstance(version, str) else image_version(str(model.get("image", "")))
+    known = release(version) if version else None
+    if known is None:
+        return None
+    return known.version, known.spell(str(path[3]), given, literal)
 
 
 def _origin(detail: dict) -> str:
@@ -280,7 +349,7 @@ def _has_default(loc: tuple) -> bool:
     return field is not None and not field.is_required()
 
 
-def _fixes(field: str, detail: dict, settings: dict) -> tuple[Fix, ...]:
+def _fixes(field: str, detail: dict, settings: dict, literal: str | None = None) -> tuple[Fix, ...]:
     """The fix, as data, of one of the model's own refusals (warmstart/model_fixes.py)."""
     kind, ctx, given = detail["type"], detail.get("ctx", {}), detail.get("input")
     loc = tuple(part for part in detail["loc"] if not _is_branch(part))
@@ -298,7 +367,7 @@ def _fixes(field: str, detail: dict, settings: dict) -> tuple[Fix, ...]:
         if found:
             return found
     if kind == "literal_error":
-        value = model_fixes.literal_choice(given, str(ctx.get("expected", "")))
+        value = model_fixes.literal_choice(given if literal is None else literal, str(ctx.get("expected", "")))
         if value is not UNSET:
             return (setting(field, value),)
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") and not default:
@@ -311,8 +380,10 @@ def _fixes(field: str, detail: dict, settings: dict) -> tuple[Fix, ...]:
         return (setting(field, kept),)
     if kind == "string_too_long" and isinstance(given, str):
         return (setting(field, given[: ctx.get("max_length")]),)
+    if kind == "string_type" and (spelled := _vllm_spelling(detail["loc"], given, literal, settings)):
+        return (*(setting(field, value) for value in spelled[1]), removing(field))
     if kind == "string_type" and given is not None and not isinstance(given, (dict, list)):
-        return (setting(field, _quoted(given)[1:-1]),)
+        return (setting(field, literal if literal is not None else _quoted(given)[1:-1]),)
     if kind == "list_type" and isinstance(given, str):
         return (setting(field, model_fixes.list_of(given, path)),)
     if kind == "extra_forbidden":
@@ -389,9 +460,9 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _problem(field: str, error: dict, settings: dict) -> Problem:
+def _problem(field: str, error: dict, settings: dict, literal: str | None = None) -> Problem:
     kind, ctx, loc = error["type"], error.get("ctx", {}), error["loc"]
-    value = _echo(error.get("input"))
+    value = literal if literal is not None else _echo(error.get("input"))
     if kind == "extra_forbidden":
         return _unknown_setting(field, loc)
     if kind == "missing":
@@ -413,7 +484,7 @@ def _problem(field: str, error: dict, settings: dict) -> Problem:
         rule = words or f"of the form {pattern}"
         return Problem(field, f"{value} is not {rule}{_why_not(error.get('input'), pattern)}", f"write {rule}")
     if kind == "literal_error":
-        read = _yaml_read_as(error.get("input"))
+        read = _yaml_read_as(error.get("input"), literal)
         if read and isinstance(error.get("input"), bool):
             read = " (YAML read off/on/no/yes as false/true)"
         return Problem(
@@ -472,10 +543,19 @@ def _problem(field: str, error: dict, settings: dict) -> Problem:
             f"shorten it to {ctx.get('max_length')} characters",
         )
     if kind == "string_type":
+        read = _yaml_read_as(error.get("input"), literal)
+        spelled = _vllm_spelling(loc, error.get("input"), literal, settings)
+        if spelled is not None:
+            version, values = spelled
+            quoted = " or ".join(map(_quoted, values))
+            how = f"write it in quotes as vLLM {version} reads it: {quoted}, or " if values else ""
+            empty = error.get("input") is None
+            what = "is empty (YAML read nothing there)" if empty else f"{value} is not text{read}"
+            return Problem(field, what, f"{how}remove it (vLLM's default applies)")
         return Problem(
             field,
-            f"{value} is not text" + _yaml_read_as(error.get("input")),
-            f"write it in quotes: {_quoted(error.get('input'))}",
+            f"{value} is not text{read}",
+            f"write it in quotes: {_quoted(literal if literal is not None else error.get('input'))}",
         )
     return Problem(field, f"{value}: {_expected(error)} expected", f"write {_expected(error)}")
 
@@ -494,10 +574,14 @@ def _why_not(given: Any, pattern: str) -> str:
     return ""
 
 
-def _yaml_read_as(value: Any) -> str:
-    """YAML turns unquoted 1.35, off, 2025-04-29 and 123456789012 into a number, false, a date and a number."""
+def _yaml_read_as(value: Any, literal: str | None = None) -> str:
+    """YAML 1.1 turns unquoted 1.35, off, 2025-04-29 and 123456789012 into a number, false, a date and a number; an
+    unquoted 012345670123 into the octal number 1402433619 and 1.30 into 1.3."""
     if value is None or isinstance(value, (dict, list, str)):
         return ""
+    shown = _echo(value)
+    if literal is not None and literal != shown:
+        return f" (YAML 1.1 read the unquoted {literal} as the {_kind(value)} {shown})"
     return f" (YAML read it as {_kind(value)})"
 
 

@@ -16,8 +16,10 @@ from warmstart.image_preload import (
     snapshot_parameter_name,
     volume_initialization_seconds,
 )
+from warmstart.notes import config_notes
 from warmstart.preload_modes.base import pulls_in_parallel
 from warmstart.sizing import candidate_instances
+from warmstart.vllm_release import serving_release, serving_torch, serving_version
 from warmstart.workload import VLLM_PORT, ModelPlan, nvme_need_gb, plan_model
 
 
@@ -61,7 +63,8 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
         ("chunk", f"{plan.chunk_bytes / GIB:g} GiB"),
         (
             "streamer buffers",
-            f"{plan.streamer_buffer_bytes / GIB:.1f} GiB (limit {plan.memory_limit_bytes / GIB:.1f} GiB/process)",
+            f"{plan.streamer_buffer_bytes / GIB:.1f} GiB (limit {plan.memory_limit_bytes / GIB:.1f} GiB"
+            + (" per node, shared by its ranks)" if plan.streamer_limit_per_node else "/process)"),
         ),
         ("requests", f"cpu {plan.cpu:g}, memory {plan.memory_gib} GiB (also its limit), nvidia.com/gpu {plan.gpus}"),
         (
@@ -94,8 +97,25 @@ def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str
             else "off",
         ),
         ("image", f"{model.image}: {image_route(config)}"),
+        ("vLLM", _vllm_row(model, plan)),
         ("warnings", "; ".join(plan.warnings) or "none"),
     ]
+
+
+def _vllm_row(model, plan: ModelPlan) -> str:
+    """The release the pods run and what follows from it (warmstart/vllm_releases/)."""
+    known = serving_release(model)
+    command = " ".join(plan.server_command)
+    if known is None:
+        return (
+            f"{serving_version(model)} (no recorded facts: PyTorch {serving_torch(model)} as configured; "
+            f"started with {command})"
+        )
+    torch = "as configured" if model.torch_version else "its pin"
+    return (
+        f"{known.version} (released {known.released}; PyTorch {serving_torch(model)}, {torch}; Run:ai streamer "
+        f"{known.image['streamer']} in its image; started with {command})"
+    )
 
 
 def scaling_rows(model, config: EnvironmentConfig, catalog: Catalog) -> list[tuple[str, str]]:
@@ -146,4 +166,7 @@ def render_plan(config: EnvironmentConfig, catalog: Catalog, source: str) -> str
         lines.append(f"model {model.name}")
         lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]
         lines.append("")
+    notes = config_notes(config)
+    if notes:
+        lines += ["notes (what the recorded facts do not reach; no refusal):", *(f"  - {n}" for n in notes), ""]
     return "\n".join(lines)

@@ -5,7 +5,8 @@
   deploy.agent_image names a prebuilt one);
 - destroy: the environment's name typed back, and the list of what stays (resources CloudFormation retains);
 - deploy: the cluster, where it already exists, runs the compute mode the config names (a mode switch in place
-  would leave the old mode's NodePool serving: CDK's kubectl prune does not cover custom resources);
+  would leave the old mode's NodePool serving: CDK's kubectl prune does not cover custom resources); Karpenter's
+  pinned AMI alias has a GPU AMI for the cluster's Kubernetes version (the public SSM parameter Karpenter reads);
 - diff/deploy into an existing cluster (cluster.existing): the cluster, its VPC, add-ons and Karpenter are what the
   config says (warmstart/existing_preflight.py).
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from warmstart.config import AutoModeCompute, EnvironmentConfig, KarpenterCompute, mode_name
 from warmstart.existing_preflight import read_existing
+from warmstart.notes import config_notes
 
 ACTIONS = ("bootstrap", "diff", "deploy", "destroy", "agent-image")
 Runner = Callable[[list[str]], tuple[int, str, str]]
@@ -177,6 +179,37 @@ def compute_mode_problem(config: EnvironmentConfig, run: Runner) -> tuple[Proble
     )
 
 
+# The architecture of every GPU instance type in warmstart/catalog.yaml (P and G families: x86_64).
+GPU_ARCHITECTURE = "x86_64"
+
+
+def gpu_ami_problem(config: EnvironmentConfig, run: Runner) -> tuple[Problem | None, str]:
+    """(the pinned AMI alias has no GPU AMI, or None; a note when that could not be read): the public SSM parameter
+    Karpenter resolves the alias to for the pool's GPU nodes, read as Karpenter reads it (any error there means no
+    AMI for Karpenter: it skips the variant, amifamily/al2023.go and bottlerocket.go v1.14.1)."""
+    compute = config.compute
+    if not isinstance(compute, KarpenterCompute):
+        return None, ""  # Auto Mode picks its own AMI
+    parameter = compute.node_os.gpu_ami_parameter(config.cluster.kubernetes_version, GPU_ARCHITECTURE)
+    command = ["aws", "ssm", "get-parameter", "--name", parameter, "--region", config.region, "--output", "json"]
+    code, out, err = run(command)
+    if code == 0:
+        return None, ""
+    said = (err or out).strip().splitlines()[-1:] or ["no answer"]
+    if "ParameterNotFound" not in said[0]:
+        return None, f"could not read {parameter} ({said[0]}): whether Karpenter finds the GPU AMI was not checked"
+    listing = parameter.rsplit("/", 2)[0]  # the folder of the releases (AL2023: names; Bottlerocket: versions)
+    return (
+        Problem(
+            f"{compute.ami_alias} has no GPU AMI for Kubernetes {config.cluster.kubernetes_version} in "
+            f"{config.region}: Karpenter reads {parameter}, which does not exist, and would launch no GPU node",
+            f"pin a release that has one (aws ssm get-parameters-by-path --path {listing} --recursive --region "
+            f"{config.region} lists them) in compute.ami_alias",
+        ),
+        "",
+    )
+
+
 def check(
     action: str, config: EnvironmentConfig, *, run: Runner, assembly: Path | None = None, confirm: str = ""
 ) -> tuple[list[Problem], list[str]]:
@@ -232,6 +265,15 @@ def check(
             notes.append(f"make deploy would stop here: {problem}")
         if note:
             notes.append(note)
+    if action in ("diff", "deploy") and not problems:
+        problem, note = gpu_ami_problem(config, run)
+        if problem and action == "deploy":
+            problems.append(problem)
+        elif problem:
+            notes.append(f"make deploy would stop here: {problem}")
+        if note:
+            notes.append(note)
+        notes += [f"note: {note}" for note in config_notes(config)]
     if action == "agent-image":
         problem = docker_problem(
             config, run, why="make agent-image builds and pushes the agent image", prebuilt_helps=False

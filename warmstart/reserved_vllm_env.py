@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-# VLLM_* variables the config refuses in `vllm_env`, with why (vLLM 0.21.0, vllm/envs.py compile_factors and
-# its ignore list; docs/upstream-facts.md).
+# VLLM_* variables the config refuses in `vllm_env`, with why (vllm/envs.py compile_factors and its ignore list,
+# 0.21.0 and 0.34.0: warmstart/vllm_releases/; docs/upstream-facts.md).
 _PER_POD = "it differs per pod or is set by warmstart; in vLLM's compile hash it would make every pod miss"
 RESERVED_VLLM_ENV: dict[str, str] = {
     **{
@@ -24,8 +24,9 @@ RESERVED_VLLM_ENV: dict[str, str] = {
     },
     "VLLM_ASSETS_CACHE": "warmstart sets it: it is part of the model path vLLM hashes for an s3:// model",
     "VLLM_MODEL_REDIRECT_PATH": "it rewrites the model path vLLM hashes (maybe_model_redirect)",
-    "VLLM_API_KEY": "vLLM hashes it and writes it in clear text into the compile cache's cache_key_factors.json; "
-    "a secret belongs in a Kubernetes Secret, not in plain config",
+    "VLLM_API_KEY": "a secret belongs in a Kubernetes Secret, not in plain config (warmstart writes vllm_env into "
+    "the pod spec and the compile-cache key); vLLM 0.21.0 also hashes it and writes it in clear text into the "
+    "compile cache's cache_key_factors.json",
 }
 
 # warmstart's vLLM plugin (model_workload/runtime/node_copy_loader.py): a pod that reads the node's weights copy

@@ -18,6 +18,7 @@ from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig, ModelSpec
 from warmstart.placement import rollout_placement
 from warmstart.sizing import candidate_instances, default_requests, nvme_mount, tensor_parallel_size
+from warmstart.vllm_release import facts_for, serving_torch, version_key
 
 VLLM_PORT = 8000
 # A pod leaving (scale-down, rollout, node replacement): the endpoint is removed while the preStop sleep runs
@@ -54,9 +55,24 @@ def streaming_processes(tensor_parallel: int) -> int:
     return tensor_parallel if tensor_parallel > 1 else 1
 
 
-def streamer_buffer_bytes(concurrency: int, chunk_bytes: int, memory_limit_bytes: int, processes: int) -> int:
-    """Host memory the streamer may hold at once: one chunk per stream, capped per process by its limit."""
-    return processes * min(concurrency * chunk_bytes, memory_limit_bytes)
+# runai-model-streamer 0.17.0 made RUNAI_STREAMER_MEMORY_LIMIT a node total for distributed streaming: each of the
+# node's ranks buffers at most max(limit // ranks, its largest range) (distributed_streamer.py `rank_memory_limit`,
+# test_rank_memory_limit.py); before it, each process read the limit as its own. The image's streamer decides
+# (warmstart/vllm_releases/: 0.15.9 in vLLM 0.21.0's image, 0.17.1 in 0.34.0's).
+STREAMER_NODE_TOTAL_SINCE = "0.17.0"
+
+
+def limit_is_node_total(streamer_version: str) -> bool:
+    return version_key(streamer_version) >= version_key(STREAMER_NODE_TOTAL_SINCE)
+
+
+def streamer_buffer_bytes(
+    concurrency: int, chunk_bytes: int, memory_limit_bytes: int, processes: int, *, node_total: bool = False
+) -> int:
+    """Host memory the streamer may hold at once: one chunk per stream, capped by the limit: per process, or (a node
+    total) each process's share of it, at least one chunk (the largest range a read takes)."""
+    share = max(memory_limit_bytes // processes, chunk_bytes) if node_total and processes > 1 else memory_limit_bytes
+    return processes * min(concurrency * chunk_bytes, share)
 
 
 # Startup budget (the startup probe): the slowest published starts, not the estimate's typical ones, since a budget
@@ -149,7 +165,7 @@ def model_factors(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog)
         model=model.name,
         weights_revision=model.weights_revision,
         image=model.image,
-        torch_version=model.torch_version,
+        torch_version=serving_torch(model),
         tensor_parallel=tensor_parallel_size(model, config, catalog),
         pipeline_parallel=model.pipeline_parallel_size,
         max_model_len=model.max_model_len,
@@ -180,6 +196,8 @@ class ModelPlan:
     low_speed_limit_bytes_per_s: int
     memory_limit_bytes: int
     streamer_buffer_bytes: int
+    # RUNAI_STREAMER_MEMORY_LIMIT is the node's total, shared by the streaming ranks (the image's streamer >= 0.17.0)
+    streamer_limit_per_node: bool
     cpu: float
     memory_gib: int
     compile_cache: bool
@@ -201,6 +219,8 @@ class ModelPlan:
     surge: bool
     rollout: str
     kubernetes_version: str  # the cluster's minor (the namespace's Pod Security labels are pinned to it)
+    # How the pod starts vLLM's OpenAI server, as the image's vLLM release does it (`vllm serve` where it has it).
+    server_command: list[str] = field(default_factory=list)
     client_namespaces: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -236,6 +256,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
     default_cpu, default_memory = default_requests(instances, tensor_parallel)
     compile_cache = config.caches.compile and not model.enforce_eager
     factors = model_factors(model, config, catalog)
+    node_total = distributed and limit_is_node_total(facts_for(model).image["streamer"])
     warnings = []
     if uncapped > concurrency:
         warnings.append(f"concurrency capped at {concurrency} (size/chunk gives {uncapped})")
@@ -272,8 +293,13 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         low_speed_limit_bytes_per_s=streamer.low_speed_limit_bytes_per_s,
         memory_limit_bytes=streamer.memory_limit_bytes,
         streamer_buffer_bytes=streamer_buffer_bytes(
-            concurrency, streamer.chunk_bytes, streamer.memory_limit_bytes, streaming_processes(tensor_parallel)
+            concurrency,
+            streamer.chunk_bytes,
+            streamer.memory_limit_bytes,
+            streaming_processes(tensor_parallel),
+            node_total=node_total,
         ),
+        streamer_limit_per_node=node_total,
         cpu=model.cpu or default_cpu,
         memory_gib=model.memory_gib or default_memory,
         compile_cache=compile_cache,
@@ -296,6 +322,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         surge=surge,
         rollout=rollout,
         kubernetes_version=config.cluster.kubernetes_version,
+        server_command=facts_for(model).server_command,
         client_namespaces=sorted(
             set(model.client_namespaces if model.client_namespaces is not None else config.serving.client_namespaces)
         ),
@@ -305,8 +332,11 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
 
 def vllm_args(plan: ModelPlan) -> list[str]:
     model = plan.model
+    # `vllm serve` takes the model as its first argument (0.34.0 warns that --model will go); the module form
+    # takes --model.
+    serve = plan.server_command[-1:] == ["serve"]
     args = [
-        f"--model={model.s3_uri}",
+        model.s3_uri if serve else f"--model={model.s3_uri}",
         "--load-format=runai_streamer",
         f"--model-loader-extra-config={json.dumps(plan.loader_extra_config, separators=(',', ':'))}",
         f"--tensor-parallel-size={plan.tensor_parallel}",

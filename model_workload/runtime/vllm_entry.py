@@ -2,7 +2,7 @@
 
 1. Records, before it looks at anything, that this pod is choosing (so the agent never evicts a copy a
    pod may be about to pick), then what it chose: the weights source and the compile folders present.
-2. Picks the weights source. The vLLM arguments never change (`--model=s3://...` always, so vLLM's compile
+2. Picks the weights source. The vLLM arguments never change (the model is `s3://...` always, so vLLM's compile
    hash is the same whichever way the weights arrive). When the node's copy is fresh (confirmed against S3
    by the agent recently, its check time not in the future), complete and of this very S3 source, a
    read-only S3 endpoint on the pod's loopback serves it and the streamer is pointed there
@@ -10,7 +10,7 @@
    the copy's weight files as local files; otherwise the streamer reads S3 as before.
 3. Execs the vLLM command.
 
-Usage: python3 vllm_entry.py <command...> --model=s3://... --served-model-name=<name> ...
+Usage: python3 vllm_entry.py vllm serve s3://... --served-model-name=<name> ... (or <command...> --model=s3://...)
 Environment: PYTHONPATH (extended for vLLM's plugin), WARMSTART_WEIGHTS_ROOT, WARMSTART_WEIGHTS_MAX_AGE,
 WARMSTART_POD_RECORDS, WARMSTART_FINGERPRINT, VLLM_CACHE_ROOT (WARMSTART_POD_RECORDS is the pod's own folder: kubelet
 mounts it by the pod's UID).
@@ -75,6 +75,16 @@ class WeightsChoice:
 def _arg(args: list[str], flag: str) -> str | None:
     found = next((a for a in args if a.startswith(flag + "=")), None)
     return found.split("=", 1)[1] if found else None
+
+
+def _model(args: list[str]) -> str | None:
+    """The model vLLM serves: `--model=<uri>`, or the first argument after `serve` (`vllm serve <uri> ...`, which
+    vLLM's own argument parser gives precedence, vllm/entrypoints/cli/serve.py)."""
+    if "serve" in args:
+        after = args[args.index("serve") + 1 :]
+        if after and not after[0].startswith("-"):
+            return after[0]
+    return _arg(args, "--model")
 
 
 def _siblings() -> None:
@@ -226,7 +236,7 @@ def plugin_reader(env: dict[str, str]) -> str:
 
 def prepare(args: list[str], env: dict[str, str], now: float) -> tuple[dict[str, str], WeightsChoice | None, dict]:
     """What the pod will run with: the environment for vLLM, the weights choice, and the record written."""
-    name, s3_uri = _arg(args, "--served-model-name"), _arg(args, "--model")
+    name, s3_uri = _arg(args, "--served-model-name"), _model(args)
     # The pod's own folder (kubelet mounts <records root>/<pod UID> here): the folder says whose record it is.
     records = Path(env["WARMSTART_POD_RECORDS"]) if env.get("WARMSTART_POD_RECORDS") else None
     record: dict[str, Any] = {

@@ -30,6 +30,7 @@ from warmstart.agent_config import agent_settings
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.loader import load_config
+from warmstart.vllm_release import NEWEST, releases
 from warmstart.workload import compile_cache_root, pod_records_root, weights_root
 
 MODEL = "qwen3-6-35b-a3b"
@@ -80,7 +81,10 @@ class World:
     cluster: FakeCluster = field(
         default_factory=lambda: FakeCluster()
     )  # looked up at each call (the cluster tier swaps it)
-    image_env: dict = field(default_factory=lambda: {"STANDIN_TORCH_VERSION": "2.11.0"})
+    # The stand-in image: the vLLM release the shipped configs serve and the PyTorch it pins.
+    image_env: dict = field(
+        default_factory=lambda: {"STANDIN_VLLM_VERSION": NEWEST, "STANDIN_TORCH_VERSION": releases()[NEWEST].torch}
+    )
 
     @property
     def client(self):

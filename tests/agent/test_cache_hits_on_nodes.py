@@ -1,7 +1,7 @@
 """Cache hits as a real cluster would have them: pods run from the rendered manifests in kubelet's order
-(tests/standins/kubelet.py), the real entry step and agent, the vLLM stand-in deriving its cache folder as
-vLLM 0.21.0 does (tests/standins/vllm.py), SeaweedFS as S3. Every outcome is a hit or a clean miss, never
-a wrong hit and never a partial folder."""
+(tests/standins/kubelet.py), the real entry step and agent, the vLLM stand-in deriving its cache folder as the
+release the shipped configs serve does (tests/standins/vllm.py, its recorded facts), SeaweedFS as S3. Every
+outcome is a hit or a clean miss, never a wrong hit and never a partial folder."""
 
 from __future__ import annotations
 
@@ -116,8 +116,8 @@ def test_a_torch_change_inside_the_image_misses_then_the_published_cache_is_exte
     key = b.agent.models[MODEL].key
     store = b.agent.store
     manifests = [store.get_json(name) for name in store.list_keys(key.manifest_prefix)]
-    # A second manifest beside the first (never a replacement) with both backend folders; the AOT folder's
-    # hash has no compiler part in vLLM 0.21.0 (torch's own artifact check refuses a stale one): one folder.
+    # A second manifest beside the first (never a replacement) with both backend folders (and, where the AOT
+    # folder's hash holds the compiler's factors, as 0.34.0's self-contained artifact's does, both AOT folders).
     largest = max(manifests, key=lambda m: len(m["hash_dirs"]))
     backend = [d for d in largest["hash_dirs"] if "torch_aot_compile" not in d]
     fingerprint = a.agent.settings.compile_models[0].compile.fingerprint

@@ -47,7 +47,7 @@ CHANGES: dict[str, dict[str, Callable[[dict], None]]] = {
     "prod": {
         "compute mode karpenter -> auto": _to_auto,
         "tensor parallel size": _first_model(lambda m: m.update(tensor_parallel_size=4)),
-        "serving image": _first_model(lambda m: m.update(image="vllm/vllm-openai:v0.21.1")),
+        "serving image": _first_model(lambda m: m.update(image="vllm/vllm-openai:v0.21.0")),
         "weights cache off": lambda raw: raw["caches"].update(weights=False),
         "Bottlerocket with image snapshots": lambda raw: (
             raw["compute"].update(ami_alias="bottlerocket@v1.57.0"),
@@ -66,7 +66,7 @@ CHANGES: dict[str, dict[str, Callable[[dict], None]]] = {
     # An existing cluster keeps its own compute mode (warmstart never switches it): the changes a team makes there.
     "existing": {
         "tensor parallel size": _first_model(lambda m: m.update(tensor_parallel_size=4)),
-        "serving image": _first_model(lambda m: m.update(image="vllm/vllm-openai:v0.21.1")),
+        "serving image": _first_model(lambda m: m.update(image="vllm/vllm-openai:v0.21.0")),
         "weights cache off": lambda raw: raw["caches"].update(weights=False),
         "node security groups": lambda raw: raw["cluster"]["existing"].update(node_security_group_ids=[]),
     },

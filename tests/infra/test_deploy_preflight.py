@@ -34,6 +34,17 @@ No cluster found for name: $4." >&2; exit 254 ;;
       "$4" "$FAKE_AUTO_MODE"; exit 0 ;;
   esac
 fi
+# ssm get-parameter: the public parameter of an AMI release, missing (ParameterNotFound), or not readable.
+if [ "$1 $2" = "ssm get-parameter" ]; then
+  case "$FAKE_SSM" in
+    missing) echo "An error occurred (ParameterNotFound) when calling the GetParameter operation: \\
+Parameter $4 not found." >&2; exit 254 ;;
+    denied) echo "An error occurred (AccessDeniedException) when calling the GetParameter operation" >&2
+      exit 254 ;;
+    *) printf '{"Parameter": {"Name": "%s", "Type": "String", "Value": "ami-0123456789abcdef0"}}\\n' "$4"
+      exit 0 ;;
+  esac
+fi
 printf '{"UserId": "AROAEXAMPLE:ci", "Account": "%s", "Arn": "arn:aws:sts::%s:assumed-role/deploy/ci"}\\n' \\
   "$FAKE_ACCOUNT" "$FAKE_ACCOUNT"
 """
@@ -66,6 +77,7 @@ def preflight(
     docker: str | None = "ok",
     config: Path | None = None,
     auto_mode: str = "",
+    ssm: str = "",
 ) -> subprocess.CompletedProcess:
     folders = [str(fake_bin)] + [p for p in os.environ["PATH"].split(os.pathsep) if p]
     if docker is None:  # no Docker at all: a PATH without any docker
@@ -77,6 +89,7 @@ def preflight(
         (fake_bin / "no-docker" / "aws").chmod(0o755)
     env = {**os.environ, "PATH": os.pathsep.join(folders), "FAKE_ACCOUNT": account, "FAKE_DOCKER": docker or ""}
     env["FAKE_AUTO_MODE"] = auto_mode
+    env["FAKE_SSM"] = ssm
     command = [sys.executable, "-m", "warmstart", "preflight", "--config", str(config or ROOT / "config/dev.yaml")]
     return subprocess.run([*command, *args], capture_output=True, text=True, env=env, cwd=ROOT)
 
@@ -254,3 +267,27 @@ def test_karpenter_environment_on_an_auto_mode_cluster_is_refused(fake_bin, tmp_
         auto_mode="true",
     )
     assert "runs compute mode 'auto' and the config says 'karpenter'" in done.stderr
+
+
+def test_a_deploy_stops_when_karpenter_would_find_no_gpu_ami_for_the_pinned_alias(fake_bin, tmp_path):
+    """make deploy resolves compute.ami_alias as Karpenter does (the public SSM parameter of the release's NVIDIA
+    AMI for the cluster's Kubernetes version; amifamily/al2023.go v1.14.1) and stops with the fix when it is missing;
+    a diff only says so; a parameter it cannot read is a note, not a stop."""
+    common = ("--assembly", str(tmp_path))  # an assembly with no image to build
+    prod = {"config": ROOT / "config" / "prod.yaml", "account": "210987654321"}
+    missing = preflight(fake_bin, "--for", "deploy", *common, **prod, ssm="missing")
+    assert missing.returncode == 2
+    assert "al2023@v20260714 has no GPU AMI for Kubernetes 1.35 in us-east-1" in missing.stderr
+    assert (
+        "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/"
+        "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714/image_id" in missing.stderr
+    )
+    assert (
+        "aws ssm get-parameters-by-path --path /aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia"
+        in (missing.stderr)
+    )
+    assert preflight(fake_bin, "--for", "deploy", *common, **prod).returncode == 0
+    diff = preflight(fake_bin, "--for", "diff", *common, **prod, ssm="missing")
+    assert diff.returncode == 0 and "make deploy would stop here" in diff.stdout
+    denied = preflight(fake_bin, "--for", "deploy", *common, **prod, ssm="denied")
+    assert denied.returncode == 0 and "whether Karpenter finds the GPU AMI was not checked" in denied.stdout

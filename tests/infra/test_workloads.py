@@ -53,16 +53,11 @@ def test_pod_spec_auto_mode(dev):
     deployment = _deployments(dev)["qwen3-4b"]
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
-    assert container["image"] == "vllm/vllm-openai:v0.21.0"
-    assert container["command"] == [
-        "python3",
-        "/warmstart-entry/vllm_entry.py",
-        "python3",
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-    ]
+    assert container["image"] == "vllm/vllm-openai:v0.34.0"
+    # The image's own ENTRYPOINT behind the entry step: `vllm serve <model>` (0.34.0 deprecates the module form).
+    assert container["command"] == ["python3", "/warmstart-entry/vllm_entry.py", "vllm", "serve"]
     assert container["args"] == [
-        "--model=s3://warmstart-dev-models-123456789012/qwen3-4b/",
+        "s3://warmstart-dev-models-123456789012/qwen3-4b/",
         "--load-format=runai_streamer",
         '--model-loader-extra-config={"concurrency":3}',
         "--tensor-parallel-size=1",
@@ -276,14 +271,8 @@ def test_weights_cached_pods_choose_their_source_at_start_and_prefer_warm_nodes(
     deployment = _deployments(prod)["llama-3-3-70b"]
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
-    assert container["command"] == [
-        "python3",
-        "/warmstart-entry/vllm_entry.py",
-        "python3",
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-    ]
-    assert "--model=s3://acme-llm-weights-prod/llama-3.3-70b-instruct/" in container["args"]  # always the S3 URI
+    assert container["command"] == ["python3", "/warmstart-entry/vllm_entry.py", "vllm", "serve"]
+    assert container["args"][0] == "s3://acme-llm-weights-prod/llama-3.3-70b-instruct/"  # always the S3 URI
     env = _env(container)
     assert env["WARMSTART_WEIGHTS_ROOT"] == "/warmstart-weights"
     assert env["WARMSTART_WEIGHTS_MAX_AGE"] == "90"

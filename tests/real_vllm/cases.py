@@ -16,6 +16,7 @@ from pathlib import Path
 
 from warmstart.config import EnvironmentConfig
 from warmstart.loader import parse_config, read_yaml
+from warmstart.vllm_release import releases
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = Path(__file__).resolve().parent / "models"
@@ -32,13 +33,16 @@ class Case:
     service_links: bool = False
 
 
-def _document(name: str, models_bucket: str, compile_bucket: str) -> dict:
-    """A shipped config, its buckets and model URIs moved to the test S3 server's buckets."""
+def _document(name: str, models_bucket: str, compile_bucket: str, version: str) -> dict:
+    """A shipped config, its buckets and model URIs moved to the test S3 server's buckets, serving the release under
+    test (its image; the PyTorch follows from it)."""
     document = read_yaml(ROOT / "config" / f"{name}.yaml")
     document["buckets"]["compile_cache"] = compile_bucket
     document["buckets"]["models"]["name"] = models_bucket
     for model in document["models"]:
         model["s3_uri"] = f"s3://{models_bucket}/{model['name']}/"
+        model["image"] = releases()[version].image["reference"]
+        model.pop("torch_version", None)
     return document
 
 
@@ -47,8 +51,9 @@ def _only(document: dict, model: str, **changes) -> dict:
     return {**document, "models": [{**found, **changes}]}
 
 
-def cases(models_bucket: str, compile_bucket: str) -> list[Case]:
-    dev, prod = _document("dev", models_bucket, compile_bucket), _document("prod", models_bucket, compile_bucket)
+def cases(models_bucket: str, compile_bucket: str, version: str) -> list[Case]:
+    dev = _document("dev", models_bucket, compile_bucket, version)
+    prod = _document("prod", models_bucket, compile_bucket, version)
     dev_node_copy = _only(
         {**dev, "caches": {**dev["caches"], "weights": True}},
         "qwen3-4b",

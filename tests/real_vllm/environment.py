@@ -1,9 +1,13 @@
-"""The real vLLM tier's environment: the pinned vLLM, installed once outside the repository and reused.
+"""The real vLLM tier's environments: one per supported vLLM release, installed once outside the repository and
+reused.
 
-`python -m tests.real_vllm.environment install` (make vllm-env) creates it; the tests only find it. It lives in
-`$WARMSTART_CACHE_DIR` (default `~/.cache/warmstart`) under a folder named after the vLLM version and a digest of
-tests/real_vllm/requirements.txt, so a changed pin installs beside the old one and never mixes with it. About 8 GB
-and a few minutes the first time (PyTorch with its CUDA libraries, which run on the CPU here).
+`python -m tests.real_vllm.environment install` (make vllm-env) creates them, every release of
+warmstart/vllm_releases/ (or those named); the tests only find them. Each lives in `$WARMSTART_CACHE_DIR` (default
+`~/.cache/warmstart`) under a folder named after the vLLM version and a digest of its lock,
+tests/real_vllm/locks/vllm-<version>.txt, so a changed pin installs beside the old one and never mixes with it.
+The lock names every package (tests/real_vllm/record_facts.py writes it), so it is installed with `--no-deps`.
+About 8-9 GB and 5-7 minutes per release the first time (PyTorch with its CUDA libraries, which run on the CPU
+here).
 
 No wheel ships the CUDA driver library (`libcuda.so.1`, which the NVIDIA container toolkit mounts into a GPU
 pod): vLLM's compiled modules link it. A stub is built here with the machine's C compiler; each of its entry
@@ -23,19 +27,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REQUIREMENTS = HERE / "requirements.txt"
+LOCKS = HERE / "locks"
 CUDA_ERROR_NO_DEVICE = 100
 # Entry points PyTorch's CUDA runtime looks up while it probes for a device, besides the ones vLLM's own
 # compiled modules name (those are read from the installed wheel, so a new vLLM needs no edit here).
 DRIVER_PROBE_SYMBOLS = ("cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuGetProcAddress")
 
 
-def pinned_version(package: str) -> str:
-    for line in REQUIREMENTS.read_text().splitlines():
-        name, _, version = line.partition("==")
+def lock(version: str) -> Path:
+    return LOCKS / f"vllm-{version}.txt"
+
+
+def pinned_version(version: str, package: str) -> str:
+    """What the lock of a release pins for a package."""
+    for line in lock(version).read_text().splitlines():
+        name, _, pinned = line.partition("==")
         if name.strip().lower() == package:
-            return version.strip()
-    raise KeyError(f"{package} is not pinned in {REQUIREMENTS}")
+            return pinned.strip()
+    raise KeyError(f"{package} is not pinned in {lock(version)}")
 
 
 def cache_dir() -> Path:
@@ -45,6 +54,7 @@ def cache_dir() -> Path:
 @dataclass(frozen=True)
 class VllmEnvironment:
     root: Path
+    version: str
 
     @property
     def python(self) -> Path:
@@ -64,23 +74,23 @@ class VllmEnvironment:
         return found
 
     def installed(self) -> bool:
-        return self.marker.is_file() and self.marker.read_text() == _digest()
+        return self.marker.is_file() and self.marker.read_text() == _digest(self.version)
 
 
-def _digest() -> str:
-    return hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+def _digest(version: str) -> str:
+    return hashlib.sha256(lock(version).read_bytes()).hexdigest()
 
 
-def environment() -> VllmEnvironment:
-    return VllmEnvironment(cache_dir() / f"vllm-{pinned_version('vllm')}-{_digest()[:12]}")
+def environment(version: str) -> VllmEnvironment:
+    return VllmEnvironment(cache_dir() / f"vllm-{version}-{_digest(version)[:12]}", version)
 
 
-def install(env: VllmEnvironment | None = None) -> VllmEnvironment:
-    env = env or environment()
+def install(version: str) -> VllmEnvironment:
+    env = environment(version)
     if env.installed():
-        print(f"vLLM environment ready: {env.root}")
+        print(f"vLLM {version} environment ready: {env.root}")
         return env
-    print(f"installing vLLM {pinned_version('vllm')} into {env.root} (about 8 GB, a few minutes the first time)")
+    print(f"installing vLLM {version} into {env.root} (about 8-9 GB, 5-7 minutes the first time)")
     venv.EnvBuilder(with_pip=True, clear=True).create(env.root)
     subprocess.run(
         [
@@ -91,13 +101,24 @@ def install(env: VllmEnvironment | None = None) -> VllmEnvironment:
             "--disable-pip-version-check",
             "--progress-bar",
             "off",
+            "--no-deps",
             "-r",
-            str(REQUIREMENTS),
+            str(lock(version)),
         ],
         check=True,
     )
-    env.marker.write_text(_digest())
+    env.marker.write_text(_digest(version))
     return env
+
+
+def launcher_env(env: VllmEnvironment, *, home: Path) -> dict[str, str]:
+    """A bare process environment inside the release's environment: its interpreter first on PATH, the CUDA driver
+    stub on the library path (as image.py's launcher does), HOME in a scratch folder."""
+    return {
+        "PATH": f"{env.python.parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "LD_LIBRARY_PATH": str(build_driver_stub(env)),
+    }
 
 
 def cuda_symbols(env: VllmEnvironment) -> list[str]:
@@ -129,13 +150,17 @@ def build_driver_stub(env: VllmEnvironment) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from warmstart.vllm_release import SUPPORTED
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["install", "path"])
+    parser.add_argument("versions", nargs="*", help=f"vLLM releases (default: every supported one, {SUPPORTED})")
     args = parser.parse_args(argv)
-    if args.command == "install":
-        build_driver_stub(install())
-    else:
-        print(environment().root)
+    for version in args.versions or SUPPORTED:
+        if args.command == "install":
+            build_driver_stub(install(version))
+        else:
+            print(environment(version).root)
     return 0
 
 

@@ -1,13 +1,14 @@
-"""The serving image `vllm/vllm-openai:v0.21.0` as the kubelet stand-in runs it for the real vLLM tier.
+"""The serving image `vllm/vllm-openai:v<release>` as the kubelet stand-in runs it for the real vLLM tier.
 
-- Its ENV, as the image's Dockerfile sets it for the `vllm-openai` target (vLLM 0.21.0 sdist, docker/Dockerfile:
-  lines 540, 613-620, 720, 739, 834-838, 862-866; the build-time labels VLLM_BUILD_* and VLLM_IMAGE_TAG are no
-  variable vLLM reads). The CUDA base image's PATH and LD_LIBRARY_PATH are replaced by this machine's: its
-  `python3` is a launcher in front of the real vLLM environment.
-- `python3 -m vllm.entrypoints.openai.api_server ...` runs tests/real_vllm/probe.py with the same arguments, in
-  the same process environment; any other `python3` (the entry step, its loopback endpoint) is the environment's
-  own interpreter. The launcher puts the CUDA driver stub on the library path, where the NVIDIA container toolkit
-  would mount the node's driver (LD_LIBRARY_PATH is outside vLLM's compile hash: vllm/envs.py compile_factors).
+- Its ENV, as the release's own docker/Dockerfile builds the `vllm-openai` target (recorded into
+  warmstart/vllm_releases/<release>.json by tests/real_vllm/record_facts.py). The image's PATH and
+  LD_LIBRARY_PATH are replaced by this machine's: its `python3` and `vllm` are launchers in front of the release's
+  real vLLM environment.
+- `vllm serve ...` (the image's ENTRYPOINT, and what warmstart renders) runs tests/real_vllm/probe.py with the same
+  arguments, in the same process environment; any other `python3` (the entry step, its loopback endpoint) is the
+  environment's own interpreter. The launcher puts the CUDA driver stub on the library path, where the NVIDIA
+  container toolkit would mount the node's driver (LD_LIBRARY_PATH is outside vLLM's compile hash:
+  vllm/envs.py compile_factors).
 - The node's GPU (name, compute capability, memory, count) comes from warmstart/catalog.yaml for its instance type.
 """
 
@@ -19,19 +20,16 @@ from pathlib import Path
 
 from tests.real_vllm.environment import VllmEnvironment, build_driver_stub
 from warmstart.catalog import GpuInstance
+from warmstart.vllm_release import releases
 
 PROBE = Path(__file__).resolve().with_name("probe.py")
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-# docker/Dockerfile of vLLM 0.21.0, the vllm-openai target's ENV (see the module docstring for the lines).
-DOCKERFILE_ENV = {
-    "DEBIAN_FRONTEND": "noninteractive",
-    "UV_HTTP_TIMEOUT": "500",
-    "UV_INDEX_STRATEGY": "unsafe-best-match",
-    "UV_LINK_MODE": "copy",
-    "VLLM_ENABLE_CUDA_COMPATIBILITY": "0",
-    "TORCH_CUDA_ARCH_LIST": "7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0+PTX",
-    "VLLM_USAGE_SOURCE": "production-docker-image",
-}
+# Replaced by the launchers' folder and this machine's libraries (the stub); the base image's own are not recorded.
+MACHINE_VARIABLES = ("PATH", "LD_LIBRARY_PATH")
+
+
+def image_env(version: str) -> dict[str, str]:
+    """The release's image ENV, less what this machine supplies."""
+    return {k: v for k, v in releases()[version].image["env"].items() if k not in MACHINE_VARIABLES}
 
 
 def gpu_facts(instance: GpuInstance) -> dict:
@@ -49,30 +47,31 @@ def gpu_facts(instance: GpuInstance) -> dict:
 def image_for_node(
     env: VllmEnvironment, instance: GpuInstance, folder: Path, *, engine: str = "probe"
 ) -> dict[str, str]:
-    """Writes the launcher for a node of `instance` into `folder` and returns the image's ENV. `engine`: "probe"
-    (no GPU: vLLM's start up to the engine, with the driver stub) or "server" (a GPU machine: vLLM's own server,
-    with the node's real driver)."""
+    """Writes the launchers for a node of `instance` into `folder` and returns the image's ENV. `engine`: "probe"
+    (no GPU: vLLM's start up to the engine, with the driver stub) or "server" (a GPU machine: vLLM's own CLI, with
+    the node's real driver)."""
     folder.mkdir(parents=True, exist_ok=True)
     python = shlex.quote(str(env.python))
-    lines = ["#!/bin/sh"]
     if engine == "probe":
         stub = build_driver_stub(env)
         gpu_file = folder / "gpu.json"
         gpu_file.write_text(json.dumps(gpu_facts(instance)))
-        lines += [
+        vllm = [
             f'export LD_LIBRARY_PATH={shlex.quote(str(stub))}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"',
-            f'if [ "$1" = "-m" ] && [ "$2" = "{SERVER_MODULE}" ]; then',
-            "  shift 2",
-            f'  exec {python} {shlex.quote(str(PROBE))} {shlex.quote(str(gpu_file))} "$@"',
-            "fi",
+            f'exec {python} {shlex.quote(str(PROBE))} {shlex.quote(str(gpu_file))} "$@"',
         ]
-    elif engine != "server":
+    elif engine == "server":
+        vllm = [f'exec {python} -m vllm.entrypoints.cli.main "$@"']
+    else:
         raise ValueError(f"engine {engine!r}: probe or server")
-    lines.append(f'exec {python} "$@"')
-    launcher = folder / "python3"
-    launcher.write_text("\n".join(lines) + "\n")
-    launcher.chmod(0o755)
+    _launcher(folder / "python3", [f'exec {python} "$@"'])
+    _launcher(folder / "vllm", vllm)
     return {
-        **DOCKERFILE_ENV,
+        **image_env(env.version),
         "PATH": f"{folder}:{env.python.parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     }
+
+
+def _launcher(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(["#!/bin/sh", *lines]) + "\n")
+    path.chmod(0o755)

@@ -1,17 +1,20 @@
-"""vLLM 0.21.0's own start, up to the engine, in place of `python3 -m vllm.entrypoints.openai.api_server`.
+"""vLLM's own start, up to the engine, in place of `vllm serve` (any supported release: 0.21.0, 0.34.0).
 
-Runs in the real vLLM environment (tests/real_vllm/environment.py) with the container's environment exactly as
-the pod would have it; standard library and vLLM only. Usage: python probe.py <gpu.json> <vLLM arguments...>
+Runs in the real vLLM environment of the release under test (tests/real_vllm/environment.py) with the container's
+environment exactly as the pod would have it; standard library and vLLM only.
+Usage: python probe.py <gpu.json> serve <model> <vLLM arguments...>
 
-What it runs is vLLM's, in the order its server runs it (vllm/entrypoints/openai/api_server.py `__main__`,
+What it runs is vLLM's, in the order its server runs it (vllm/entrypoints/cli/main.py and serve.py,
 `build_async_engine_client`, vllm/v1/engine/core.py):
 1. every variable of `vllm.envs` evaluated, as `enable_envs_cache()` does at engine start (one error each);
-2. `cli_env_setup()`, `make_arg_parser(FlexibleArgumentParser(...))`, `parse_args`, `validate_parsed_serve_args`;
+2. the `vllm` CLI's own main: `cli_env_setup()`, every subcommand's parser, `parse_args`, the serve subcommand's
+   validation; then the server's `validate_api_server_args`;
 3. `AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=OPENAI_API_SERVER)`: for an s3:// model
    this pulls the config and tokenizer files with the Run:ai streamer (boto3), as on the node;
 4. the engine's own addresses (`get_ip()`, `get_open_port()`: VLLM_HOST_IP, VLLM_PORT), then the compile-cache hash
    parts as they stand once the engine config is built (vllm/compilation/backends.py `VllmBackend.__call__`):
-   `compile_factors()`, the config's `compute_hash()`, the compiler's `compute_hash()`, and the AOT folder's
+   `envs.compile_factors()`, the config's and the compiler's `compile_factors()` (0.34.0) or `compute_hash()`
+   (0.21.0), and the AOT folder's
    (caching.py `aot_compile_hash_factors` + decorators.py `_model_hash_key`). These are *config-time* values: vLLM
    computes its folder names at the model's first forward, after building the model has recorded which custom ops
    it enabled and the attention backend has set the KV block size into the config, so the real names differ. Those
@@ -83,25 +86,48 @@ def evaluate_envs() -> list[dict]:
 
 
 def parse(argv: list[str]):
-    # The server module itself first: an import-time failure would stop the pod before anything else.
-    import vllm.entrypoints.openai.api_server  # noqa: F401
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
-    from vllm.entrypoints.utils import cli_env_setup
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    """vLLM's own command line, as `vllm serve <model> ...` runs it: the CLI's main (vllm/entrypoints/cli/main.py)
+    builds every subcommand's parser, parses, runs the subcommand's validation, then dispatches to
+    `ServeSubcommand.cmd`, which here only keeps the arguments (after its first step: the positional model wins),
+    instead of starting the server. Then what the server checks before it binds its port."""
+    import vllm.entrypoints.cli.main as cli
+    import vllm.entrypoints.cli.serve as serve
 
-    cli_env_setup()
-    parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
+    kept: dict = {}
+
+    def keep(args) -> None:
+        if getattr(args, "model_tag", None) is not None:
+            args.model = args.model_tag
+        kept["args"] = args
+
+    serve.ServeSubcommand.cmd = staticmethod(keep)
+    sys.argv = ["vllm", *argv]
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            args = parser.parse_args(argv)
+            cli.main()
     except SystemExit as exit_:
         raise ValueError(f"argument parser exited {exit_.code}: {stderr.getvalue().strip()[-600:]}") from None
-    validate_parsed_serve_args(args)
-    from vllm.entrypoints.openai.api_server import validate_api_server_args
-
-    validate_api_server_args(args)  # what setup_server checks before it binds the port
+    if "args" not in kept:
+        raise ValueError(f"vllm {' '.join(argv[:1])} did not reach the serve command: {stderr.getvalue()[-600:]}")
+    args = kept["args"]
+    _function("validate_api_server_args")(args)  # what setup_server checks before it binds the port
     return args
+
+
+def _function(name: str):
+    """A vLLM function by the module it lives in, in the newest release first (0.34.0 moved the server's helpers
+    from vllm.entrypoints.openai.api_server into vllm.entrypoints.common)."""
+    import importlib
+
+    for module in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.api_server"):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ModuleNotFoundError:
+            continue  # not in this release
+        if found is not None:
+            return found
+    raise AttributeError(f"no vLLM module the probe knows has {name}")
 
 
 def decorated_model_class(model_cls: type) -> type | None:
@@ -124,6 +150,10 @@ def decorated_model_class(model_cls: type) -> type | None:
 
 
 def hashes(config) -> dict:
+    """The compile-cache hash parts as the release computes them: `compile_factors()` hashed with `hash_factors`
+    (0.34.0, which renamed `compute_hash`) or `compute_hash()` (0.21.0), for the config and the compiler."""
+    import inspect
+
     import vllm.envs as envs
     from vllm.compilation.backends import make_compiler
     from vllm.compilation.caching import aot_compile_hash_factors
@@ -132,11 +162,16 @@ def hashes(config) -> dict:
     from vllm.model_executor.models import ModelRegistry
 
     env_factors = envs.compile_factors()
-    parts = {
-        "env": hash_factors(env_factors),
-        "config": config.compute_hash(),
-        "compiler": make_compiler(config.compilation_config).compute_hash(config),
-    }
+    # 0.34.0's backend is built with the AOT switch (vllm/compilation/decorators.py passes VLLM_USE_AOT_COMPILE).
+    takes_aot = "use_aot_compile" in inspect.signature(make_compiler).parameters
+    aot_switch = {"use_aot_compile": envs.VLLM_USE_AOT_COMPILE} if takes_aot else {}
+    compiler = make_compiler(config.compilation_config, **aot_switch)
+    if hasattr(config, "compile_factors"):
+        config_part = hash_factors(config.compile_factors())
+        compiler_part = hash_factors(compiler.compile_factors(config))
+    else:
+        config_part, compiler_part = config.compute_hash(), compiler.compute_hash(config)
+    parts = {"env": hash_factors(env_factors), "config": config_part, "compiler": compiler_part}
     model_cls, architecture = ModelRegistry.resolve_model_cls(
         config.model_config.architectures, model_config=config.model_config
     )

@@ -1,4 +1,5 @@
-"""Every vLLM container warmstart renders, started in the real vLLM 0.21.0 (make test-vllm).
+"""Every vLLM container warmstart renders, started in the real vLLM of every supported release (make test-vllm):
+0.21.0, the oldest, and 0.34.0, the newest (warmstart/vllm_releases/); each test runs once per release.
 
 Each pod runs as the cluster would run it: the rendered Deployment on a stand-in node (kubelet's order, volumes at
 their container paths, the environment kubelet and containerd build, service links included), the real entry step,
@@ -31,11 +32,14 @@ from node_agent.runtime.compile_cache import VLLM_FOLDER
 from tests.agent.cluster_world import World
 from tests.real_vllm import cases as case_set
 from tests.real_vllm import pods
-from tests.real_vllm.environment import VllmEnvironment, environment, pinned_version
+from tests.real_vllm.environment import VllmEnvironment, environment
 from tests.standins import vllm as standin
 from tests.standins.kubelet import PodRun
 from warmstart.catalog import default_catalog
+from warmstart.checks.fix import UNSET
+from warmstart.reserved_vllm_env import RESERVED_VLLM_ENV
 from warmstart.sizing import candidate_instances
+from warmstart.vllm_release import SUPPORTED, releases
 from warmstart.workload import COMPILE_CACHE_MOUNT, VLLM_ASSETS_MOUNT, plan_model
 
 pytestmark = pytest.mark.real_vllm
@@ -56,6 +60,7 @@ LOAD_PATH_VARIABLES = {
 
 @dataclass
 class Start:
+    version: str  # the vLLM release the pod's image runs
     case: str
     model: str
     load: str
@@ -66,7 +71,7 @@ class Start:
 
     @property
     def label(self) -> str:
-        return f"{self.case}/{self.model} container vllm ({self.load} load)"
+        return f"vLLM {self.version}: {self.case}/{self.model} container vllm ({self.load} load)"
 
     @property
     def folder(self) -> tuple:
@@ -75,13 +80,13 @@ class Start:
         return parts["env"], parts["config"], parts["compiler"], self.report["hash"]["aot_hash"]
 
 
-@pytest.fixture(scope="session")
-def vllm_environment() -> VllmEnvironment:
-    env = environment()
+@pytest.fixture(scope="session", params=SUPPORTED, ids=lambda version: f"vllm-{version}")
+def vllm_environment(request) -> VllmEnvironment:
+    env = environment(request.param)
     if not env.installed():
         pytest.fail(
-            f"the real vLLM environment is not installed: run `make vllm-env` (vLLM {pinned_version('vllm')} into "
-            f"{env.root}, about 8 GB)"
+            f"the real vLLM environment is not installed: run `make vllm-env` (vLLM {request.param} into "
+            f"{env.root}, about 8-9 GB)"
         )
     return env
 
@@ -93,7 +98,7 @@ def starts(vllm_environment, s3_server, tmp_path_factory) -> list[Start]:
     client = s3_server.client()
     uploaded = set()
     done = []
-    for case in case_set.cases(models_bucket, compile_bucket):
+    for case in case_set.cases(models_bucket, compile_bucket, vllm_environment.version):
         for model in case.config.models:
             if model.name not in uploaded:
                 files = {**case_set.model_files(model.name), case_set.WEIGHTS_FILE: case_set.weights_file(model.name)}
@@ -102,9 +107,9 @@ def starts(vllm_environment, s3_server, tmp_path_factory) -> list[Start]:
                     client.put_object(Bucket=models_bucket, Key=key, Body=body, ChecksumAlgorithm="CRC64NVME")
                 uploaded.add(model.name)
             for load in case.loads:
-                scratch = tmp_path_factory.mktemp(f"{case.name}-{model.name}-{load}")
+                scratch = tmp_path_factory.mktemp(f"{vllm_environment.version}-{case.name}-{model.name}-{load}")
                 done.append(_start(case, model.name, load, vllm_environment, s3_server, scratch))
-    summary = tmp_path_factory.getbasetemp() / "real-vllm-starts.json"
+    summary = tmp_path_factory.getbasetemp() / f"real-vllm-{vllm_environment.version}-starts.json"
     summary.write_text(json.dumps([_summary(s) for s in done], indent=1, sort_keys=True))
     print(f"\nreal vLLM starts: {summary}")
     return done
@@ -143,6 +148,7 @@ def _start(case, model_name: str, load: str, vllm_env: VllmEnvironment, server, 
     report = pods.probe_report(pod, env)
     report["seconds"] = round(time.monotonic() - started, 1)
     return Start(
+        version=vllm_env.version,
         case=case.name,
         model=model_name,
         load=load,
@@ -287,16 +293,16 @@ def test_every_change_a_config_can_express_moves_vllms_hash_and_warmstarts_key(s
 
 
 def test_the_stand_in_derives_what_vllm_derives(starts):
-    """tests/standins/vllm.py (the fast tier's vLLM) on the very arguments and environment vLLM saw: the same model
-    path, the same variables in the environment hash, and the same folder wherever vLLM has one and a different
-    one wherever vLLM's differs."""
+    """tests/standins/vllm.py (the fast tier's vLLM, reading the release's recorded facts) on the very arguments and
+    environment vLLM saw: the same model path, the same variables in the environment hash, and the same folder
+    wherever vLLM has one and a different one wherever vLLM's differs."""
     fixed = _fixed(starts)
     for start in fixed:
         args = standin.parse_args(start.report["argv"])
-        environ = start.report["environ"]
+        environ = _standin_environ(start)
         model, weights = standin.model_paths(args, environ)
         assert (model, weights) == (start.report["config"]["model"], start.report["config"]["model_weights"])
-        set_here = set(environ)
+        set_here = set(start.report["environ"])
         assert set(standin.env_factors(environ)) & set_here == set(start.report["hash"]["env_factors"]) & set_here, (
             start.label
         )
@@ -306,21 +312,124 @@ def test_the_stand_in_derives_what_vllm_derives(starts):
         assert (_standin_folder(a) == _standin_folder(b)) == (a.folder == b.folder), (a.label, b.label)
 
 
+def _standin_environ(start: Start) -> dict[str, str]:
+    """The environment vLLM saw, in the stand-in image of the same release."""
+    return {**start.report["environ"], "STANDIN_VLLM_VERSION": start.version}
+
+
 def _standin_folder(start: Start) -> tuple:
-    args, environ = standin.parse_args(start.report["argv"]), start.report["environ"]
+    args, environ = standin.parse_args(start.report["argv"]), _standin_environ(start)
     model, weights = standin.model_paths(args, environ)
     hf_config = json.loads(case_set.model_files(start.model)["config.json"])
     parts = standin.hashes(args, environ, model, weights, hf_config)
     return parts["env"], parts["config"]
 
 
-def test_the_stand_ins_vllm_facts_are_vllm_0_21_0s(starts):
-    """The variable lists the stand-in hashes by (tests/standins/vllm_env_facts.json), recorded from vLLM itself."""
+def test_the_recorded_facts_are_the_installed_vllms(starts, vllm_environment, tmp_path):
+    """warmstart/vllm_releases/<release>.json (what synth checks configs against and the stand-in hashes by) says
+    what the installed release says: read again from it here (tests/real_vllm/read_release.py), and the variables
+    the probe saw vLLM know and hash."""
+    from tests.real_vllm.record_facts import read_vllm
+
+    version = vllm_environment.version
+    recorded = releases()[version]
+    read = read_vllm(vllm_environment, tmp_path)
+    assert read["vllm"] == version
+    assert read["env"] == recorded.env, version
+    assert read["compile"] == recorded.compile and read["cli"] == recorded.cli, version
     report = _fixed(starts)[0].report
-    assert report["vllm_version"] == standin.VLLM_VERSION == pinned_version("vllm")
-    facts = standin.ENV_FACTS
-    assert facts["known"] == report["known_env"]
-    assert facts["hashed"] == sorted(report["hash"]["env_factors"])
+    assert report["vllm_version"] == version
+    assert sorted(recorded.env["known"]) == report["known_env"]
+    assert sorted(recorded.env["hashed"]) == sorted(report["hash"]["env_factors"])
+    torch_pin = f"torch=={recorded.torch}"
+    assert torch_pin in [r.split(";")[0].replace(" ", "") for r in read["requires"]], version
+
+
+def test_every_fix_offered_for_a_vllm_env_value_is_one_vllm_reads_as_meant(vllm_environment, tmp_path):
+    """For a variable of each way the release parses values (a whole number, an on/off number, on/off words, a
+    number, a choice), values a person writes that the release refuses or reads against their meaning: warmstart
+    refuses each at synth, and every value its fixes offer is one the release's own getter takes, reading an on/off
+    value as meant. The refused values are checked in the same getter: each fails there or reads the other way."""
+    from tests.real_vllm.record_facts import evaluate_values
+
+    version = vllm_environment.version
+    known = releases()[version]
+    offered, refused = [], []
+    for name, written, meant in _unmeant_values(known):
+        document = _with_vllm_env(version, {name: written})
+        problems = [p for p in _refusals(document) if p.field.endswith(name)]
+        assert problems, (version, name, written)
+        values = [e.value for p in problems for f in p.fixes for e in f.edits if e.value is not UNSET]
+        assert all(isinstance(v, str) for v in values), (name, written, values)
+        offered += [(name, v, meant) for v in values]
+        if isinstance(written, str):
+            refused.append((name, written, meant))
+        # Each fix's value is accepted by warmstart in turn.
+        for value in values:
+            _parse(_with_vllm_env(version, {name: value}))
+    assert offered
+    results = evaluate_values(vllm_environment, tmp_path, [(n, v) for n, v, _ in offered + refused])
+    for (name, value, meant), result in zip(offered, results[: len(offered)], strict=True):
+        assert result["ok"], f"vLLM {version} refuses the offered {name}={value!r}: {result['error']}"
+        if meant is not None:
+            assert result["value"] is meant or result["value"] == meant, (version, name, value, result)
+    for (name, value, meant), result in zip(refused, results[len(offered) :], strict=True):
+        against = result["ok"] and meant is not None and bool(result["value"]) is not meant
+        assert not result["ok"] or against, f"vLLM {version} takes the refused {name}={value!r} as {result}"
+
+
+def _unmeant_values(known) -> list[tuple[str, object, bool | None]]:
+    """(variable, value as written in YAML, the on/off it means or None) for the first variable of each kind."""
+    values = known.env["values"]
+
+    def first(kind: str, test=lambda rule: True) -> str:
+        return next(
+            n for n in sorted(values) if values[n]["kind"] == kind and test(values[n]) and n not in RESERVED_VLLM_ENV
+        )
+
+    int_flag, whole, number = first("int_flag"), first("int"), first("float")
+    words = first("words_flag", lambda rule: "1" in rule["on"] and "yes" in rule["off"])
+    choice = first("choices", lambda rule: not rule["list"] and rule["case_sensitive"])
+    wrong_choice = values[choice]["choices"][0] + "x"
+    return [
+        (int_flag, True, True),  # YAML's true: refused as text, fixed to a spelling int() takes
+        (int_flag, False, False),
+        (int_flag, "true", True),  # int("true") stops the engine
+        (int_flag, "yes", True),
+        (whole, "1.5", None),
+        (whole, 4.0, None),  # YAML's 4.0: "4.0" is no int
+        (number, "fast", None),
+        (words, "yes", True),  # read as off by a getter that takes 1/true only
+        (words, True, True),
+        (choice, wrong_choice, None),
+        (choice, None, None),  # empty: removed
+    ]
+
+
+def _with_vllm_env(version: str, env: dict) -> dict:
+    from tests.unit.test_config import raw
+
+    document = raw("dev")
+    document["models"][0]["image"] = releases()[version].image["reference"]
+    document["models"][0].pop("torch_version", None)
+    document["models"][0]["vllm_env"] = env
+    return document
+
+
+def _refusals(document: dict) -> list:
+    from warmstart.loader import ConfigError, parse_config
+
+    try:
+        parse_config(document)
+    except ConfigError as error:
+        return error.problems
+    return []
+
+
+def _parse(document: dict) -> None:
+    from warmstart.loader import parse_config
+
+    parse_config(document)
 
 
 def test_the_gpu_scripts_pipeline_runs_every_case_without_a_gpu(vllm_environment, tmp_path):
@@ -331,7 +440,7 @@ def test_the_gpu_scripts_pipeline_runs_every_case_without_a_gpu(vllm_environment
 
     script = Path(__file__).resolve().parents[2] / "bench" / "gpu_vllm_cold_start.py"
     done = subprocess.run(
-        [sys.executable, str(script), "--engine", "probe", "--work", str(tmp_path)],
+        [sys.executable, str(script), "--engine", "probe", "--vllm", vllm_environment.version, "--work", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=900,

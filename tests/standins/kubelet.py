@@ -33,10 +33,12 @@ from pathlib import Path
 from tests.standins.container_env import expand, expanded_command, kubelet_environment, process_environment
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+IMAGE_BIN = REPOSITORY / "tests" / "standins" / "image" / "bin"
 IMAGE_PYTHONPATH = f"{REPOSITORY / 'tests' / 'standins' / 'image'}:{REPOSITORY}"
 # The stand-in image's ENV: this machine's Python, with the vLLM stand-in and the repository importable.
 STANDIN_IMAGE_ENV = {
-    "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+    # The image's `vllm` first (its ENTRYPOINT runs `vllm serve`), then this machine's Python.
+    "PATH": f"{IMAGE_BIN}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
     "PYTHONPATH": IMAGE_PYTHONPATH,
     "PYTHONDONTWRITEBYTECODE": "1",
 }

@@ -1,6 +1,10 @@
 """A stand-in for vLLM's OpenAI server start, as far as the compile cache and weight loading go.
 
-Mirrors vLLM 0.21.0 (PyPI wheel vllm-0.21.0, commit 9da56fd18); each step names the file it follows:
+Mirrors the vLLM release the stand-in image carries (STANDIN_VLLM_VERSION, default the newest supported), reading
+that release's recorded facts (warmstart/vllm_releases/<version>.json): the variables it knows and hashes, how it
+names the compile folder, whether its AOT folder's hash holds the compiler's factors. Each step names the file it
+follows (vLLM 0.21.0 and 0.34.0 alike unless said):
+- `vllm serve <model> ...` (vllm/entrypoints/cli/serve.py: the positional model wins) or `--model=`;
 - vllm/config/model.py `ModelConfig.__post_init__` -> `maybe_pull_model_tokenizer_for_runai`: for an s3://
   model, `model_weights` becomes the URI and `model` becomes `<VLLM_ASSETS_CACHE>/model_streamer/
   <sha256(uri)[:8]>`, into which the config files (*.json, *.model, *.py) and then, the tokenizer being the
@@ -17,14 +21,17 @@ Mirrors vLLM 0.21.0 (PyPI wheel vllm-0.21.0, commit 9da56fd18); each step names 
   seed are not. LoadConfig hashes nothing (load format, streamer settings).
 - vllm/envs.py `compile_factors`: every variable vLLM knows minus an ignore list (VLLM_CACHE_ROOT,
   VLLM_ASSETS_CACHE, VLLM_PORT, VLLM_HOST_IP, VLLM_MODEL_REDIRECT_PATH, logging, ...), with defaults for the unset
-  ones; XDG_CACHE_HOME and XDG_CONFIG_HOME enter through the defaults of VLLM_XLA_CACHE_PATH and VLLM_CONFIG_ROOT.
-  The lists are recorded from vLLM 0.21.0 itself (vllm_env_facts.json, checked by the real vLLM tier).
-- vllm/compilation/backends.py: folder `VLLM_CACHE_ROOT/torch_compile_cache/<sha256(str([env, config, code,
-  compiler]))[:10]>/rank_<r>_0/backbone/`, an index of artifacts by absolute path, cache_key_factors.json
+  ones; XDG_CACHE_HOME and XDG_CONFIG_HOME enter through the defaults of VLLM_XLA_CACHE_PATH and VLLM_CONFIG_ROOT
+  where the release hashes them (0.21.0).
+  The lists are the release's recorded facts (checked against vLLM itself by the real vLLM tier).
+- vllm/compilation/backends.py: folder `VLLM_CACHE_ROOT/torch_compile_cache/<hash>/rank_<r>_0/backbone/`, the hash
+  `sha256(str([env, config, code, compiler]))[:10]` (0.21.0) or `sha256(json.dumps({env, config, code, compiler}
+  raw factors, sort_keys=True))[:10]` (0.34.0), an index of artifacts by absolute path, cache_key_factors.json
   written when absent; a user `compilation_config.cache_dir` replaces the hashed folder.
 - vllm/compilation/decorators.py: AOT artifacts (on by default with torch >= 2.10) at
-  `torch_compile_cache/torch_aot_compile/<sha256(str([env, config, model]))>/rank_<r>_0/model`, saved via a
-  temporary file and os.replace; loading them still reads the backend index above.
+  `torch_compile_cache/torch_aot_compile/<sha256(str([env, config, (Inductor's factors with the self-contained
+  artifact, on by default from 0.34.0's torch 2.14), model]))>/rank_<r>_0/model`, saved via a temporary file and
+  os.replace; loading them still reads the backend index above.
 - Triton kernels go to TRITON_CACHE_DIR (vLLM does not redirect it on its default standalone path).
 
 The image's "torch version" and the node's GPU come from STANDIN_TORCH_VERSION and STANDIN_GPU_NAME (what
@@ -42,13 +49,20 @@ import sys
 import time
 from pathlib import Path
 
-VLLM_VERSION = "0.21.0"
-# vllm/envs.py of vLLM 0.21.0: `known`, every variable vLLM reads (environment_variables), and `hashed`, those
-# compile_factors() puts into the compile hash (known minus its ignore list, plus Ray's NOSET variables). Recorded
-# from the real vLLM by the real vLLM tier, which fails when they drift (tests/real_vllm, make test-vllm).
-ENV_FACTS = json.loads(Path(__file__).with_name("vllm_env_facts.json").read_text())
-HASHED_ENV = frozenset(ENV_FACTS["hashed"])
-# vllm/config/model.py ModelConfig.compute_hash ignored_factors (0.21.0), the flags this stand-in accepts.
+from warmstart.vllm_release import NEWEST, VllmRelease, releases
+
+
+def release(env: dict[str, str] | None = None) -> VllmRelease:
+    """The release the stand-in image carries: STANDIN_VLLM_VERSION, else the newest supported."""
+    version = (env if env is not None else os.environ).get("STANDIN_VLLM_VERSION") or NEWEST
+    found = releases().get(version)
+    if found is None:
+        raise SystemExit(f"the stand-in has no recorded facts of vLLM {version} (warmstart/vllm_releases/)")
+    return found
+
+
+# vllm/config/model.py ModelConfig's ignored factors (0.21.0 compute_hash, 0.34.0 compile_factors), the flags this
+# stand-in accepts.
 NOT_HASHED_ARGS = {
     "served-model-name",
     "tokenizer",
@@ -70,11 +84,14 @@ def log(message: str) -> None:
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
+    """`--name=value` flags; `serve <model>` (the `vllm` CLI) gives the model positionally, and it wins."""
     args = {}
     for item in argv:
         if item.startswith("--"):
             name, _, value = item[2:].partition("=")
             args[name] = value if _ else "true"
+    if argv[:1] == ["serve"] and len(argv) > 1 and not argv[1].startswith("-"):
+        args["model"] = argv[1]
     return args
 
 
@@ -87,11 +104,14 @@ def env_factors(env: dict[str, str]) -> dict[str, str]:
     spellings of one value differ here and not in vLLM: more misses, never a wrong hit), and the two defaults
     that follow XDG_CACHE_HOME and XDG_CONFIG_HOME."""
     home = env.get("HOME", "/root")
-    factors = {k: v for k, v in env.items() if k in HASHED_ENV}
+    hashed = release(env).hashed_env
+    factors = {k: v for k, v in env.items() if k in hashed}
     cache_root = env.get("XDG_CACHE_HOME") or f"{home}/.cache"
     config_root = env.get("XDG_CONFIG_HOME") or f"{home}/.config"
-    factors.setdefault("VLLM_XLA_CACHE_PATH", f"{cache_root}/vllm/xla_cache")
-    factors.setdefault("VLLM_CONFIG_ROOT", f"{config_root}/vllm")
+    defaults = {"VLLM_XLA_CACHE_PATH": f"{cache_root}/vllm/xla_cache", "VLLM_CONFIG_ROOT": f"{config_root}/vllm"}
+    for name, value in defaults.items():
+        if name in hashed:  # 0.21.0 hashes both, 0.34.0 neither
+            factors.setdefault(name, value)
     return dict(sorted(factors.items()))
 
 
@@ -161,8 +181,9 @@ def hashes(args: dict[str, str], env: dict[str, str], model: str, model_weights:
     }
     compilation = json.loads(args.get("compilation-config") or "{}")
     compilation.pop("cache_dir", None)  # CompilationConfig.compute_hash ignores it
+    version = release(env).version
     config = [
-        VLLM_VERSION,
+        version,
         sha256(json.dumps(model_factors, sort_keys=True)),
         {"tensor_parallel_size": args.get("tensor-parallel-size", "1")},
         {"max_num_batched_tokens": args.get("max-num-batched-tokens")},
@@ -171,7 +192,7 @@ def hashes(args: dict[str, str], env: dict[str, str], model: str, model_weights:
     ]
     env_hash = sha256(json.dumps(env_factors(env), sort_keys=True))
     config_hash = hashlib.md5(str(config).encode()).hexdigest()[:10]
-    code_hash = sha256(f"{VLLM_VERSION}:{hf_config.get('architectures')}:/usr/local/lib/python3.12/site-packages/vllm")
+    code_hash = sha256(f"{version}:{hf_config.get('architectures')}:/usr/local/lib/python3.12/site-packages/vllm")
     compiler_hash = hashlib.md5(
         f"{env.get('STANDIN_TORCH_VERSION')}:{env.get('STANDIN_GPU_NAME')}".encode()
     ).hexdigest()[:10]
@@ -185,15 +206,37 @@ def hashes(args: dict[str, str], env: dict[str, str], model: str, model_weights:
     }
 
 
+def folder_name(known: VllmRelease, parts: dict) -> str:
+    """The compile folder's name as the release forms it (its recorded `compile.folder_name`)."""
+    formula = known.compile["folder_name"]
+    if formula == "sha256-str-hash-list":
+        return sha256(str([parts["env"], parts["config"], parts["code"], parts["compiler"]]))[:10]
+    if formula == "sha256-json-raw-factors":
+        raw = {
+            "env": parts["env_factors"],
+            "config": parts["config"],
+            "code": parts["code"],
+            "compiler": parts["compiler"],
+        }
+        return sha256(json.dumps(raw, sort_keys=True))[:10]
+    raise SystemExit(f"the stand-in does not know vLLM {known.version}'s folder naming {formula!r}")
+
+
+def aot_name(known: VllmRelease, parts: dict, env: dict[str, str]) -> str:
+    """The AOT folder's hash: env and config, Inductor's factors when the artifact is self-contained (the release's
+    default, or VLLM_USE_MEGA_AOT_ARTIFACT=1), the compiled forward's key."""
+    mega = env.get("VLLM_USE_MEGA_AOT_ARTIFACT", "1" if known.compile["mega_aot_artifact_default"] else "0") == "1"
+    factors = [parts["env"], parts["config"], *([parts["compiler"]] if mega else []), "forward"]
+    return sha256(str(factors))
+
+
 def compile_or_load(args: dict[str, str], env: dict[str, str], parts: dict) -> dict:
     root = Path(
         env.get("VLLM_CACHE_ROOT") or f"{env.get('XDG_CACHE_HOME') or env.get('HOME', '/root') + '/.cache'}/vllm"
     )
-    hash_key = sha256(str([parts["env"], parts["config"], parts["code"], parts["compiler"]]))[:10]
+    hash_key = folder_name(release(env), parts)
     cache_dir = Path(parts["user_cache_dir"]) if parts["user_cache_dir"] else root / "torch_compile_cache" / hash_key
-    aot_dir = (
-        root / "torch_compile_cache" / "torch_aot_compile" / sha256(str([parts["env"], parts["config"], "forward"]))
-    )
+    aot_dir = root / "torch_compile_cache" / "torch_aot_compile" / aot_name(release(env), parts, env)
     ranks = int(args.get("tensor-parallel-size", "1"))
     loaded = True
     for rank in range(ranks):

@@ -200,11 +200,20 @@ def test_floating_image_tags_are_refused(image):
 
 
 @pytest.mark.parametrize(
-    "image", ["vllm/vllm-openai:v0.21.0", "registry:5000/vllm:1.2", "vllm/vllm-openai@sha256:" + "a" * 64]
+    "image, tagged",
+    [
+        ("vllm/vllm-openai:v0.21.0", True),
+        ("vllm/vllm-openai:v0.34.0", True),
+        ("registry:5000/vllm:1.2", False),
+        ("vllm/vllm-openai@sha256:" + "a" * 64, False),
+    ],
 )
-def test_pinned_images_are_accepted(image):
+def test_pinned_images_are_accepted(image, tagged):
+    """An image whose tag names no vLLM release (a digest, a tag of one's own) says which release it runs."""
     document = raw()
     document["models"][0]["image"] = image
+    if not tagged:
+        document["models"][0]["vllm_version"] = "0.34.0"
     assert parse_config(document).models[0].image == image
 
 

@@ -269,7 +269,10 @@ def test_image_references_must_name_a_fixed_release(image, moving):
         assert problem.field == "models[0].image" and "pin a release tag" in problem.fix
     else:
         from warmstart.loader import parse_config
+        from warmstart.vllm_release import image_version
 
+        if image_version(image) is None:  # the tag names no vLLM release: the config says which one
+            document["models"][0]["vllm_version"] = "0.34.0"
         parse_config(document)
 
 
@@ -640,3 +643,49 @@ def test_the_snapshot_on_al2023_offers_bottlerocket_without_what_it_would_refuse
             {"compute.ami_alias": "bottlerocket@v1.57.0", "image_preload.parallel_pull": None},
         ],
     )
+
+
+@pytest.mark.parametrize(
+    "line, written, field, read_as, valid",
+    [
+        # YAML 1.1 (PyYAML's resolver): a leading 0 and digits 0-7 make an octal number.
+        ('account: "123456789012"', "account: 012345670123", "account", "the number 1402433619", True),
+        # A trailing 0 goes: 1.30 is the float 1.3; the fix quotes what was written, not 1.3.
+        (
+            "image: vllm/vllm-openai:v0.34.0",
+            "image: vllm/vllm-openai:v0.34.0\n    torch_version: 2.10",
+            "models[0].torch_version",
+            "the number 2.1",
+            False,  # vLLM 0.34.0 pins 2.14.0: the quoted "2.10" is a PyTorch version, refused next for its value
+        ),
+        ('weights_revision: "2025-04-29"', "weights_revision: 20250429", "models[0].weights_revision", None, True),
+        ("dry_run: true", "dry_run: true\n  orphan_age_hours: 0x18", None, None, True),  # a number field takes it
+    ],
+)
+def test_values_yaml_turns_into_numbers_are_refused_with_the_literal_as_written(
+    tmp_path, line, written, field, read_as, valid
+):
+    """The message echoes the text as written (not the number YAML 1.1 made of it) and the fix quotes that text,
+    which the rule then accepts."""
+    from warmstart.loader import ConfigError, load_config
+
+    text = (ROOT / "config" / "dev.yaml").read_text()
+    assert line in text
+    path = tmp_path / "dev.yaml"
+    path.write_text(text.replace(line, written, 1))
+    if field is None:
+        load_config(path)
+        return
+    with pytest.raises(ConfigError) as refused_config:
+        load_config(path)
+    (problem,) = refused_config.value.problems
+    literal = written.split(": ")[-1]
+    assert problem.field == field and problem.message.startswith(f"{literal} is not text"), problem
+    if read_as:
+        assert f"(YAML 1.1 read the unquoted {literal} as {read_as})" in problem.message
+    assert problem.fix == f'write it in quotes: "{literal}"'
+    (fix,) = problem.fixes
+    path.write_text(text.replace(line, written.replace(literal, f'"{literal}"'), 1))
+    assert [str(e.value) for e in fix.edits] == [literal]
+    if valid:
+        load_config(path)

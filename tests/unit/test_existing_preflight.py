@@ -124,6 +124,8 @@ class Account:
     def __init__(self, **answers) -> None:
         self.answers = {
             "describe-cluster": {"cluster": cluster()},
+            # The GPU AMI Karpenter resolves the pinned alias to (make deploy's preflight reads it too).
+            "get-parameter": {"Parameter": {"Value": "ami-0123456789abcdef0"}},
             "describe-subnets": {
                 "Subnets": [{"SubnetId": s, "VpcId": VPC, "AvailabilityZone": z} for s, z, _ in SUBNETS]
             },

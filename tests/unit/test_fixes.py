@@ -193,6 +193,18 @@ CASES: list[tuple[str, str, dict, Catalog | None]] = [
         {"models[0].vllm_env": {"VLLM_PLUGINS": "lora_filesystem_resolver"}},
         None,
     ),
+    # the model's vLLM release (warmstart/vllm_releases/) and its values as that release parses them
+    ("image names no vLLM release", "dev", {"models[0].image": "vllm/vllm-openai@sha256:" + "d" * 64}, None),
+    ("vllm_version not the image's", "dev", {"models[0].vllm_version": "0.21.0"}, None),
+    ("vLLM older than supported", "dev", {"models[0].image": "vllm/vllm-openai:v0.20.2"}, None),
+    ("vLLM without facts and no torch", "dev", {"models[0].image": "vllm/vllm-openai:v0.35.0"}, None),
+    ("torch not the release's pin", "dev", {"models[0].torch_version": "2.11.0"}, None),
+    ("vLLM value int() refuses", "dev", {"models[0].vllm_env": {"VLLM_USE_DEEP_GEMM": "true"}}, None),
+    ("vLLM value YAML read as true", "dev", {"models[0].vllm_env": {"VLLM_USE_DEEP_GEMM": True}}, None),
+    ("vLLM value outside its choices", "dev", {"models[0].vllm_env": {"VLLM_WORKER_MULTIPROC_METHOD": "forkk"}}, None),
+    ("vLLM value read as off", "dev", {"models[0].vllm_env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "yes"}}, None),
+    ("vLLM value float() refuses", "dev", {"models[0].vllm_env": {"VLLM_LOG_STATS_INTERVAL": "often"}}, None),
+    ("vLLM variable the release removed", "dev", {"models[0].vllm_env": {"VLLM_MARLIN_INPUT_DTYPE": "int8"}}, None),
     ("model types outside the pool", "dev", {"models[0].instance_types": ["g6e.xlarge", "p5.48xlarge"]}, None),
     (
         "model too big for NVMe with the cache",
@@ -252,9 +264,17 @@ CASES: list[tuple[str, str, dict, Catalog | None]] = [
     ),
     ("Bottlerocket alias of two parts", "prod", {"compute.ami_alias": "bottlerocket@v1.57"}, None),
     (
-        "Bottlerocket and a Kubernetes no release ships",
+        "Bottlerocket before its first 1.36 variant",
         "prod",
         {"compute.ami_alias": "bottlerocket@v1.57.0", "cluster.kubernetes_version": "1.36"},
+        None,
+    ),
+    ("AL2023 alias without its v", "prod", {"compute.ami_alias": "al2023@20260714"}, None),
+    ("AL2023 release that is no tag", "prod", {"compute.ami_alias": "al2023@v20260601"}, None),
+    (
+        "AL2023 release without the cluster's Kubernetes",
+        "prod",
+        {"compute.ami_alias": "al2023@v20260505", "cluster.kubernetes_version": "1.36"},
         None,
     ),
     ("parallel pull on an old AL2023", "prod", {"compute.ami_alias": "al2023@v20250101"}, None),
@@ -379,7 +399,7 @@ SOURCES = [*(ROOT / "warmstart" / "checks").glob("*_rules.py"), *(ROOT / "warmst
 SOURCES += [ROOT / "warmstart" / "config.py", ROOT / "warmstart" / "loader.py"]
 # Where the loader words what is wrong with the file itself (not UTF-8, not YAML, a key twice, empty): a fix
 # there is an edit of the text, which FILE_CASES in test_config_messages.py check.
-FILE_LEVEL = {"read_yaml", "_loader", "duplicate", "refuse", "parse_config"}
+FILE_LEVEL = {"read_yaml", "read_yaml_literals", "_loader", "duplicate", "refuse", "parse_config"}
 
 
 def _written_refusals() -> set[str]:

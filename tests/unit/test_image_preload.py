@@ -32,7 +32,7 @@ def bottlerocket_snapshot(**preload) -> dict:
 def test_a_bottlerocket_karpenter_environment_may_use_the_snapshot():
     config = parse_config(bottlerocket_snapshot())
     assert config.image_preload.mode == "snapshot"
-    assert snapshot_images(config) == ["registry.k8s.io/pause:3.10", "vllm/vllm-openai:v0.21.0"]
+    assert snapshot_images(config) == ["registry.k8s.io/pause:3.10", "vllm/vllm-openai:v0.34.0"]
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_image_set_key_changes_with_what_is_on_the_volume_and_nothing_else():
     base = parse_config(bottlerocket_snapshot())
     key = image_set_key(base)
     changed_image = bottlerocket_snapshot()
-    changed_image["models"][0]["image"] = "vllm/vllm-openai:v0.22.0"
+    changed_image["models"][0]["image"] = "vllm/vllm-openai:v0.21.0"
     changed_release = bottlerocket_snapshot()
     changed_release["compute"]["ami_alias"] = "bottlerocket@v1.57.1"
     bigger = bottlerocket_snapshot(snapshot={"data_volume_gib": 300})
@@ -155,7 +155,10 @@ def test_snapshot_is_refused_on_al2023():
         ("bottlerocket@v1.50.0", "1.35", "predates Bottlerocket's first aws-k8s-1.35 variant", "bottlerocket@v1.53.0"),
         ("bottlerocket@v1.47.0", "1.34", None, None),  # the first aws-k8s-1.34 release
         ("bottlerocket@v1.57", "1.35", "names no release", "bottlerocket@v1.57.0"),
-        ("bottlerocket@v1.57.0", "1.36", "no Bottlerocket release known to warmstart ships an aws-k8s-1.36", "al2023@"),
+        # bottlerocket PR #4827: the aws-k8s-1.36 variants came in v1.61.0.
+        ("bottlerocket@v1.57.0", "1.36", "predates Bottlerocket's first aws-k8s-1.36 variant", "bottlerocket@v1.61.0"),
+        ("bottlerocket@v1.61.0", "1.36", None, None),
+        ("bottlerocket@1.61.0", "1.36", None, None),  # Karpenter trims the v for Bottlerocket: both forms resolve
     ],
 )
 def test_a_bottlerocket_alias_needs_a_release_with_the_clusters_kubernetes(alias, kubernetes, said, fix):
@@ -217,6 +220,7 @@ def test_parallel_pull_is_what_auto_mode_does_and_bottlerocket_needs_the_release
 
 def test_parallel_pull_needs_an_al2023_release_that_unpacks_onto_the_nvme_array():
     document = raw("prod")
+    document["cluster"]["kubernetes_version"] = "1.34"  # v20251209 has no 1.35 AMI (the first is v20260114)
     document["compute"]["ami_alias"] = "al2023@v20251209"  # FastImagePull exists, SOCI's store not on the array
     problem = only_problem(document)
     assert problem.field == "image_preload.parallel_pull" and "v20251217" in problem.fix

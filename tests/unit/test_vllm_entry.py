@@ -16,14 +16,8 @@ from model_workload.runtime.vllm_entry import choose_weights, prepare, vllm_hash
 from node_agent.runtime.pod_records import PodRecords
 
 S3 = "s3://models/llama/"
-ARGS = [
-    "python3",
-    "-m",
-    "vllm.entrypoints.openai.api_server",
-    f"--model={S3}",
-    "--served-model-name=llama",
-    "--load-format=runai_streamer",
-]
+# What warmstart renders: `vllm serve <model> ...` (the model first, as vLLM's CLI takes it).
+ARGS = ["vllm", "serve", S3, "--served-model-name=llama", "--load-format=runai_streamer"]
 NOW = 1_800_000_000.0
 ENTRY = Path(__file__).resolve().parents[2] / "model_workload" / "runtime" / "vllm_entry.py"
 
@@ -297,3 +291,19 @@ def test_the_script_execs_a_program_that_finds_vllms_plugin_and_the_copys_files(
     lines = done.stdout.splitlines()
     assert lines[0].endswith("the streamer reads the weight files as local files"), lines
     assert lines[1:] == ["node_copy_loader:register", str([str(weights)])]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["vllm", "serve", S3, "--served-model-name=llama"],
+        ["python3", "-m", "vllm.entrypoints.openai.api_server", f"--model={S3}", "--served-model-name=llama"],
+        ["vllm", "serve", "--served-model-name=llama", f"--model={S3}"],  # serve with --model (0.34.0 warns)
+    ],
+)
+def test_the_entry_step_finds_the_model_in_either_form_vllm_takes(args, tmp_path):
+    """`vllm serve <model>` (vllm/entrypoints/cli/serve.py: the positional model wins) and `--model=`."""
+    env = {"WARMSTART_WEIGHTS_ROOT": str(node(tmp_path)), "WARMSTART_WEIGHTS_MAX_AGE": "90"}
+    _, choice, record = prepare(args, env, NOW)
+    assert choice is not None and record["model"] == "llama"
+    assert choice.source == "node" or "endpoint failed" in choice.reason, choice

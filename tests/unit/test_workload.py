@@ -6,6 +6,7 @@ import pytest
 
 from tests.fixes import refused
 from tests.unit.test_config import only_problem, problems, raw
+from warmstart.catalog import default_catalog
 from warmstart.config import GIB
 from warmstart.loader import parse_config
 from warmstart.sizing import default_requests
@@ -34,6 +35,24 @@ def test_concurrency_respects_the_ceiling_and_smaller_chunks():
 def test_streamer_buffer_is_capped_by_the_memory_limit_per_process():
     assert streamer_buffer_bytes(3, FOUR_GIB, 40 * 10**9, 1) == 12 * GIB
     assert streamer_buffer_bytes(17, FOUR_GIB, 40 * 10**9, 2) == 2 * 40 * 10**9
+
+
+def test_from_streamer_0_17_0_the_memory_limit_is_the_nodes_total_shared_by_its_ranks():
+    """runai-model-streamer 0.17.0 distributed_streamer.py `rank_memory_limit`: each rank of the node buffers
+    max(limit // ranks, its largest range) (its test_rank_memory_limit.py: 8000 over 8 ranks is 1000 each)."""
+    from warmstart.workload import limit_is_node_total
+
+    assert streamer_buffer_bytes(17, FOUR_GIB, 40 * 10**9, 2, node_total=True) == 40 * 10**9
+    assert streamer_buffer_bytes(35, FOUR_GIB, 8 * GIB, 4, node_total=True) == 4 * FOUR_GIB  # floored at a chunk
+    assert streamer_buffer_bytes(3, FOUR_GIB, 40 * 10**9, 1, node_total=True) == 12 * GIB  # one process: as before
+    assert (limit_is_node_total("0.15.9"), limit_is_node_total("0.17.0"), limit_is_node_total("0.17.1")) == (
+        False,
+        True,
+        True,
+    )
+    config = parse_config(raw("prod"))  # vLLM 0.34.0's image ships 0.17.1
+    plans = {m.name: plan_model(m, config, default_catalog()) for m in config.models}
+    assert all(p.streamer_limit_per_node == (p.tensor_parallel > 1) for p in plans.values())
 
 
 def test_default_requests_take_the_gpu_share_of_the_smallest_candidate(catalog):
@@ -78,7 +97,9 @@ def test_seed_models_plan_as_the_brief_says():
 def test_vllm_args_follow_the_reference_deployment():
     plan = _plans("prod")["qwen3-6-35b-a3b"]
     args = vllm_args(plan)
-    assert args[:2] == ["--model=s3://acme-llm-weights-prod/qwen3.6-35b-a3b/", "--load-format=runai_streamer"]
+    # `vllm serve <model>` (0.34.0's CLI; --model is deprecated there).
+    assert plan.server_command == ["vllm", "serve"]
+    assert args[:2] == ["s3://acme-llm-weights-prod/qwen3.6-35b-a3b/", "--load-format=runai_streamer"]
     extra = next(a for a in args if a.startswith("--model-loader-extra-config="))
     assert json.loads(extra.split("=", 1)[1]) == {"concurrency": 17, "distributed": True}
     for expected in (

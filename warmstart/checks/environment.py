@@ -14,6 +14,7 @@ from warmstart.checks import (
     pool_rules,
     preload_rules,
     scale_rules,
+    vllm_rules,
     workload_rules,
 )
 from warmstart.checks.problem import Problem
@@ -26,6 +27,7 @@ TOPICS: tuple[ModuleType, ...] = (
     existing_rules,
     pool_rules,
     workload_rules,
+    vllm_rules,
     cache_rules,
     preload_rules,
     autoscaling_rules,

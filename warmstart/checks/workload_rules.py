@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-import re
 
 from warmstart.catalog import Catalog
 from warmstart.checks.fix import Edit, Fix, removing, setting, together
@@ -12,7 +10,6 @@ from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.config import GIB, EnvironmentConfig, GpuPool
 from warmstart.naming import moving_reference, reference_problem
-from warmstart.reserved_vllm_env import NODE_COPY_PLUGIN, RESERVED_VLLM_ENV
 from warmstart.sizing import (
     SizingError,
     candidate_instances,
@@ -21,6 +18,7 @@ from warmstart.sizing import (
     valid_tensor_parallel_sizes,
     weights_fit,
 )
+from warmstart.vllm_release import DEFAULT_IMAGE
 from warmstart.workload import (
     NVME_USABLE,
     nvme_need_gb,
@@ -45,8 +43,6 @@ RESERVED_NAMESPACES = {
 
 
 MAX_WEIGHTS_FRACTION = 0.95
-# A pinned vLLM release, the fix for an image that moves (vLLM 0.21.0, whose code the real tier runs).
-SERVING_IMAGE_EXAMPLE = "vllm/vllm-openai:v0.21.0"  # the config's upper bound on weights_memory_fraction
 
 
 @rule()
@@ -124,10 +120,7 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                 (setting(f"{at}.s3_uri", f"s3://{config.buckets.models.name}/{model.prefix}"),),
             )
         )
-    problems += image_pinned(model.image, f"{at}.image", SERVING_IMAGE_EXAMPLE)
-    problems += _vllm_env(model.vllm_env, f"{at}.vllm_env")
-    if weights_cached(model, config):
-        problems += _plugin_listed(model.vllm_env, f"{at}.vllm_env.VLLM_PLUGINS")
+    problems += image_pinned(model.image, f"{at}.image", DEFAULT_IMAGE)
     pool = config.compute.gpu_pool.instance_types
     if model.instance_types is not None:
         outside = [t for t in model.instance_types if t not in pool]
@@ -204,10 +197,11 @@ def _pod_memory(config: EnvironmentConfig, catalog: Catalog, model, at: str) -> 
     needed = plan.streamer_buffer_bytes + config.streamer.process_headroom_gib * GIB
     if needed <= plan.memory_gib * GIB:
         return []
-    buffers = (
-        f"{streaming_processes(plan.tensor_parallel)} x min({plan.concurrency} x {plan.chunk_bytes / GIB:g} GiB, "
-        f"{plan.memory_limit_bytes / GIB:.1f} GiB)"
-    )
+    processes = streaming_processes(plan.tensor_parallel)
+    cap = f"{plan.memory_limit_bytes / GIB:.1f} GiB"
+    if plan.streamer_limit_per_node:  # the node's total, shared by its ranks (at least one chunk each)
+        cap = f"max({cap} / {processes}, {plan.chunk_bytes / GIB:g} GiB)"
+    buffers = f"{processes} x min({plan.concurrency} x {plan.chunk_bytes / GIB:g} GiB, {cap})"
     return [
         Problem(
             f"{at}.memory_gib",
@@ -225,9 +219,12 @@ def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: 
     a memory limit that fits the request beside the headroom."""
     plan = plan_model(model, config, catalog)
     room = plan.memory_gib * GIB - config.streamer.process_headroom_gib * GIB
-    per_process = room // streaming_processes(plan.tensor_parallel)
-    lower = f"lower streamer.memory_limit_bytes to at most {per_process}"
-    lowered = (setting("streamer.memory_limit_bytes", per_process),) if per_process >= 1 else ()
+    processes = streaming_processes(plan.tensor_parallel)
+    limit = room // processes
+    if plan.streamer_limit_per_node:  # a node total: each rank's share is limit // ranks, but never below a chunk
+        limit = limit * processes if limit >= plan.chunk_bytes else 0
+    lower = f"lower streamer.memory_limit_bytes to at most {limit}"
+    lowered = (setting("streamer.memory_limit_bytes", limit),) if limit >= 1 else ()
     if not lowered:
         lower = "raise memory_gib"
     instances = candidate_instances(model, config, catalog)
@@ -273,45 +270,6 @@ def _requests_fit(model, instances, at: str) -> list[Problem]:
                 )
             )
     return problems
-
-
-def _vllm_env(env: dict[str, str], field: str) -> list[Problem]:
-    problems = []
-    for name, value in env.items():
-        at = f"{field}.{name}" if name.isidentifier() else f"{field}[{json.dumps(name)}]"
-        remove = (removing(at),)
-        if not re.fullmatch(r"VLLM_[A-Z0-9_]+", name):
-            problems.append(Problem(at, "only VLLM_* variables belong here", "rename or remove it", remove))
-        elif name in RESERVED_VLLM_ENV:
-            problems.append(Problem(at, f"not allowed here: {RESERVED_VLLM_ENV[name]}", "remove it", remove))
-        elif "$(" in value:
-            problems.append(
-                Problem(
-                    at,
-                    "warmstart passes values to vLLM literally (no $(...) expansion), the same on every pod, as "
-                    "the compile-cache key needs; a pod-specific value would make every pod hash differently",
-                    "use a literal value, or remove it",
-                    remove,
-                )
-            )
-    return problems
-
-
-def _plugin_listed(env: dict[str, str], field: str) -> list[Problem]:
-    """A plugin list that leaves out warmstart's would have pods read the node copy through the loopback S3
-    endpoint, at a fraction of the NVMe's rate (the streamer's S3 client; docs/upstream-facts.md)."""
-    listed = env.get("VLLM_PLUGINS")
-    if listed is None or NODE_COPY_PLUGIN in listed.split(","):
-        return []
-    return [
-        Problem(
-            field,
-            f"vLLM loads only the plugins listed here, and {NODE_COPY_PLUGIN!r} is not among them: with the weights "
-            "cache on, pods would read the node's copy through the loopback S3 endpoint instead of as local files",
-            f"add {NODE_COPY_PLUGIN} to the list, or remove the variable",
-            (setting(field, ",".join([*filter(None, listed.split(",")), NODE_COPY_PLUGIN])), removing(field)),
-        )
-    ]
 
 
 def image_pinned(image: str, field: str, example: str) -> list[Problem]:

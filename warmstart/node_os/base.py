@@ -32,6 +32,14 @@ def dotted(parts: tuple[int, ...]) -> str:
     return ".".join(str(p) for p in parts)
 
 
+def newer_than_known(alias: str, family: str, newest: str, source: str) -> str:
+    """The note for an alias newer than an OS's release table: taken, and checked at deploy instead."""
+    return (
+        f"{alias} is newer than the {family} releases warmstart knows (through {newest}; {source}): make deploy's "
+        "preflight checks that Karpenter finds its GPU AMI"
+    )
+
+
 class NodeOs(ABC):
     """One OS, at the release a Karpenter AMI alias pins (Auto Mode's OS has no alias: AWS picks its release)."""
 
@@ -79,6 +87,15 @@ class NodeOs(ABC):
     def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Refusal | None:
         """Why the pinned alias has no AMI for the cluster's Kubernetes version, or None."""
         return None
+
+    def release_note(self, kubernetes_version: str) -> str | None:
+        """What the OS's release table cannot say of the pinned alias (a release newer than the table), or None."""
+        return None
+
+    def gpu_ami_parameter(self, kubernetes_version: str, architecture: str) -> str:
+        """The public SSM parameter Karpenter reads for this alias's GPU (NVIDIA) AMI on a node of the architecture
+        (aws/karpenter-provider-aws v1.14.1 pkg/providers/amifamily/<family>.go `DescribeImageQuery`)."""
+        raise TypeError(f"{self.name} is not pinned by an AMI alias")
 
     def snapshot_builder_ami_parameter(self, kubernetes_version: str) -> str:
         """The public SSM parameter of the AMI an image-snapshot builder runs (an OS that boots from snapshots)."""

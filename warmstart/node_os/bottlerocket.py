@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from warmstart.checks.fix import Edit, setting, together
-from warmstart.node_os.al2023 import DEFAULT_AMI_ALIAS
-from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, release
+from warmstart.checks.fix import setting
+from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, newer_than_known, release
 from warmstart.refusal import Refusal
 
 if TYPE_CHECKING:
@@ -29,10 +28,17 @@ DATA_DEVICE = "/dev/xvdb"
 # (bottlerocket-core-kit v10.3.0), which Karpenter's RAID0 setup runs from Bottlerocket v1.46.0 (Karpenter v1.8.0,
 # pkg/providers/version SupportsDefaultBind); before it Karpenter bound only containerd, kubelet and pod logs.
 SOCI_ON_ARRAY_SINCE = (1, 46, 0)
-# The first Bottlerocket release with an aws-k8s-<version> variant (bottlerocket-project-website data/variants,
-# read 2026-12): Karpenter resolves the alias to /aws/service/bottlerocket/aws-k8s-<version>[-nvidia]/x86_64/
-# <release>/image_id, which does not exist for an older release. A version missing here has no known release.
-FIRST_RELEASE_FOR_KUBERNETES = {"1.34": (1, 47, 0), "1.35": (1, 53, 0)}
+# The first Bottlerocket release with aws-k8s-<version> variants (the -nvidia ones came in the same release each
+# time), read 2026-12-05: 1.34 in v1.47.0 (2025-09-15, bottlerocket PR #4631, CHANGELOG "Add support for
+# kubernetes-1.34 variants"), 1.35 in v1.53.0 (PR #4735, "Add new kubernetes 1.35 variants"), 1.36 in v1.61.0
+# (2026-05-18, PR #4827, "Add new Kubernetes 1.36 variants"); bottlerocket-project-website data/variants/ agrees for
+# 1.34 and 1.35 (its data ends at 1.57.x). Karpenter resolves the alias to /aws/service/bottlerocket/aws-k8s-
+# <version>[-nvidia]/<arch>/<release without v>/image_id, which does not exist for an older release. A version
+# missing here has no known release.
+FIRST_RELEASE_FOR_KUBERNETES = {"1.34": (1, 47, 0), "1.35": (1, 53, 0), "1.36": (1, 61, 0)}
+# The newest Bottlerocket release seen (GitHub releases and bottlerocket.dev, read 2026-12-05): a newer one is taken
+# with a note, and make deploy's preflight checks its AMI exists.
+NEWEST_KNOWN_RELEASE = (1, 68, 1)
 
 
 # The settings of aws-samples/karpenter-blueprints' Bottlerocket SOCI blueprint, which the AI-on-EKS workshop
@@ -88,33 +94,15 @@ class Bottlerocket(NodeOs):
 
     @classmethod
     def alias_for_kubernetes(cls, alias: str, kubernetes_version: str) -> str | None:
-        """The alias raised to the first release that ships the cluster's Kubernetes version (None: none known);
-        written x.y.z (Karpenter's default-bind check needs the three parts)."""
-        floor = FIRST_RELEASE_FOR_KUBERNETES.get(kubernetes_version)
-        if floor is None:
-            return None
+        """The alias raised to the first release that ships the cluster's Kubernetes version (a version newer than
+        the table: the alias as it is); written x.y.z (Karpenter's default-bind check needs the three parts)."""
+        floor = FIRST_RELEASE_FOR_KUBERNETES.get(kubernetes_version, ())
         wanted = max(release(alias), floor)
         return f"bottlerocket@v{dotted(wanted + (0,) * (3 - len(wanted)))}"
 
     def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Refusal | None:
         assert self.alias is not None
         pinned = self.alias_for_kubernetes(self.alias, kubernetes_version)
-        if pinned is None:
-            newest = max(FIRST_RELEASE_FOR_KUBERNETES, key=lambda v: tuple(map(int, v.split("."))))
-            # AL2023 boots from no image snapshot: that mode goes with it.
-            al2023 = together(
-                Edit("compute.ami_alias", DEFAULT_AMI_ALIAS),
-                *([Edit("image_preload.mode", "prepull")] if preload.strategy.boots_with_images else []),
-            )
-            return Refusal(
-                "compute.ami_alias",
-                f"no Bottlerocket release known to warmstart ships an aws-k8s-{kubernetes_version} variant, so "
-                "Karpenter would find no AMI and launch no GPU node",
-                f"use an AL2023 ami_alias such as {DEFAULT_AMI_ALIAS}"
-                + (" (with image_preload.mode: prepull)" if preload.strategy.boots_with_images else "")
-                + f", or cluster.kubernetes_version {newest}",
-                (al2023, setting("cluster.kubernetes_version", newest)),
-            )
         if len(self.release) != 3:
             return Refusal(
                 "compute.ami_alias",
@@ -123,7 +111,7 @@ class Bottlerocket(NodeOs):
                 f"pin {pinned}",
                 (setting("compute.ami_alias", pinned),),
             )
-        if self.release < FIRST_RELEASE_FOR_KUBERNETES[kubernetes_version]:
+        if self.release < FIRST_RELEASE_FOR_KUBERNETES.get(kubernetes_version, ()):
             return Refusal(
                 "compute.ami_alias",
                 f"{self.alias} predates Bottlerocket's first aws-k8s-{kubernetes_version} variant: Karpenter would "
@@ -132,6 +120,23 @@ class Bottlerocket(NodeOs):
                 (setting("compute.ami_alias", pinned),),
             )
         return None
+
+    def release_note(self, kubernetes_version: str) -> str | None:
+        if kubernetes_version not in FIRST_RELEASE_FOR_KUBERNETES:
+            return (
+                f"no Bottlerocket release in warmstart's table ships aws-k8s-{kubernetes_version} (it knows "
+                f"{', '.join(FIRST_RELEASE_FOR_KUBERNETES)}, read 2026-12-05): make deploy's preflight checks that "
+                f"Karpenter finds {self.alias}'s GPU AMI"
+            )
+        if self.release > NEWEST_KNOWN_RELEASE:
+            newest = f"v{dotted(NEWEST_KNOWN_RELEASE)}"
+            return newer_than_known(self.alias or "", "Bottlerocket", newest, "GitHub releases, read 2026-12-05")
+        return None
+
+    def gpu_ami_parameter(self, kubernetes_version: str, architecture: str) -> str:
+        assert self.alias is not None
+        version = self.alias.split("@", 1)[1].lstrip("v")  # Karpenter trims the v (amifamily/bottlerocket.go)
+        return f"/aws/service/bottlerocket/aws-k8s-{kubernetes_version}-nvidia/{architecture}/{version}/image_id"
 
     def snapshot_builder_ami_parameter(self, kubernetes_version: str) -> str:
         assert self.alias is not None
