@@ -32,8 +32,7 @@ def _candidates(config: EnvironmentConfig, phase: str, case: str) -> list[tuple[
     karpenter = isinstance(config.compute, KarpenterCompute)
     found: list[tuple[str, Fix]] = []
     if phase == "image" and karpenter and not preload.strategy.boots_with_images:
-        raised = (alias_for_kubernetes(alias, config.cluster.kubernetes_version) for alias in snapshot_aliases())
-        for alias in [a for a in raised if a is not None]:
+        for alias in (alias_for_kubernetes(a, config.cluster.kubernetes_version) for a in snapshot_aliases()):
             found.append(
                 (
                     f"compute.ami_alias: {alias} (or later) with image_preload.mode: snapshot",

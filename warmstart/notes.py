@@ -24,11 +24,7 @@ def config_notes(config: EnvironmentConfig) -> list[str]:
                 f"facts (python -m tests.real_vllm.record_facts {version}; README, 'Supported vLLM releases')"
             )
         if known is not None:
-            unknown = sorted(
-                name
-                for name in model.vllm_env
-                if name not in known.known_env and name not in known.env["values"] and name not in known.removed_env
-            )
+            unknown = sorted(name for name in model.vllm_env if not known.reads_variable(name))
             if unknown:
                 notes.append(
                     f"{at}.vllm_env: vLLM {known.version} reads no variable named {', '.join(unknown)} (a plugin "

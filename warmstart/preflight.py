@@ -210,6 +210,15 @@ def gpu_ami_problem(config: EnvironmentConfig, run: Runner) -> tuple[Problem | N
     )
 
 
+def _stop_or_say(action: str, found: list[Problem], said: list[str], problems: list[Problem], notes: list[str]) -> None:
+    """What the account shows: a deploy stops on it; a diff only says what its deploy would meet. Notes either way."""
+    if action == "deploy":
+        problems += found
+    else:
+        notes += [f"make deploy would stop here: {problem}" for problem in found]
+    notes += said
+
+
 def check(
     action: str, config: EnvironmentConfig, *, run: Runner, assembly: Path | None = None, confirm: str = ""
 ) -> tuple[list[Problem], list[str]]:
@@ -251,28 +260,13 @@ def check(
             notes.append("no container image to build: Docker is not needed")
     if action in ("diff", "deploy") and not problems and config.cluster.existing is not None:
         findings, existing_notes = read_existing(config, run)
-        found = [Problem(f.what, f.fix) for f in findings]
-        if action == "deploy":
-            problems += found
-        else:  # a diff only shows: say what its deploy would meet
-            notes += [f"make deploy would stop here: {problem}" for problem in found]
-        notes += existing_notes
+        _stop_or_say(action, [Problem(f.what, f.fix) for f in findings], existing_notes, problems, notes)
     elif action in ("diff", "deploy") and not problems:
         problem, note = compute_mode_problem(config, run)
-        if problem and action == "deploy":
-            problems.append(problem)
-        elif problem:  # a diff only shows: say what its deploy would meet
-            notes.append(f"make deploy would stop here: {problem}")
-        if note:
-            notes.append(note)
+        _stop_or_say(action, [problem] if problem else [], [note] if note else [], problems, notes)
     if action in ("diff", "deploy") and not problems:
         problem, note = gpu_ami_problem(config, run)
-        if problem and action == "deploy":
-            problems.append(problem)
-        elif problem:
-            notes.append(f"make deploy would stop here: {problem}")
-        if note:
-            notes.append(note)
+        _stop_or_say(action, [problem] if problem else [], [note] if note else [], problems, notes)
         notes += [f"note: {note}" for note in config_notes(config)]
     if action == "agent-image":
         problem = docker_problem(

@@ -104,6 +104,11 @@ class VllmRelease:
             )
         return None
 
+    def reads_variable(self, name: str) -> bool:
+        """Whether this release reads the name: a variable it knows, one its environment check reads, or one it
+        removed (and refuses)."""
+        return name in self.known_env or name in self.env["values"] or name in self.removed_env
+
     @property
     def removed_env(self) -> dict[str, str]:
         """Names the engine refuses at start, with vLLM's own hint (0.34.0 `removed_environment_variables`)."""
@@ -173,12 +178,12 @@ def _choice_refusal(rule: dict, value: str, says: str) -> tuple[str, str, list[s
     if not wrong:
         return None
     close = {item: difflib.get_close_matches(fold(item), choices, n=1, cutoff=0.5) for item in wrong}
-    fixed = [close[item][0] if close.get(item) else None for item in items] if items else []
-    suggestion = ",".join(c for c in fixed if c) if all(fixed) and fixed else None
+    fixed = [close[item][0] if close.get(item) else None for item in items]
+    suggestion = ",".join(c for c in fixed if c) if all(fixed) else None
     shown = ", ".join(choices) if len(choices) <= 12 else ", ".join(choices[:12]) + ", ..."
     return (
         f"{says} as {'a comma-separated list of ' if rule['list'] else 'one of '}{shown}; "
-        f"{', '.join(map(repr, wrong or [value]))} {'is' if len(wrong) <= 1 else 'are'} not among them, so the engine "
+        f"{', '.join(map(repr, wrong))} {'is' if len(wrong) == 1 else 'are'} not among them, so the engine "
         "stops at start",
         "write " + ("values" if rule["list"] else "a value") + " from that list, or remove it",
         [suggestion] if suggestion else [],
@@ -215,7 +220,6 @@ def _words_refusal(rule: dict, value: str, says: str) -> tuple[str, str, list[st
     )
 
 
-@cache
 def _load(path: Path) -> VllmRelease:
     data = json.loads(path.read_text())
     return VllmRelease(
@@ -232,6 +236,7 @@ def _load(path: Path) -> VllmRelease:
     )
 
 
+@cache
 def releases() -> dict[str, VllmRelease]:
     found = {path.stem: _load(path) for path in RELEASES_DIR.glob("*.json")}
     return dict(sorted(found.items(), key=lambda item: version_key(item[0])))

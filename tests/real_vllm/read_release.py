@@ -53,15 +53,14 @@ FALSE_WORDS = {"0", "false", "False", "FALSE", "no", "off", ""}
 CHOICE_GETTERS = {"_get_validated_env": False, "_get_validated_env_list": True, "_get_validated_env_set": True}
 
 
-def _validator():
+def _environ_check():
     """What the engine checks of the environment before it reads it: the platform's `validate_environ` (0.34.0:
-    removed variables, values no longer supported) or `envs.validate_environ` (0.21.0), not in hard-fail mode
-    (`--fail-on-environ-validation` is off by default)."""
+    removed variables, values no longer supported) or `envs.validate_environ` (0.21.0). Called with
+    hard_fail=False (`--fail-on-environ-validation` is off by default)."""
     import vllm.envs as envs
     from vllm.platforms import current_platform
 
-    check = getattr(type(current_platform), "validate_environ", None) or envs.validate_environ
-    return lambda: check(False)
+    return getattr(type(current_platform), "validate_environ", None) or envs.validate_environ
 
 
 def _checked_names() -> set[str]:
@@ -69,11 +68,7 @@ def _checked_names() -> set[str]:
     import ast
     import textwrap
 
-    import vllm.envs as envs
-    from vllm.platforms import current_platform
-
-    check = getattr(type(current_platform), "validate_environ", None) or envs.validate_environ
-    tree = ast.parse(textwrap.dedent(inspect.getsource(check)))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(_environ_check())))
     return {
         node.value
         for node in ast.walk(tree)
@@ -90,7 +85,7 @@ def _call(name: str, getter, value: str | None):
     else:
         os.environ[name] = value
     try:
-        _validator()()
+        _environ_check()(False)
         return True, getter()
     except Exception as error:  # noqa: BLE001 - a refusal is what is recorded
         return False, error

@@ -24,26 +24,24 @@ from warmstart.workload import serving_images
 
 def _problem(config: EnvironmentConfig, refusal: Refusal) -> Problem:
     """A node OS's refusal, the aliases its fixes set raised to a release that ships the cluster's Kubernetes."""
-    fixes = tuple(fix for fix in (raise_aliases(config, fix) for fix in refusal.fixes) if fix is not None)
+    fixes = tuple(raise_aliases(config, fix) for fix in refusal.fixes)
     fix = refusal.fix
-    for before, after in zip(refusal.fixes, fixes, strict=False):
+    for before, after in zip(refusal.fixes, fixes, strict=True):
         for old, new in zip(before.edits, after.edits, strict=True):
             if old.path == "compute.ami_alias" and old.value != new.value:
                 fix = fix.replace(str(old.value), str(new.value))
     return Problem(refusal.field, refusal.message, fix, fixes, site=refusal.site)
 
 
-def raise_aliases(config: EnvironmentConfig, fix: Fix) -> Fix | None:
-    """The fix with any alias it sets raised to the cluster's Kubernetes floor (None: no release has an image)."""
-    edits = []
-    for edit in fix.edits:
-        if edit.path == "compute.ami_alias":
-            alias = alias_for_kubernetes(str(edit.value), config.cluster.kubernetes_version)
-            if alias is None:
-                return None
-            edit = Edit(edit.path, alias)
-        edits.append(edit)
-    return Fix(tuple(edits), fix.then_also)
+def raise_aliases(config: EnvironmentConfig, fix: Fix) -> Fix:
+    """The fix with any alias it sets raised to the cluster's Kubernetes floor."""
+    edits = tuple(
+        Edit(edit.path, alias_for_kubernetes(str(edit.value), config.cluster.kubernetes_version))
+        if edit.path == "compute.ami_alias"
+        else edit
+        for edit in fix.edits
+    )
+    return Fix(edits, fix.then_also)
 
 
 @rule()
@@ -108,7 +106,7 @@ def _snapshot_obstacle(config: EnvironmentConfig, obstacle) -> Problem:
     preload = config.image_preload
     karpenter = isinstance(config.compute, KarpenterCompute)
     kubernetes = config.cluster.kubernetes_version
-    aliases = [a for a in (alias_for_kubernetes(a, kubernetes) for a in snapshot_aliases()) if a is not None]
+    aliases = [alias_for_kubernetes(a, kubernetes) for a in snapshot_aliases()]
     pinned = " or ".join(f"ami_alias {alias} or later" for alias in aliases)
     # With a snapshot, parallel_pull is refused: an alternative that keeps it would be refused next.
     also = " and without parallel_pull (the snapshot holds the images)" if preload.parallel_pull else ""

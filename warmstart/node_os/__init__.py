@@ -28,7 +28,7 @@ def karpenter_node_os(alias: str) -> NodeOs:
     return KARPENTER_NODE_OSES[alias.split("@", 1)[0]](alias)
 
 
-def alias_for_kubernetes(alias: str, kubernetes_version: str) -> str | None:
+def alias_for_kubernetes(alias: str, kubernetes_version: str) -> str:
     """The alias, raised where its OS has no image of the cluster's Kubernetes version before some release."""
     return KARPENTER_NODE_OSES[alias.split("@", 1)[0]].alias_for_kubernetes(alias, kubernetes_version)
 

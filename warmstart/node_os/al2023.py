@@ -59,10 +59,6 @@ def release_table() -> dict[str, Any]:
     return json.loads(RELEASES_TABLE.read_text())
 
 
-def _minor_key(minor: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in minor.split("."))
-
-
 def ships(release: str, minor: str) -> bool | None:
     """Whether an AL2023 release has a GPU AMI for a Kubernetes minor: True, False, or None (not known). A release
     whose changelog section is not recorded yet takes it from its neighbours: it has a minor both recorded

@@ -80,8 +80,9 @@ class NodeOs(ABC):
         return None
 
     @classmethod
-    def alias_for_kubernetes(cls, alias: str, kubernetes_version: str) -> str | None:
-        """An alias of this OS that has an AMI for the cluster's Kubernetes version (None: no release has)."""
+    def alias_for_kubernetes(cls, alias: str, kubernetes_version: str) -> str:
+        """The alias raised, where the OS's table knows it, to a release with an AMI for the cluster's Kubernetes
+        version (a version newer than the table: the alias as it is)."""
         return alias
 
     def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Refusal | None:

@@ -33,8 +33,8 @@ SOCI_ON_ARRAY_SINCE = (1, 46, 0)
 # kubernetes-1.34 variants"), 1.35 in v1.53.0 (PR #4735, "Add new kubernetes 1.35 variants"), 1.36 in v1.61.0
 # (2026-05-18, PR #4827, "Add new Kubernetes 1.36 variants"); bottlerocket-project-website data/variants/ agrees for
 # 1.34 and 1.35 (its data ends at 1.57.x). Karpenter resolves the alias to /aws/service/bottlerocket/aws-k8s-
-# <version>[-nvidia]/<arch>/<release without v>/image_id, which does not exist for an older release. A version
-# missing here has no known release.
+# <version>[-nvidia]/<arch>/<release without v>/image_id, which does not exist for an older release. A Kubernetes
+# version missing here is newer than the table: a note (release_note), not a refusal.
 FIRST_RELEASE_FOR_KUBERNETES = {"1.34": (1, 47, 0), "1.35": (1, 53, 0), "1.36": (1, 61, 0)}
 # The newest Bottlerocket release seen (GitHub releases and bottlerocket.dev, read 2026-12-05): a newer one is taken
 # with a note, and make deploy's preflight checks its AMI exists.
@@ -93,7 +93,7 @@ class Bottlerocket(NodeOs):
         return None
 
     @classmethod
-    def alias_for_kubernetes(cls, alias: str, kubernetes_version: str) -> str | None:
+    def alias_for_kubernetes(cls, alias: str, kubernetes_version: str) -> str:
         """The alias raised to the first release that ships the cluster's Kubernetes version (a version newer than
         the table: the alias as it is); written x.y.z (Karpenter's default-bind check needs the three parts)."""
         floor = FIRST_RELEASE_FOR_KUBERNETES.get(kubernetes_version, ())
