@@ -178,7 +178,8 @@ def _choice_refusal(rule: dict, value: str, says: str) -> tuple[str, str, list[s
     if not wrong:
         return None
     close = {item: difflib.get_close_matches(fold(item), choices, n=1, cutoff=0.5) for item in wrong}
-    fixed = [close[item][0] if close.get(item) else None for item in items]
+    # The items it takes stay; each it refuses becomes its nearest choice (no fix where one has none).
+    fixed: list[str | None] = [item if item not in close else next(iter(close[item]), None) for item in items]
     suggestion = ",".join(c for c in fixed if c) if all(fixed) else None
     shown = ", ".join(choices) if len(choices) <= 12 else ", ".join(choices[:12]) + ", ..."
     return (

@@ -152,6 +152,13 @@ def test_a_variable_the_release_does_not_know_is_a_note():
         ("VLLM_WORKER_MULTIPROC_METHOD", "forkk", "one of fork, spawn", "fork"),
         # VLLM_ALLOW_LONG_MAX_MODEL_LEN: os.environ.get(...).strip().lower() in ("1", "true").
         ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "yes", "'yes' would turn it off, not on", "1"),
+        # env_set_with_choices: each comma-separated item one of its choices; the ones it takes are kept.
+        (
+            "VLLM_GPT_OSS_SYSTEM_TOOL_MCP_LABELS",
+            "container,web_serch_preview",
+            "'web_serch_preview' is not among them",
+            "container,web_search_preview",
+        ),
         # platforms/interface.py validate_environ (0.34.0): "Model Runner V1 has been removed".
         ("VLLM_USE_V2_MODEL_RUNNER", "0", "takes only '1'", "1"),
         # maybe_convert_json_str_or_file: JSON text or a JSON file's path.
