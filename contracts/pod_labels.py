@@ -15,6 +15,20 @@ MODEL_LABEL = "app.kubernetes.io/instance"
 GPU_POOL_LABEL = ("warmstart.io/gpu-pool", "gpu")
 
 
+# The taints of warmstart's GPU nodes. nvidia.com/gpu: the one every GPU pod in a cluster tolerates, so that nothing
+# else lands on a GPU node. warmstart's own: only warmstart's pods (and add-ons that tolerate every taint) land on its
+# nodes, so another team's GPU pods neither take the GPUs a model needs nor make Karpenter launch a node of
+# warmstart's pool for them (Karpenter launches a pool's node only for pods that tolerate the pool's taints).
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+POOL_TAINT = {"key": GPU_POOL_LABEL[0], "value": GPU_POOL_LABEL[1], "effect": "NoSchedule"}
+POOL_TAINTS = (GPU_TAINT, POOL_TAINT)
+
+
+def pool_tolerations() -> list[dict[str, str]]:
+    """What every pod that runs on warmstart's GPU nodes tolerates: the pool's taints, and nothing more."""
+    return [{"key": taint["key"], "operator": "Exists", "effect": taint["effect"]} for taint in POOL_TAINTS]
+
+
 def gpu_pool_selector() -> dict[str, str]:
     """The node selector of every pod that runs on warmstart's GPU nodes."""
     return {GPU_POOL_LABEL[0]: GPU_POOL_LABEL[1]}

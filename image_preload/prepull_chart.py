@@ -21,7 +21,7 @@ from constructs import Construct
 
 from contracts.agent_settings import AGENT_NAMESPACE
 from contracts.pod_labels import gpu_pool_selector
-from kube.gpu_nodes import GPU_TAINT
+from kube.gpu_nodes import pool_k8s_tolerations
 from kube.hardening import (
     NEEDS_API_TOKEN,
     NO_LIVENESS,
@@ -176,9 +176,7 @@ class ImageCacheChart(cdk8s.Chart):
                     metadata=k8s.ObjectMeta(labels=labels),
                     spec=isolated_pod_spec(
                         node_selector=gpu_pool_selector(),
-                        tolerations=[
-                            k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])
-                        ],
+                        tolerations=pool_k8s_tolerations(),
                         termination_grace_period_seconds=1,
                         automount_service_account_token=False,
                         security_context=pod_security(selinux_level=None),

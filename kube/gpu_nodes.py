@@ -11,23 +11,28 @@ from __future__ import annotations
 from typing import Any
 
 import cdk8s
+from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from contracts.pod_labels import gpu_pool_selector
+from contracts.pod_labels import POOL_TAINTS, gpu_pool_selector, pool_tolerations
 from warmstart.config import AutoModeCompute, GpuPool, ImagePreload, KarpenterCompute
 
 GPU_NODE_CLASS = "gpu"  # Auto Mode forbids a custom node class named "default"
-GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
 # In a cluster warmstart did not create, its cluster-wide objects carry its name: a team's own NodePool or node
 # class called `gpu` is never taken over (an apply would overwrite it, and a destroy delete it).
 EXISTING_CLUSTER_PREFIX = "warmstart-"
 
 
+def pool_k8s_tolerations() -> list[k8s.Toleration]:
+    """The pool's tolerations (contracts.pod_labels.pool_tolerations) for a chart's pod spec."""
+    return [k8s.Toleration(key=t["key"], operator=t["operator"], effect=t["effect"]) for t in pool_tolerations()]
+
+
 def device_plugin_placement() -> dict[str, Any]:
     """Where the NVIDIA device plugin must run: on every GPU node Karpenter launches (its GPU-manufacturer label;
-    the chart's default affinity needs Node Feature Discovery's labels), through the pool's taint."""
+    the chart's default affinity needs Node Feature Discovery's labels), through the pool's taints."""
     return {
-        "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}],
+        "tolerations": pool_tolerations(),
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -71,7 +76,7 @@ def gpu_node_pool_spec(pool: GpuPool, node_class_ref: dict[str, str]) -> dict[st
                     {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(pool.instance_types)},
                     {"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(pool.capacity_types)},
                 ],
-                "taints": [dict(GPU_TAINT)],
+                "taints": [dict(t) for t in POOL_TAINTS],
                 # Expiry is forceful (no replacement is started first; budgets do not hold it back, PDBs do):
                 # replicas run on separate nodes so one expiring node takes one replica. The grace period
                 # bounds how long PDBs may hold a node back (Karpenter v1.14 docs, concepts/disruption).

@@ -16,8 +16,13 @@ from constructs import Construct
 
 from contracts.agent_settings import WEIGHTS_LABEL_DOMAIN
 from contracts.node_layout import AGENT_STATE_FOLDER, DONE_MARKERS, done_marker_name
-from contracts.pod_labels import RESTORE_WAIT_CONTAINER, VLLM_CONTAINER, gpu_pool_selector, model_labels
-from kube.gpu_nodes import GPU_TAINT
+from contracts.pod_labels import (
+    RESTORE_WAIT_CONTAINER,
+    VLLM_CONTAINER,
+    gpu_pool_selector,
+    model_labels,
+)
+from kube.gpu_nodes import pool_k8s_tolerations
 from kube.hardening import (
     NOBODY,
     RUNS_AS_ROOT,
@@ -332,9 +337,9 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
         containers=[_vllm_container(plan, parts)],
         volumes=parts.volumes,
         node_selector=gpu_pool_selector(),
-        affinity=_node_affinity(plan),
-        topology_spread_constraints=_spread(plan),
-        tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
+        affinity=_affinity(plan),
+        topology_spread_constraints=_zone_spread(plan),
+        tolerations=pool_k8s_tolerations(),
         termination_grace_period_seconds=TERMINATION_GRACE_SECONDS,
     )
 
@@ -468,19 +473,29 @@ def _health_probes(plan: ModelPlan) -> tuple[k8s.Probe, k8s.Probe, k8s.Probe]:
     return startup, readiness, liveness
 
 
-def _spread(plan: ModelPlan) -> list[k8s.TopologySpreadConstraint] | None:
-    """Replicas on separate nodes (a node's expiry or drift takes one replica, never all), and over zones
-    where the pool has room."""
+def _separate_nodes(plan: ModelPlan) -> k8s.PodAntiAffinity | None:
+    """Replicas on separate nodes, the rollout's new pod included (a node's expiry or drift takes one replica,
+    never all). Required anti-affinity, not a hostname spread: a spread's skew counts only the nodes that exist, so
+    with one node it puts every replica there (kube-scheduler PodTopologySpread), where Karpenter and the scheduler
+    both keep anti-affine pods apart, launching a node when none is free."""
+    if plan.model.least_replicas < 2:
+        return None
+    return k8s.PodAntiAffinity(
+        required_during_scheduling_ignored_during_execution=[
+            k8s.PodAffinityTerm(
+                topology_key="kubernetes.io/hostname",
+                label_selector=k8s.LabelSelector(match_labels=model_labels(plan.model.name)),
+            )
+        ]
+    )
+
+
+def _zone_spread(plan: ModelPlan) -> list[k8s.TopologySpreadConstraint] | None:
+    """Replicas over zones where the pool has room (a preference: a zone without capacity never blocks a pod)."""
     if plan.model.least_replicas < 2:
         return None
     selector = k8s.LabelSelector(match_labels=model_labels(plan.model.name))
     return [
-        k8s.TopologySpreadConstraint(
-            max_skew=1,
-            topology_key="kubernetes.io/hostname",
-            when_unsatisfiable="DoNotSchedule",
-            label_selector=selector,
-        ),
         k8s.TopologySpreadConstraint(
             max_skew=1,
             topology_key="topology.kubernetes.io/zone",
@@ -511,7 +526,15 @@ def wait_for_restore(plan: ModelPlan) -> k8s.Container:
     )
 
 
-def _node_affinity(plan: ModelPlan) -> k8s.Affinity | None:
+def _affinity(plan: ModelPlan) -> k8s.Affinity | None:
+    node = _node_affinity(plan)
+    apart = _separate_nodes(plan)
+    if node is None and apart is None:
+        return None
+    return k8s.Affinity(node_affinity=node, pod_anti_affinity=apart)
+
+
+def _node_affinity(plan: ModelPlan) -> k8s.NodeAffinity | None:
     """Required: the model's instance types (when restricted). Preferred, never required: nodes that hold
     its weights, so pods land warm when they can and still start anywhere else."""
     required = None
@@ -545,9 +568,7 @@ def _node_affinity(plan: ModelPlan) -> k8s.Affinity | None:
         ]
     if required is None and preferred is None:
         return None
-    return k8s.Affinity(
-        node_affinity=k8s.NodeAffinity(
-            required_during_scheduling_ignored_during_execution=required,
-            preferred_during_scheduling_ignored_during_execution=preferred,
-        )
+    return k8s.NodeAffinity(
+        required_during_scheduling_ignored_during_execution=required,
+        preferred_during_scheduling_ignored_during_execution=preferred,
     )

@@ -29,7 +29,7 @@ from contracts.agent_settings import (
 from contracts.pod_labels import gpu_pool_selector
 from contracts.start_record import starts_config_map_name
 from kube.admission import deny_policy
-from kube.gpu_nodes import GPU_TAINT
+from kube.gpu_nodes import pool_k8s_tolerations
 from kube.hardening import (
     NEEDS_API_TOKEN,
     RUNS_AS_ROOT,
@@ -355,7 +355,7 @@ def _agent_pod(
         # The same MCS level as the vLLM pods: files restored by one are readable by the other under SELinux.
         security_context=pod_security(),
         node_selector=gpu_pool_selector(),
-        tolerations=[k8s.Toleration(key=GPU_TAINT["key"], operator="Exists", effect=GPU_TAINT["effect"])],
+        tolerations=pool_k8s_tolerations(),
         termination_grace_period_seconds=30,
         containers=[
             k8s.Container(

@@ -18,7 +18,8 @@ from stacks.components.source import applies_objects
 from warmstart.agent_config import agent_settings, metrics_scraper_cidrs
 from warmstart.catalog import default_catalog
 from warmstart.config import EnvironmentConfig
-from warmstart.workload import compile_cache_root, pod_records_root, serving_images, weights_root
+from warmstart.node_caches import serving_images
+from warmstart.workload import compile_cache_root, pod_records_root, weights_root
 
 
 class ClusterStack(Stack):

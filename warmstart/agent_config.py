@@ -12,8 +12,9 @@ from contracts.agent_settings import (
 )
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
+from warmstart.node_caches import weights_cached
 from warmstart.sizing import candidate_instances, nvme_mount
-from warmstart.workload import plan_model, weights_cached, weights_root
+from warmstart.workload import plan_model, weights_root
 
 
 def agent_settings(config: EnvironmentConfig, catalog: Catalog) -> AgentSettings:

@@ -29,6 +29,7 @@ class InstanceSpec(_Frozen):
     vcpus: PositiveInt
     memory_gib: PositiveInt
     network_gbit_per_s: PositiveFloat
+    max_pods: PositiveInt  # Karpenter's ENI-limited pod count: its kube-reserved memory grows with it
     nvme_read_gb_per_s: PositiveFloat | None = None  # only where a published figure applies
 
 
@@ -45,6 +46,7 @@ class GpuInstance(_Frozen):
     vcpus: int
     memory_gib: int
     network_gbit_per_s: float
+    max_pods: int
     nvme_read_gb_per_s: float | None = None
 
     @property
@@ -96,6 +98,7 @@ class Catalog(_Frozen):
             vcpus=spec.vcpus,
             memory_gib=spec.memory_gib,
             network_gbit_per_s=spec.network_gbit_per_s,
+            max_pods=spec.max_pods,
             nvme_read_gb_per_s=spec.nvme_read_gb_per_s,
         )
 

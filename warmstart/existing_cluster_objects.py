@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from contracts.pod_labels import GPU_POOL_LABEL
+from contracts.pod_labels import GPU_POOL_LABEL, POOL_TAINTS
 from warmstart.config import EnvironmentConfig, KarpenterCompute
 
 # Karpenter's label on every node it launches, from the instance type (karpenter-provider-aws v1.14.1 labels.go).
@@ -34,7 +34,7 @@ def field(document: Any, *path: str) -> Any:
     return document
 
 
-def _items(answer: Any) -> list[dict]:
+def items_of(answer: Any) -> list[dict]:
     items = field(answer, "items")
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
@@ -47,7 +47,7 @@ def _containers(item: dict) -> list[dict]:
 def _named(daemonsets: Any, namespace: str, name: str) -> bool:
     return any(
         field(d, "metadata", "namespace") == namespace and field(d, "metadata", "name") == name
-        for d in _items(daemonsets)
+        for d in items_of(daemonsets)
     )
 
 
@@ -94,7 +94,7 @@ def _policy_switch(values: Any) -> bool:
 
 def _aws_node_enforces(daemonsets: Any) -> bool | None:
     """The self-managed VPC CNI's `aws-network-policy-agent --enable-network-policy=true`; None: no aws-node."""
-    aws_node = [d for d in _items(daemonsets) if field(d, "metadata", "name") == "aws-node"]
+    aws_node = [d for d in items_of(daemonsets) if field(d, "metadata", "name") == "aws-node"]
     if not aws_node:
         return None
     for container in _containers(aws_node[0]):
@@ -137,14 +137,22 @@ def network_policy_findings(config: EnvironmentConfig, addon: Any, daemonsets: A
     return [Finding(ignored, fix)], []
 
 
-def _tolerates_gpu_taint(pod_spec: Any) -> bool:
-    for toleration in field(pod_spec, "tolerations") or []:
-        if not isinstance(toleration, dict) or toleration.get("effect") not in (None, "", "NoSchedule"):
-            continue
-        key, operator = toleration.get("key"), toleration.get("operator", "Equal")
-        if (key in (None, "") and operator == "Exists") or (key == "nvidia.com/gpu" and operator == "Exists"):
-            return True
-    return False
+def _tolerates(toleration: Any, taint: dict[str, str]) -> bool:
+    """The scheduler's rule (k8s.io/api core/v1 Toleration.ToleratesTaint): an empty effect matches every effect;
+    an empty key with Exists matches every taint; Exists matches the key, Equal (the default) key and value."""
+    if not isinstance(toleration, dict) or toleration.get("effect") not in (None, "", taint["effect"]):
+        return False
+    key, operator = toleration.get("key"), toleration.get("operator") or "Equal"
+    if key in (None, ""):
+        return operator == "Exists"
+    if key != taint["key"]:
+        return False
+    return operator == "Exists" or (operator == "Equal" and toleration.get("value", "") == taint.get("value", ""))
+
+
+def tolerates_pool_taints(pod_spec: Any) -> bool:
+    tolerations = field(pod_spec, "tolerations") or []
+    return all(any(_tolerates(t, taint) for t in tolerations) for taint in POOL_TAINTS)
 
 
 def _matches(expression: Any, labels: dict[str, str]) -> bool:
@@ -196,7 +204,7 @@ def device_plugin_findings(config: EnvironmentConfig, daemonsets: Any) -> tuple[
         return [], ["the cluster's DaemonSets could not be read: the NVIDIA device plugin was not checked"]
     plugins = [
         d
-        for d in _items(daemonsets)
+        for d in items_of(daemonsets)
         if any(DEVICE_PLUGIN_IMAGE in str(c.get("image")) for c in _containers(d))
         or "nvidia-device-plugin" in str(field(d, "metadata", "name"))
     ]
@@ -212,24 +220,25 @@ def device_plugin_findings(config: EnvironmentConfig, daemonsets: Any) -> tuple[
     if existing.nvidia_device_plugin != "present":
         return [], []
     labels = gpu_node_labels(config)
+    taints = " and ".join(f"{t['key']}:{t['effect']}" for t in POOL_TAINTS)
     if any(
-        _tolerates_gpu_taint(field(d, "spec", "template", "spec"))
+        tolerates_pool_taints(field(d, "spec", "template", "spec"))
         and runs_on(field(d, "spec", "template", "spec"), labels)
         for d in plugins
     ):
         return [], []
     what = (
-        f"the NVIDIA device plugin ({names}) would not run on warmstart's GPU nodes (their nvidia.com/gpu:NoSchedule "
-        "taint, or a node affinity their labels do not meet)"
+        f"the NVIDIA device plugin ({names}) would not run on warmstart's GPU nodes (their taints {taints}, or a "
+        "node affinity their labels do not meet)"
         if plugins
         else "no NVIDIA device plugin runs in the cluster"
     )
     return [
         Finding(
             f"{what}: no node would offer nvidia.com/gpu, and every model pod would stay Pending",
-            "set cluster.existing.nvidia_device_plugin: add (warmstart installs NVIDIA's chart with that toleration "
-            f"and node affinity), or give your plugin a toleration of nvidia.com/gpu:NoSchedule and node affinity "
-            f"that admits {GPU_MANUFACTURER_LABEL}=nvidia",
+            "set cluster.existing.nvidia_device_plugin: add (warmstart installs NVIDIA's chart with those "
+            f"tolerations and node affinity), or give your plugin tolerations of {taints} (operator: Exists) and node "
+            f"affinity that admits {GPU_MANUFACTURER_LABEL}=nvidia",
         )
     ], []
 
@@ -247,7 +256,7 @@ def _karpenter_controllers(deployments: Any) -> list[tuple[str, dict]]:
     """(namespace, controller container) of every Karpenter Deployment."""
     return [
         (str(field(item, "metadata", "namespace")), container)
-        for item in _items(deployments)
+        for item in items_of(deployments)
         if field(item, "metadata", "labels", "app.kubernetes.io/name") == "karpenter"
         for container in _containers(item)
         if container.get("name") == "controller"

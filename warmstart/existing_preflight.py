@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from warmstart import existing_cluster_objects as objects
+from warmstart.catalog import default_catalog
 from warmstart.config import (
     SUPPORTED_KUBERNETES_VERSIONS,
     AutoModeCompute,
@@ -23,6 +24,7 @@ from warmstart.config import (
     KarpenterCompute,
 )
 from warmstart.existing_cluster_objects import Finding, field
+from warmstart.existing_daemonsets import daemonset_findings
 
 Runner = Callable[[list[str]], tuple[int, str, str]]
 # Authentication modes that accept access entries (EKS API, AccessConfigResponse.authenticationMode).
@@ -419,6 +421,7 @@ def _read_in_cluster(config: EnvironmentConfig, cluster: dict, run: Runner) -> t
         objects.pod_identity_findings(config, _addon(config, run, "eks-pod-identity-agent"), daemonsets),
         objects.network_policy_findings(config, _addon(config, run, "vpc-cni"), daemonsets),
         objects.device_plugin_findings(config, daemonsets),
+        daemonset_findings(config, default_catalog(), daemonsets),
         objects.karpenter_findings(config, deployments),
     ]
     if compute.existing_controller is not None:

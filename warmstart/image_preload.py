@@ -24,8 +24,9 @@ import re
 import shlex
 
 from warmstart.config import GIB, EnvironmentConfig, KarpenterCompute
+from warmstart.node_caches import serving_images
 from warmstart.node_os import release
-from warmstart.workload import images_gb, serving_images
+from warmstart.workload import images_gb
 
 # kubelet image garbage collection (KubeletConfiguration defaults, Kubernetes 1.35): above 85% use of the
 # image filesystem it deletes unused images until 80% is reached. A pre-loaded image no pod runs yet is unused,

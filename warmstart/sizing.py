@@ -63,8 +63,9 @@ def ephemeral_storage_below_nvme(compute: AutoModeCompute, instance: GpuInstance
     return ephemeral_storage_bytes(compute) < instance.nvme_bytes
 
 
-# Share of a node's CPU and memory a GPU pod may request by default: the rest is kubelet/system reserve
-# and the warmstart DaemonSets.
+# Share of a node's CPU and memory a GPU pod may request by default: the rest leaves room for kube-reserved, the
+# eviction threshold and the DaemonSets, which the node model takes first (every catalog type's defaults fit what its
+# node offers: tests/unit/test_node_model.py).
 POD_SHARE_OF_NODE = 0.75
 
 

@@ -16,6 +16,7 @@ from contracts.cache_key import ModelFactors
 from contracts.node_layout import COMPILE_CACHE_CONTENT, model_cache_folder
 from warmstart.catalog import Catalog
 from warmstart.config import GIB, EnvironmentConfig, ModelSpec
+from warmstart.node_caches import compile_cached, serving_images, weights_cached
 from warmstart.placement import rollout_placement
 from warmstart.sizing import candidate_instances, default_requests, nvme_mount, tensor_parallel_size
 from warmstart.vllm_release import facts_for, serving_torch, version_key
@@ -116,10 +117,6 @@ def image_gate_name(image: str, revision: str) -> str:
     return f"image-gate-{digest[:12]}"
 
 
-def serving_images(config: EnvironmentConfig) -> list[str]:
-    return sorted({m.image for m in config.models})
-
-
 def images_gb(config: EnvironmentConfig) -> float:
     """Disk the serving images take on a node (caches.image_size_gb each, unpacked)."""
     return len(serving_images(config)) * config.caches.image_size_gb
@@ -129,10 +126,6 @@ def images_on_data_volume(config: EnvironmentConfig) -> bool:
     """In snapshot mode containerd stays on the Bottlerocket data volume (made from the snapshot); only the
     kubelet's folders and pod logs move to the NVMe array."""
     return config.image_preload.strategy.boots_with_images
-
-
-def weights_cached(model: ModelSpec, config: EnvironmentConfig) -> bool:
-    return config.caches.weights if model.weights_cache is None else model.weights_cache
 
 
 def nvme_need_gb(config: EnvironmentConfig, cached_models: list[ModelSpec]) -> float:
@@ -254,7 +247,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
     concurrency = streamer_concurrency(model.size_gb, streamer.chunk_bytes, streamer.max_concurrency)
     distributed = tensor_parallel > 1
     default_cpu, default_memory = default_requests(instances, tensor_parallel)
-    compile_cache = config.caches.compile and not model.enforce_eager
+    compile_cache = compile_cached(model, config)
     factors = model_factors(model, config, catalog)
     node_total = distributed and limit_is_node_total(facts_for(model).image["streamer"])
     warnings = []

@@ -1,23 +1,34 @@
 """Nodes for the control-plane tier: Node objects as a GPU node launched by warmstart's NodePool (or any other node)
-registers, with the labels, taints and allocatable of the catalog's instance type. No kubelet runs: `mark_running`
-plays kubelet's part for the pods that must serve (phase Running, Ready)."""
+registers, with the labels and taints of the pool and the capacity and allocatable the node model computes for the
+instance type (warmstart/node_model.py: Karpenter's formulas). No kubelet runs: `mark_running` plays kubelet's part
+for the pods that must serve (phase Running, Ready)."""
 
 from __future__ import annotations
 
 import time
 
-from contracts.pod_labels import GPU_POOL_LABEL
-from kube.gpu_nodes import GPU_TAINT, gpu_node_pool_name
+from contracts.pod_labels import GPU_POOL_LABEL, POOL_TAINTS
+from kube.gpu_nodes import gpu_node_pool_name
 from tests.cluster.api import Api
 from warmstart.catalog import default_catalog
+from warmstart.node_model import allocatable, capacity, max_pods
+
+# Karpenter labels a GPU node with its GPU's maker (karpenter-provider-aws v1.14.1 pkg/apis/v1/labels.go); Auto Mode
+# with its own domain, and every Auto Mode node with its compute type (the add-ons' manifests keep off those).
+GPU_MANUFACTURER_LABELS = {
+    "karpenter": {"karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"},
+    "auto": {"eks.amazonaws.com/instance-gpu-manufacturer": "nvidia", "eks.amazonaws.com/compute-type": "auto"},
+}
 
 
 def gpu_node(
     name: str, instance_type: str, *, zone: str, mode: str, capacity_type: str = "on-demand"
 ) -> tuple[dict, dict]:
     """A GPU node of warmstart's pool: (the Node, its status). Labels as Karpenter sets them (the pool's template
-    labels, its well-known labels), the pool's taint, the instance type's GPUs, vCPUs and memory."""
+    labels, its well-known labels), the pool's taints, the instance type's GPUs, and the capacity and allocatable
+    Karpenter predicts for it (a mode outside warmstart's, e.g. another team's pool, is taken as Karpenter's)."""
     instance = default_catalog().instance(instance_type)
+    karpenter_or_auto = "auto" if mode == "auto" else "karpenter"
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -27,21 +38,24 @@ def gpu_node(
         "karpenter.sh/nodepool": gpu_node_pool_name(mode),
         "karpenter.sh/capacity-type": capacity_type,
         GPU_POOL_LABEL[0]: GPU_POOL_LABEL[1],
+        **GPU_MANUFACTURER_LABELS[karpenter_or_auto],
     }
     node = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"taints": [dict(GPU_TAINT)]},
+        "spec": {"taints": [dict(t) for t in POOL_TAINTS]},
     }
-    resources = {
-        "cpu": str(instance.vcpus),
-        "memory": f"{instance.memory_gib}Gi",
+    total, offered = capacity(instance), allocatable(instance, karpenter_or_auto)
+    shared = {
         "nvidia.com/gpu": str(instance.gpu_count),
-        "pods": "110",
+        "pods": str(max_pods(instance, karpenter_or_auto)),
         "ephemeral-storage": f"{instance.nvme_gb}G",
     }
-    return node, _status(resources)
+    return node, _status(
+        {"cpu": f"{total.cpu_millis}m", "memory": f"{total.memory_mib}Mi", **shared},
+        {"cpu": f"{offered.cpu_millis}m", "memory": f"{offered.memory_mib}Mi", **shared},
+    )
 
 
 def plain_node(
@@ -62,13 +76,14 @@ def plain_node(
             },
         },
     }
-    return node, _status({"cpu": str(cpu), "memory": f"{memory_gib}Gi", "pods": "110", "ephemeral-storage": "100G"})
+    resources = {"cpu": str(cpu), "memory": f"{memory_gib}Gi", "pods": "110", "ephemeral-storage": "100G"}
+    return node, _status(resources, resources)
 
 
-def _status(resources: dict) -> dict:
+def _status(capacity: dict, allocatable: dict) -> dict:
     return {
-        "capacity": resources,
-        "allocatable": resources,
+        "capacity": capacity,
+        "allocatable": allocatable,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "stand-in"}],
     }
 

@@ -1,6 +1,6 @@
-"""The vLLM pods on the real scheduler and controller manager, prod's objects applied: fake nodes carry the labels,
-taints and allocatable of the catalog's instance types (tests/cluster/nodes.py). The pods land only on the GPU pool's
-nodes of the model's instance types, replicas spread over nodes (and zones, where they can), and a node that holds a
+"""The vLLM pods on the real scheduler and controller manager, prod's objects applied: fake nodes carry the pool's
+labels and taints and the node model's allocatable (tests/cluster/nodes.py). The pods land only on the GPU pool's
+nodes of the model's instance types, replicas on separate nodes (and zones, where they can), and a node that holds a
 model's weights wins the placement of that model's next pod."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from contracts.agent_settings import WEIGHTS_LABEL_DOMAIN
-from contracts.pod_labels import GPU_POOL_LABEL, vllm_pod_selector
+from contracts.pod_labels import GPU_POOL_LABEL, GPU_TAINT, vllm_pod_selector
 from tests.cluster.api import Api
 from tests.cluster.crds import crds_for
 from tests.cluster.environment import apply_all, create_pod, pod_of, rendered_objects, wait_until
@@ -29,9 +29,10 @@ def cluster(start_module_plane, tmp_path_factory):
     api = Api(start_module_plane(controllers=True))
     for name, zone in GPU_NODES.items():
         register(api, *gpu_node(name, "p5.48xlarge", zone=zone, mode=prod.config.compute.mode))
-    # Not the pool's: a GPU node of another pool (same taint, no pool label) and the system nodes.
+    # Not the pool's: a GPU node of another pool (the GPU taint only, no pool label) and the system nodes.
     other, status = gpu_node("other-pool", "p5e.48xlarge", zone="us-east-1a", mode="other")
     del other["metadata"]["labels"][GPU_POOL_LABEL[0]]
+    other["spec"]["taints"] = [dict(GPU_TAINT)]
     register(api, other, status)
     for index, zone in enumerate(("us-east-1a", "us-east-1b")):
         register(api, *plain_node(f"system-{index}", zone=zone))
@@ -71,7 +72,7 @@ def test_replicas_spread_over_nodes_and_zones(cluster):
     wait_until(lambda: _all_bound(api, models), timeout=120, what="every vLLM pod scheduled")
     for name in models:
         nodes = [p["spec"]["nodeName"] for p in _vllm_pods(api, name)]
-        assert len(set(nodes)) == len(nodes), (name, nodes)  # DoNotSchedule on hostname
+        assert len(set(nodes)) == len(nodes), (name, nodes)  # required anti-affinity on hostname
         zones = {GPU_NODES[n] for n in nodes}
         assert len(zones) == len(nodes), (name, nodes)  # ScheduleAnyway on zone: three zones have room
 

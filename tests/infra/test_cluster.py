@@ -60,7 +60,10 @@ def test_auto_mode_cluster_uses_our_node_role_and_gpu_node_class(dev):
 def test_gpu_node_pool_is_tainted_and_limited_to_the_configured_types(shipped):
     (node_pool,) = of_kind(shipped.manifests(), "NodePool")
     spec = node_pool["spec"]
-    assert spec["template"]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert spec["template"]["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+        {"key": "warmstart.io/gpu-pool", "value": "gpu", "effect": "NoSchedule"},
+    ]
     requirements = {r["key"]: r["values"] for r in spec["template"]["spec"]["requirements"]}
     pool = shipped.config.compute.gpu_pool
     assert requirements["node.kubernetes.io/instance-type"] == pool.instance_types
@@ -412,12 +415,16 @@ def test_node_replacement_takes_one_node_at_a_time_within_a_bounded_grace(shippe
     least = {m.name: m.least_replicas for m in shipped.config.models}
     for deployment in of_kind(shipped.manifests(), "Deployment"):
         replicas = deployment["spec"].get("replicas", least[deployment["metadata"]["namespace"]])  # autoscaled
-        spread = deployment["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
+        pod = deployment["spec"]["template"]["spec"]
+        spread = pod.get("topologySpreadConstraints", [])
         if replicas > 1:
-            by_key = {c["topologyKey"]: c["whenUnsatisfiable"] for c in spread}
-            assert by_key == {
-                "kubernetes.io/hostname": "DoNotSchedule",
-                "topology.kubernetes.io/zone": "ScheduleAnyway",
+            # Separate nodes by required anti-affinity (a hostname spread lets replicas share the only node);
+            # zones by a preference.
+            (apart,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert apart["topologyKey"] == "kubernetes.io/hostname"
+            assert apart["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+            assert {c["topologyKey"]: c["whenUnsatisfiable"] for c in spread} == {
+                "topology.kubernetes.io/zone": "ScheduleAnyway"
             }
             assert all(
                 c["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"] for c in spread

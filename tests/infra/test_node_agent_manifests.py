@@ -6,6 +6,12 @@ from contracts.agent_settings import AgentSettings
 from tests.manifests import of_kind
 from tests.synth import ROOT
 
+# What every pod on the GPU nodes tolerates: the GPU taint and warmstart's own (contracts/pod_labels.py).
+POOL_TOLERATIONS = [
+    {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"},
+    {"effect": "NoSchedule", "key": "warmstart.io/gpu-pool", "operator": "Exists"},
+]
+
 
 def _agent_objects(synthesized) -> list[dict]:
     return [
@@ -19,7 +25,7 @@ def test_daemon_set_runs_on_gpu_nodes_with_the_node_cache_mounted(shipped):
     (daemon_set,) = of_kind(_agent_objects(shipped), "DaemonSet")
     pod = daemon_set["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"warmstart.io/gpu-pool": "gpu"}
-    assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert pod["tolerations"] == POOL_TOLERATIONS
     volumes = {v["name"]: v for v in pod["volumes"]}
     mount = {"auto": "/mnt/.ephemeral", "karpenter": "/mnt/k8s-disks/0"}[shipped.config.compute.mode]
     assert volumes["compile-cache"]["hostPath"] == {"path": f"{mount}/compile-cache", "type": "DirectoryOrCreate"}
@@ -178,7 +184,7 @@ def test_agent_image_is_an_asset_built_at_deploy_from_the_runtimes_it_runs_and_t
 
 
 def test_agent_mounts_the_weights_root_only_when_a_model_caches_weights(shipped):
-    from warmstart.workload import weights_cached
+    from warmstart.node_caches import weights_cached
 
     (daemon_set,) = of_kind(_agent_objects(shipped), "DaemonSet")
     volumes = {v["name"]: v for v in daemon_set["spec"]["template"]["spec"]["volumes"]}
@@ -191,7 +197,7 @@ def test_agent_mounts_the_weights_root_only_when_a_model_caches_weights(shipped)
 
 
 def test_agent_reads_only_the_prefixes_of_models_it_caches_and_writes_none(shipped):
-    from warmstart.workload import weights_cached
+    from warmstart.node_caches import weights_cached
 
     template = shipped.template_json("cluster")
     policies = [

@@ -12,6 +12,12 @@ from tests.synth import SHIPPED_ENVIRONMENTS
 
 PRUNE_LABEL = "aws.cdk.eks/prune-"
 
+# What every pod on the GPU nodes tolerates: the GPU taint and warmstart's own (contracts/pod_labels.py).
+POOL_TOLERATIONS = [
+    {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"},
+    {"effect": "NoSchedule", "key": "warmstart.io/gpu-pool", "operator": "Exists"},
+]
+
 
 @pytest.fixture(scope="session")
 def dist(synthesized_env, tmp_path_factory):
@@ -103,7 +109,7 @@ def test_pod_spec_auto_mode(dev):
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     assert "topologySpreadConstraints" not in pod  # one replica (accepted in dev.yaml): nothing to spread
     assert pod["nodeSelector"] == {"warmstart.io/gpu-pool": "gpu"}
-    assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert pod["tolerations"] == POOL_TOLERATIONS
     assert pod["serviceAccountName"] == "vllm"
 
 
@@ -328,4 +334,4 @@ def test_one_image_cache_per_distinct_serving_image(shipped):
         (hold,) = pod["containers"]
         assert hold["image"] == shipped.config.caches.pause_image
         assert pod["nodeSelector"] == {"warmstart.io/gpu-pool": "gpu"}
-        assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+        assert pod["tolerations"] == POOL_TOLERATIONS

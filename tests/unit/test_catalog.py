@@ -142,6 +142,7 @@ def test_catalog_rejects_an_instance_of_an_unknown_gpu():
                         "vcpus": 192,
                         "memory_gib": 2048,
                         "network_gbit_per_s": 3200,
+                        "max_pods": 100,
                     }
                 },
             }

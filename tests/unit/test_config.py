@@ -139,6 +139,7 @@ def test_nvme_rule_applies_only_with_the_weights_cache_on():
                     "vcpus": 192,
                     "memory_gib": 2048,
                     "network_gbit_per_s": 3200,
+                    "max_pods": 100,
                 }
             },
         }

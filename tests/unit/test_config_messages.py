@@ -307,7 +307,8 @@ def test_a_gpu_limit_below_the_replicas_and_the_surge_is_refused_with_fixes_that
     assert problem.message == (
         "39 is below what the models need: 40 GPUs of nodes, placed as the scheduler could: 3 x p5.48xlarge "
         "(llama-3-3-70b x1 + qwen3-6-35b-a3b x1), 2 x p5.48xlarge (llama-3-3-70b x1) (autoscaled at max_replicas: "
-        "llama-3-3-70b), with the pod each model's rollout starts first"
+        "llama-3-3-70b), with the pod each model's rollout starts first; per node, p5.48xlarge: 191.199 CPU, 1891.9 "
+        "GiB for models (allocatable 191.45 CPU, 1892.9 GiB, less 6 DaemonSet pods' 0.251 CPU, 1 GiB)"
     )
     assert problem.fix == "set gpu_limit to at least 40, or set surge: false (rollouts then replace one pod at a time)"
     for alternative in ({"gpu_limit": 40}, {"surge": False}):  # each alternative, applied alone, is accepted

@@ -430,6 +430,22 @@ def test_a_device_plugin_that_would_not_run_on_the_gpu_nodes_is_a_finding():
     untolerated = daemonset("nvdp", image="nvcr.io/nvidia/k8s-device-plugin:v0.19.0")
     found, _ = findings(present, kubectl_daemonsets={"items": [untolerated]})
     assert len(found) == 1 and "nvidia.com/gpu:NoSchedule" in found[0]
+    # The GPU taint alone is not enough: warmstart's nodes carry its own too.
+    gpu_taint_only = daemonset(
+        "nvdp",
+        image="nvcr.io/nvidia/k8s-device-plugin:v0.19.0",
+        **{**device_plugin_placement(), "tolerations": NVIDIA_CHART_DEFAULTS["tolerations"]},
+    )
+    found, _ = findings(present, kubectl_daemonsets={"items": [gpu_taint_only]})
+    assert len(found) == 1 and "warmstart.io/gpu-pool:NoSchedule (operator: Exists)" in found[0]
+    equal = [
+        *NVIDIA_CHART_DEFAULTS["tolerations"],
+        {"key": "warmstart.io/gpu-pool", "value": "gpu", "effect": "NoSchedule"},
+    ]
+    tolerated = daemonset(
+        "nvdp", image="nvcr.io/nvidia/k8s-device-plugin:v0.19.0", **{**device_plugin_placement(), "tolerations": equal}
+    )
+    assert findings(present, kubectl_daemonsets={"items": [tolerated]}) == ([], [])
     found, _ = findings(present)
     assert len(found) == 1 and "no NVIDIA device plugin runs" in found[0]
     # add, where one runs already: a second would advertise the GPUs twice.
@@ -597,3 +613,75 @@ def test_a_cluster_version_warmstart_does_not_support_asks_for_an_upgrade():
 def test_a_private_endpoint_the_cluster_has_turned_off_is_a_finding():
     found, _ = findings(**{"describe-cluster": {"cluster": cluster(resourcesVpcConfig__endpointPrivateAccess=False)}})
     assert len(found) == 1 and "endpointPrivateAccess=true" in found[0]
+
+
+def _everywhere(name: str, namespace: str, *containers: dict, inits: tuple[dict, ...] = ()) -> dict:
+    """A DaemonSet that tolerates every taint (as log shippers and node agents do): it lands on warmstart's nodes."""
+    spec = {"containers": list(containers), "tolerations": [{"operator": "Exists"}]}
+    if inits:
+        spec["initContainers"] = list(inits)
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"template": {"spec": spec}}}
+
+
+def _asking(cpu: str, memory: str) -> dict:
+    return {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+
+
+def test_the_clusters_own_daemonsets_on_warmstarts_nodes_are_counted_against_the_budget():
+    """existing's qwen: TP 2, 2 replicas and their rollout pod on p5.48xlarge (24 GPUs of nodes at gpu_limit 24).
+    A DaemonSet within what the model counts for the add-ons changes nothing; one that leaves a node too little for
+    two pods is a note while the placement still fits, and a finding once it does not."""
+    from warmstart.catalog import default_catalog
+    from warmstart.existing_daemonsets import daemonset_findings
+
+    catalog = default_catalog()
+    small = _everywhere("fluent-bit", "logging", _asking("100m", "0"))
+    assert daemonset_findings(CONFIG, catalog, {"items": [small]}) == ([], [])
+    shipper = _everywhere("fluent-bit", "logging", _asking("500m", "512Mi"), inits=(_asking("2", "64Mi"),))
+    found, notes = daemonset_findings(CONFIG, catalog, {"items": [shipper]})
+    assert found == [] and "request 2 CPU, 0.5 GiB a node" in notes[0] and "still fit gpu_limit 24" in notes[0]
+    # Its own (warmstart-system), or one that keeps off the pool's nodes, is not the cluster's extra.
+    ours = _everywhere("warmstart-agent", "warmstart-system", _asking("180", "1Ti"))
+    kept_off = _everywhere("fluent-bit", "logging", _asking("180", "1Ti"))
+    kept_off["spec"]["template"]["spec"]["nodeSelector"] = {"team": "research"}
+    assert daemonset_findings(CONFIG, catalog, {"items": [ours, kept_off]}) == ([], [])
+    # A node left with too little for a pod: refused, with the way out.
+    hungry = _everywhere("scanner", "security", _asking("160", "0"))  # leaves 31.35 CPUs; qwen asks 36
+    (finding,), _ = daemonset_findings(CONFIG, catalog, {"items": [hungry]})
+    assert "no longer fits a node" in finding.what
+    assert "warmstart.io/gpu-pool (node affinity DoesNotExist)" in finding.fix
+    # make diff and make deploy read them through the cluster's API.
+    found, _ = findings(kubectl_daemonsets={"items": [hungry]})
+    assert len(found) == 1 and "(security/scanner) request 160 CPU" in found[0]
+
+
+def test_the_clusters_daemonsets_can_push_the_models_past_gpu_limit():
+    from warmstart.catalog import default_catalog
+    from warmstart.existing_daemonsets import daemonset_findings
+
+    prod = load_config(ROOT / "config" / "prod.yaml")
+    at_the_limit = prod.model_copy(
+        update={
+            "compute": prod.compute.model_copy(
+                update={"gpu_pool": prod.compute.gpu_pool.model_copy(update={"gpu_limit": 40})}
+            )
+        }
+    )
+    # prod's llama and qwen share nodes at 72 + 36 CPUs; 90 more CPUs a node leave room for one of them: 64 GPUs.
+    heavy = _everywhere("agent", "monitoring", _asking("90", "0"))
+    (finding,), _ = daemonset_findings(at_the_limit, default_catalog(), {"items": [heavy]})
+    assert "need 64 GPUs of nodes" in finding.what and "above gpu_limit 40" in finding.what
+    assert "set compute.gpu_pool.gpu_limit to at least 64" in finding.fix
+
+
+@pytest.mark.parametrize(
+    "requests",
+    [{"cpu": "1e3"}, {"cpu": "-1"}, {"memory": "1Pi0"}, {"cpu": ["1"]}, {"memory": "9" * 40}, "not a mapping"],
+)
+def test_hostile_daemonset_requests_are_a_note_never_a_guess(requests):
+    from warmstart.catalog import default_catalog
+    from warmstart.existing_daemonsets import daemonset_findings
+
+    odd = _everywhere("odd", "kube-system", {"name": "c", "resources": {"requests": requests}})
+    found, notes = daemonset_findings(CONFIG, default_catalog(), {"items": [odd]})
+    assert found == [] and "kube-system/odd" in notes[0] and "could not be read" in notes[0]

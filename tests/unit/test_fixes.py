@@ -28,7 +28,7 @@ BOTTLEROCKET = {"compute.ami_alias": "bottlerocket@v1.57.0", "image_preload.mode
 def _small_node_catalog() -> Catalog:
     """The catalog with a GPU node too small for nodeadm's FastImagePull (2 vCPUs)."""
     catalog = default_catalog()
-    small = InstanceSpec(gpu="L4", gpu_count=1, nvme_gb=250, vcpus=2, memory_gib=8, network_gbit_per_s=2.5)
+    small = InstanceSpec(gpu="L4", gpu_count=1, nvme_gb=250, vcpus=2, memory_gib=8, network_gbit_per_s=2.5, max_pods=29)
     return Catalog(gpus=catalog.gpus, instances={**catalog.instances, "g4.small": small})
 
 

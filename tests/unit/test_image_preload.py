@@ -231,7 +231,9 @@ def test_parallel_pull_is_refused_where_nodeadm_would_skip_it(catalog):
         gpus=catalog.gpus,
         instances={
             **catalog.instances,
-            "g4.small": InstanceSpec(gpu="L4", gpu_count=1, nvme_gb=250, vcpus=2, memory_gib=8, network_gbit_per_s=2.5),
+            "g4.small": InstanceSpec(
+                gpu="L4", gpu_count=1, nvme_gb=250, vcpus=2, memory_gib=8, network_gbit_per_s=2.5, max_pods=29
+            ),
         },
     )
     document = raw("prod")

@@ -299,7 +299,13 @@ def test_requests_larger_than_the_instance_are_refused():
     document["models"][0]["cpu"] = 16
     found = problems(document)
     assert [p.field for p in found] == ["models[0].cpu", "models[0].cpu"]
-    assert "g6e.xlarge (4 vCPUs)" in found[0].message and "g6e.2xlarge (8 vCPUs)" in found[1].message
+    assert "g6e.xlarge (4 vCPUs): a node offers 3.819 CPU" in found[0].message
+    assert "g6e.2xlarge (8 vCPUs)" in found[1].message
+    assert "request at most 3 " in found[0].fix  # what g6e.xlarge offers, in whole CPUs
+    document["models"][0]["cpu"] = 3
+    assert parse_config(document).models[0].cpu == 3
+    document["models"][0]["cpu"] = 3.82  # above what the node offers, below its 3.92 allocatable
+    assert [p.field for p in problems(document)] == ["models[0].cpu"]
 
 
 # Issue 10: startup budget and rollout strategy, derived from the model and the pool.

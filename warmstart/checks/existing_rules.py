@@ -196,9 +196,10 @@ ADD_ON_FIXES = {
     "nvidia_device_plugin": (
         "the NVIDIA device plugin, without which no node offers nvidia.com/gpu and no model pod is ever scheduled",
         "helm repo add nvdp https://nvidia.github.io/k8s-device-plugin && helm install nvdp "
-        "nvdp/nvidia-device-plugin --version {version} --namespace kube-system, with a toleration of "
-        "nvidia.com/gpu:NoSchedule and node affinity on karpenter.k8s.aws/instance-gpu-manufacturer=nvidia (the "
-        "chart's default affinity needs labels warmstart's nodes do not have)",
+        "nvdp/nvidia-device-plugin --version {version} --namespace kube-system, with tolerations of "
+        "nvidia.com/gpu:NoSchedule and warmstart.io/gpu-pool:NoSchedule (warmstart's nodes carry both) and node "
+        "affinity on karpenter.k8s.aws/instance-gpu-manufacturer=nvidia (the chart's default affinity needs labels "
+        "warmstart's nodes do not have)",
     ),
 }
 

@@ -11,15 +11,12 @@ from warmstart.checks.fix import Edit, removing, setting, together
 from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+from warmstart.node_caches import weights_cached
 from warmstart.placement import rollout_placement, steady_placement
 from warmstart.sizing import (
     ephemeral_storage_below_nvme,
 )
-from warmstart.workload import (
-    NVME_USABLE,
-    nvme_need_gb,
-    weights_cached,
-)
+from warmstart.workload import NVME_USABLE, nvme_need_gb
 
 # Auto Mode refuses a NodePool whose expireAfter plus terminationGracePeriod exceeds 21 days (the
 # message Auto Mode returns: "the sum of expireAfter and terminationGracePeriod ... may not exceed 21 days").
@@ -278,6 +275,7 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
             f"{needed_at.gpus} GPUs of nodes, placed as the scheduler could: {needed_at.describe()}"
             + (f" (autoscaled at max_replicas: {', '.join(scaled)})" if scaled else "")
             + (", with the pod each model's rollout starts first" if pool.surge else "")
+            + f"; per node, {needed_at.describe_nodes()}"
         )
         problems.append(
             Problem(

@@ -18,8 +18,8 @@ from warmstart.image_preload import (
     data_volume_need_gb,
     is_private_ecr,
 )
+from warmstart.node_caches import serving_images
 from warmstart.node_os import Refusal, alias_for_kubernetes, snapshot_aliases
-from warmstart.workload import serving_images
 
 
 def _problem(config: EnvironmentConfig, refusal: Refusal) -> Problem:

@@ -6,8 +6,8 @@ from warmstart.checks.fix import Edit, together
 from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.config import EnvironmentConfig
+from warmstart.node_caches import weights_cached
 from warmstart.scale import MANAGED_POLICIES_PER_ROLE, prefix_groups
-from warmstart.workload import weights_cached
 
 
 def _weights_cache_off(config: EnvironmentConfig):

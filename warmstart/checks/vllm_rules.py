@@ -11,6 +11,7 @@ from warmstart.checks.problem import Problem
 from warmstart.checks.rule import rule
 from warmstart.config import EnvironmentConfig, ModelSpec
 from warmstart.naming import moving_reference, reference_problem
+from warmstart.node_caches import weights_cached
 from warmstart.reserved_vllm_env import NODE_COPY_PLUGIN, RESERVED_VLLM_ENV
 from warmstart.vllm_release import (
     DEFAULT_IMAGE,
@@ -24,7 +25,6 @@ from warmstart.vllm_release import (
     serving_version,
     version_key,
 )
-from warmstart.workload import weights_cached
 
 TORCH_CHECK = "python3 -c 'import torch; print(torch.__version__)' in the image"
 

@@ -10,6 +10,8 @@ from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.config import GIB, EnvironmentConfig, GpuPool
 from warmstart.naming import moving_reference, reference_problem
+from warmstart.node_caches import weights_cached
+from warmstart.node_model import MIB_PER_GIB, node_shape
 from warmstart.sizing import (
     SizingError,
     candidate_instances,
@@ -19,17 +21,7 @@ from warmstart.sizing import (
     weights_fit,
 )
 from warmstart.vllm_release import DEFAULT_IMAGE
-from warmstart.workload import (
-    NVME_USABLE,
-    nvme_need_gb,
-    plan_model,
-    streaming_processes,
-    weights_cached,
-)
-
-# Share of an instance's CPU and memory that kubelet leaves allocatable to pods (approximate upper bound).
-NODE_ALLOCATABLE = 0.9
-
+from warmstart.workload import NVME_USABLE, nvme_need_gb, plan_model, streaming_processes
 
 # Each model gets a namespace of its name: never one that Kubernetes, EKS or warmstart itself owns.
 RESERVED_NAMESPACES = {
@@ -156,7 +148,7 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
         problems
         + _enforce_eager(config, model, tensor_parallel_size(model, config, catalog), at)
         + _pod_memory(config, catalog, model, at)
-        + _requests_fit(model, instances, at)
+        + _requests_fit(config, model, instances, at)
     )
 
 
@@ -215,7 +207,7 @@ def _pod_memory(config: EnvironmentConfig, catalog: Catalog, model, at: str) -> 
 
 def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: int, at: str) -> tuple:
     """Raise the request only where every candidate instance can allocate it; else name the pool's types that
-    can (a request above an instance's allocatable memory is refused in turn). Lowering the streamer's buffers:
+    can (a request above what a node of the type offers is refused in turn). Lowering the streamer's buffers:
     a memory limit that fits the request beside the headroom."""
     plan = plan_model(model, config, catalog)
     room = plan.memory_gib * GIB - config.streamer.process_headroom_gib * GIB
@@ -229,12 +221,12 @@ def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: 
         lower = "raise memory_gib"
     instances = candidate_instances(model, config, catalog)
     raise_to = Edit(f"{at}.memory_gib", needed_gib)
-    if all(needed_gib <= math.floor(i.memory_gib * NODE_ALLOCATABLE) for i in instances):
+    if all(needed_gib <= node_shape(i, config).for_models.whole_gib for i in instances):
         return f"raise memory_gib to at least {needed_gib}, or {lower}", (together(raise_to), *lowered)
     roomy = [
         t
         for t in config.compute.gpu_pool.instance_types
-        if needed_gib <= math.floor(catalog.instance(t).memory_gib * NODE_ALLOCATABLE)
+        if needed_gib <= node_shape(catalog.instance(t), config).for_models.whole_gib
     ]
     if roomy:
         return (
@@ -244,27 +236,32 @@ def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: 
     return lower, lowered
 
 
-def _requests_fit(model, instances, at: str) -> list[Problem]:
+def _requests_fit(config: EnvironmentConfig, model, instances, at: str) -> list[Problem]:
+    """A pod's requests must fit what a node offers the models' pods (warmstart/node_model.py): the scheduler
+    places it on no node, and Karpenter launches none for it, when they do not."""
     problems = []
-    # What every candidate can allocate: a request above it is refused on the smallest.
-    cpus = min(math.floor(i.vcpus * NODE_ALLOCATABLE) for i in instances)
-    memory = min(math.floor(i.memory_gib * NODE_ALLOCATABLE) for i in instances)
-    for instance in instances:
-        if model.cpu is not None and model.cpu > instance.vcpus * NODE_ALLOCATABLE:
+    shapes = [node_shape(i, config) for i in instances]
+    # What every candidate offers: the fix requests at most that, in whole CPUs and GiB.
+    cpus = min(s.for_models.whole_cpus for s in shapes)
+    memory = min(s.for_models.whole_gib for s in shapes)
+    for shape in shapes:
+        offered = shape.for_models
+        if model.cpu is not None and round(model.cpu * 1000) > offered.cpu_millis:
             problems.append(
                 Problem(
                     f"{at}.cpu",
-                    f"{model.cpu:g} CPUs cannot be allocated on {instance.instance_type} ({instance.vcpus} vCPUs)",
+                    f"{model.cpu:g} CPUs cannot be placed on {shape.instance.instance_type} "
+                    f"({shape.instance.vcpus} vCPUs): a node offers {shape.offers()}",
                     f"request at most {cpus} or leave cpu unset",
                     (setting(f"{at}.cpu", cpus), removing(f"{at}.cpu")),
                 )
             )
-        if model.memory_gib is not None and model.memory_gib > instance.memory_gib * NODE_ALLOCATABLE:
+        if model.memory_gib is not None and model.memory_gib * MIB_PER_GIB > offered.memory_mib:
             problems.append(
                 Problem(
                     f"{at}.memory_gib",
-                    f"{model.memory_gib} GiB cannot be allocated on {instance.instance_type} "
-                    f"({instance.memory_gib} GiB)",
+                    f"{model.memory_gib} GiB cannot be placed on {shape.instance.instance_type} "
+                    f"({shape.instance.memory_gib} GiB): a node offers {shape.offers()}",
                     f"request at most {memory} or leave memory_gib unset",
                     (setting(f"{at}.memory_gib", memory), removing(f"{at}.memory_gib")),
                 )
