@@ -14,13 +14,9 @@ import cdk8s
 from cdk8s_plus_33 import k8s
 from constructs import Construct
 
-from contracts.pod_labels import POOL_TAINTS, gpu_pool_selector, pool_tolerations
+from contracts.gpu_pool import gpu_node_class_name, gpu_node_pool_name
+from contracts.pod_labels import GPU_POOL_LABEL, POOL_TAINTS, gpu_pool_selector, pool_tolerations
 from warmstart.config import AutoModeCompute, GpuPool, ImagePreload, KarpenterCompute
-
-GPU_NODE_CLASS = "gpu"  # Auto Mode forbids a custom node class named "default"
-# In a cluster warmstart did not create, its cluster-wide objects carry its name: a team's own NodePool or node
-# class called `gpu` is never taken over (an apply would overwrite it, and a destroy delete it).
-EXISTING_CLUSTER_PREFIX = "warmstart-"
 
 
 def pool_k8s_tolerations() -> list[k8s.Toleration]:
@@ -29,8 +25,9 @@ def pool_k8s_tolerations() -> list[k8s.Toleration]:
 
 
 def device_plugin_placement() -> dict[str, Any]:
-    """Where the NVIDIA device plugin must run: on every GPU node Karpenter launches (its GPU-manufacturer label;
-    the chart's default affinity needs Node Feature Discovery's labels), through the pool's taints."""
+    """Where the NVIDIA device plugin warmstart installs runs: on every node of warmstart's pool (its label, and the
+    GPU-manufacturer label Karpenter sets: the chart's default affinity needs Node Feature Discovery's labels),
+    through the pool's taints; never on another team's GPU nodes, where their own plugin runs."""
     return {
         "tolerations": pool_tolerations(),
         "affinity": {
@@ -43,7 +40,8 @@ def device_plugin_placement() -> dict[str, Any]:
                                     "key": "karpenter.k8s.aws/instance-gpu-manufacturer",
                                     "operator": "In",
                                     "values": ["nvidia"],
-                                }
+                                },
+                                {"key": GPU_POOL_LABEL[0], "operator": "In", "values": [GPU_POOL_LABEL[1]]},
                             ]
                         }
                     ]
@@ -51,19 +49,6 @@ def device_plugin_placement() -> dict[str, Any]:
             }
         },
     }
-
-
-def gpu_node_class_name(*, existing_cluster: bool = False) -> str:
-    return f"{EXISTING_CLUSTER_PREFIX if existing_cluster else ''}{GPU_NODE_CLASS}"
-
-
-def gpu_node_pool_name(mode: str, *, existing_cluster: bool = False) -> str:
-    """One NodePool name per compute mode. Karpenter's NodePool CRD makes `nodeClassRef.group` and `kind`
-    immutable (v1.14.1, CEL `self.group == oldSelf.group`), and the two modes' node classes differ in both: under one
-    name, switching an environment's mode is an update the API server refuses. Under two names the switch creates
-    the new pool and deletes the old one (its nodes drain as Karpenter deletes them), and pods, which select the
-    pool's template label (contracts.pod_labels.GPU_POOL_LABEL), land on either pool's nodes meanwhile."""
-    return f"{EXISTING_CLUSTER_PREFIX if existing_cluster else ''}gpu-{mode}"
 
 
 def gpu_node_pool_spec(pool: GpuPool, node_class_ref: dict[str, str]) -> dict[str, Any]:

@@ -14,11 +14,15 @@ from typing import Any
 
 import yaml
 
+from contracts.gpu_pool import gpu_node_pool_name
 from contracts.pod_labels import GPU_POOL_LABEL, POOL_TAINTS
 from warmstart.config import EnvironmentConfig, KarpenterCompute
+from warmstart.node_model import karpenter_figures
 
-# Karpenter's label on every node it launches, from the instance type (karpenter-provider-aws v1.14.1 labels.go).
-GPU_MANUFACTURER_LABEL = "karpenter.k8s.aws/instance-gpu-manufacturer"
+# Karpenter's labels on every node it launches, from the instance type (karpenter-provider-aws v1.14.1 labels.go), as
+# recorded; each node OS says under which domain its nodes carry them (warmstart/node_os/).
+KARPENTER_DOMAIN = "karpenter.k8s.aws/"
+GPU_MANUFACTURER_LABEL = f"{KARPENTER_DOMAIN}instance-gpu-manufacturer"
 DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"  # nvcr.io/nvidia/k8s-device-plugin, NVIDIA's chart and the GPU Operator's
 
 
@@ -165,7 +169,17 @@ def _matches(expression: Any, labels: dict[str, str]) -> bool:
         return key in labels
     if operator == "DoesNotExist":
         return key not in labels
-    return False  # Gt, Lt or unknown: not assumed to hold
+    if operator in ("Gt", "Lt") and isinstance(values, list) and len(values) == 1:
+        # Integers on both sides, else no match (k8s.io/component-helpers nodeaffinity: a parse error matches nothing).
+        bound, value = _integer(values[0]), _integer(labels.get(key))
+        if bound is None or value is None:
+            return False
+        return value > bound if operator == "Gt" else value < bound
+    return False  # unknown: not assumed to hold
+
+
+def _integer(text: Any) -> int | None:
+    return int(text) if isinstance(text, str) and re.fullmatch(r"-?[0-9]{1,18}", text) else None
 
 
 def runs_on(pod_spec: Any, labels: dict[str, str]) -> bool:
@@ -185,16 +199,37 @@ def runs_on(pod_spec: Any, labels: dict[str, str]) -> bool:
     )
 
 
-def gpu_node_labels(config: EnvironmentConfig) -> dict[str, str]:
-    """The labels every warmstart GPU node has (the pool's template label, Karpenter's well-known labels)."""
-    return {
+def gpu_node_label_sets(config: EnvironmentConfig) -> list[dict[str, str]]:
+    """The labels a warmstart GPU node can have, one set per instance type, capacity type and zone of the pool: the
+    pool's template label and name, the well-known labels, and the instance type's own as Karpenter records them
+    (karpenter_instance_types.json; Auto Mode's under eks.amazonaws.com/, with its compute type)."""
+    pool, node_os = config.compute.gpu_pool, config.compute.node_os
+    figures = karpenter_figures()
+    base = {
         GPU_POOL_LABEL[0]: GPU_POOL_LABEL[1],
-        GPU_MANUFACTURER_LABEL: "nvidia",
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        "node.kubernetes.io/instance-type": config.compute.gpu_pool.instance_types[0],
-        "karpenter.sh/capacity-type": config.compute.gpu_pool.capacity_types[0],
+        "topology.kubernetes.io/region": config.region,
+        "karpenter.sh/nodepool": gpu_node_pool_name(config.compute.mode, existing_cluster=not config.cluster.owned),
+        **node_os.node_labels,
     }
+    sets = []
+    for instance_type in pool.instance_types:
+        recorded = figures[instance_type].labels if instance_type in figures else {GPU_MANUFACTURER_LABEL: "nvidia"}
+        own = {node_os.instance_label_domain + k.removeprefix(KARPENTER_DOMAIN): v for k, v in recorded.items()}
+        for capacity_type in pool.capacity_types:
+            zones: list[str | None] = list(config.network.zones) or [None]
+            for zone in zones:
+                labels = {
+                    **base,
+                    **own,
+                    "node.kubernetes.io/instance-type": instance_type,
+                    "karpenter.sh/capacity-type": capacity_type,
+                }
+                if zone:
+                    labels["topology.kubernetes.io/zone"] = zone
+                sets.append(labels)
+    return sets
 
 
 def device_plugin_findings(config: EnvironmentConfig, daemonsets: Any) -> tuple[list[Finding], list[str]]:
@@ -219,11 +254,11 @@ def device_plugin_findings(config: EnvironmentConfig, daemonsets: Any) -> tuple[
         ], []
     if existing.nvidia_device_plugin != "present":
         return [], []
-    labels = gpu_node_labels(config)
+    label_sets = gpu_node_label_sets(config)
     taints = " and ".join(f"{t['key']}:{t['effect']}" for t in POOL_TAINTS)
     if any(
         tolerates_pool_taints(field(d, "spec", "template", "spec"))
-        and runs_on(field(d, "spec", "template", "spec"), labels)
+        and all(runs_on(field(d, "spec", "template", "spec"), labels) for labels in label_sets)
         for d in plugins
     ):
         return [], []
@@ -292,6 +327,23 @@ def karpenter_findings(config: EnvironmentConfig, deployments: Any) -> tuple[lis
             )
         ], []
     return _controller_settings(config, compute, mine[0]), []
+
+
+def karpenter_vm_memory_overhead(config: EnvironmentConfig, deployments: Any) -> float | None:
+    """The existing Karpenter's VM_MEMORY_OVERHEAD_PERCENT (its --vm-memory-overhead-percent), where set and a
+    number from 0 to 1; None otherwise (its default, 0.075, which the node model takes)."""
+    compute = config.compute
+    if not isinstance(compute, KarpenterCompute) or compute.existing_controller is None:
+        return None
+    for namespace, container in _karpenter_controllers(deployments):
+        if namespace != compute.existing_controller.namespace or not isinstance(container.get("env"), list):
+            continue
+        for variable in container["env"]:
+            value = variable.get("value") if isinstance(variable, dict) else None
+            if variable.get("name") == "VM_MEMORY_OVERHEAD_PERCENT" and isinstance(value, str):
+                if re.fullmatch(r"0?\.[0-9]{1,6}|0|1(\.0{1,6})?", value):
+                    return float(value)
+    return None
 
 
 def _controller_settings(config: EnvironmentConfig, compute: KarpenterCompute, container: dict) -> list[Finding]:

@@ -408,12 +408,13 @@ def _read_nodes(config: EnvironmentConfig, cluster: dict, run: Runner) -> tuple[
 
 def _read_in_cluster(config: EnvironmentConfig, cluster: dict, run: Runner) -> tuple[list[Finding], list[str]]:
     """Karpenter clusters: the add-ons (EKS add-on, else the DaemonSet), the device plugin, the controller and its
-    nodes' access. Auto Mode runs all of them itself."""
+    nodes' access; Auto Mode runs all of them itself. Both: the cluster's own DaemonSets on warmstart's nodes."""
     compute = config.compute
-    if not isinstance(compute, KarpenterCompute):
-        return [], []
     api = ClusterApi(config, cluster, run)
     daemonsets, why = api.get("daemonsets", "--all-namespaces")
+    if not isinstance(compute, KarpenterCompute):
+        found, said = daemonset_findings(config, default_catalog(), daemonsets)
+        return found, ([_unreadable("the DaemonSets", why)] if daemonsets is None else []) + said
     deployments, why_not = api.get("deployments", "--all-namespaces", "--selector", "app.kubernetes.io/name=karpenter")
     notes = [_unreadable("the DaemonSets", why)] if daemonsets is None else []
     notes += [_unreadable("the Karpenter Deployments", why_not)] if deployments is None else []
@@ -421,7 +422,9 @@ def _read_in_cluster(config: EnvironmentConfig, cluster: dict, run: Runner) -> t
         objects.pod_identity_findings(config, _addon(config, run, "eks-pod-identity-agent"), daemonsets),
         objects.network_policy_findings(config, _addon(config, run, "vpc-cni"), daemonsets),
         objects.device_plugin_findings(config, daemonsets),
-        daemonset_findings(config, default_catalog(), daemonsets),
+        daemonset_findings(
+            config, default_catalog(), daemonsets, objects.karpenter_vm_memory_overhead(config, deployments)
+        ),
         objects.karpenter_findings(config, deployments),
     ]
     if compute.existing_controller is not None:

@@ -33,12 +33,12 @@ from contracts.agent_settings import AGENT_MEMORY_GIB
 from warmstart.catalog import GpuInstance
 from warmstart.config import EnvironmentConfig
 from warmstart.node_caches import runs_node_agent, serving_images
+from warmstart.node_os.base import NodeOs
 
 INSTANCE_TYPES_FILE = Path(__file__).with_name("karpenter_instance_types.json")
 MIB_PER_GIB = 1024
 VM_MEMORY_OVERHEAD = 0.075
 EVICTION_HARD_MEMORY_MIB = 100
-KUBELET_DEFAULT_MAX_PODS = 110
 # (from, to, share) in millicores: kube-reserved CPU by tier.
 CPU_RESERVE_TIERS = ((0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005), (4000, 1 << 31, 0.0025))
 
@@ -109,6 +109,7 @@ class InstanceFigures:
     max_pods: int
     allocatable_cpu_millis: int
     allocatable_memory_mib: int
+    labels: dict[str, str]  # its karpenter.k8s.aws/ labels, as Karpenter puts them on the node
 
 
 @lru_cache(maxsize=1)
@@ -146,8 +147,8 @@ def karpenter_allocatable(vcpus: int, memory_mib: int, max_pods: int) -> Resourc
     )
 
 
-def max_pods(instance: GpuInstance, mode: str) -> int:
-    return max(instance.max_pods, KUBELET_DEFAULT_MAX_PODS) if mode == "auto" else instance.max_pods
+def max_pods(instance: GpuInstance, node_os: NodeOs) -> int:
+    return node_os.kube_reserved_pods(instance.max_pods)
 
 
 def capacity(instance: GpuInstance) -> Resources:
@@ -155,14 +156,14 @@ def capacity(instance: GpuInstance) -> Resources:
     return Resources(instance.vcpus * 1000, vm_memory_mib(instance.memory_gib * MIB_PER_GIB))
 
 
-def allocatable(instance: GpuInstance, mode: str) -> Resources:
-    return karpenter_allocatable(instance.vcpus, instance.memory_gib * MIB_PER_GIB, max_pods(instance, mode))
+def allocatable(instance: GpuInstance, node_os: NodeOs) -> Resources:
+    return karpenter_allocatable(instance.vcpus, instance.memory_gib * MIB_PER_GIB, max_pods(instance, node_os))
 
 
-def add_on_pods(mode: str) -> tuple[DaemonSetPod, ...]:
-    """The add-ons' DaemonSet pods on a GPU node: in Karpenter mode the cluster's VPC CNI, kube-proxy and Pod
-    Identity agent and the NVIDIA device plugin run as pods; Auto Mode runs them inside the node, as no pod."""
-    return ADD_ON_PODS if mode == "karpenter" else ()
+def add_on_pods(node_os: NodeOs) -> tuple[DaemonSetPod, ...]:
+    """The add-ons' DaemonSet pods on a GPU node: with Karpenter the cluster's VPC CNI, kube-proxy and Pod Identity
+    agent and the NVIDIA device plugin run as pods; Auto Mode runs them inside the node, as no pod."""
+    return ADD_ON_PODS if node_os.add_ons_as_pods else ()
 
 
 def warmstart_pods(config: EnvironmentConfig) -> tuple[DaemonSetPod, ...]:
@@ -209,11 +210,11 @@ class NodeShape:
 
 def node_shape(instance: GpuInstance, config: EnvironmentConfig, others: tuple[DaemonSetPod, ...] = ()) -> NodeShape:
     """`others`: DaemonSet pods found beyond the model's (an existing cluster's own, which make preflight reads)."""
-    mode = config.compute.mode
+    node_os = config.compute.node_os
     return NodeShape(
         instance=instance,
-        allocatable=allocatable(instance, mode),
-        daemonsets=add_on_pods(mode) + warmstart_pods(config) + others,
+        allocatable=allocatable(instance, node_os),
+        daemonsets=add_on_pods(node_os) + warmstart_pods(config) + others,
     )
 
 

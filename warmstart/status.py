@@ -13,6 +13,7 @@ from contracts.pod_labels import GPU_POOL_LABEL
 from contracts.start_record import STARTS_KEY, TIMELINE_PHASES, StartTimeline
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
+from warmstart.quantity import parse_quantity
 from warmstart.workload import image_cache_name, plan_model
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -64,16 +65,12 @@ class Replicas:
         return f"{self.current}/{self.desired}" + (f" ({self.metric})" if self.metric else "")
 
 
-QUANTITY_SUFFIXES = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-
-
 def _quantity(text: str) -> float:
-    """A canonical Kubernetes quantity as the autoscaler writes it: "6500m" -> 6.5, "5" -> 5, "2k" -> 2000."""
-    if text[-2:] in ("Ki", "Mi", "Gi", "Ti"):
-        return float(text[:-2]) * 1024 ** ("KMGT".index(text[-2]) + 1)
-    if text[-1:] in QUANTITY_SUFFIXES:
-        return float(text[:-1]) * QUANTITY_SUFFIXES[text[-1]]
-    return float(text)
+    """A Kubernetes quantity as the autoscaler writes it: "6500m" -> 6.5, "5" -> 5, "2k" -> 2000."""
+    value = parse_quantity(text)
+    if value is None:
+        raise ValueError(f"{text!r} is no Kubernetes quantity")
+    return float(value)
 
 
 def autoscaler_status(model, hpas: dict) -> Replicas:

@@ -12,9 +12,12 @@ from kube.gpu_nodes import gpu_node_pool_name
 from tests.cluster.api import Api
 from warmstart.catalog import default_catalog
 from warmstart.node_model import allocatable, capacity, max_pods
+from warmstart.node_os import AUTO_MODE_OS, karpenter_node_os
 
 # Karpenter labels a GPU node with its GPU's maker (karpenter-provider-aws v1.14.1 pkg/apis/v1/labels.go); Auto Mode
 # with its own domain, and every Auto Mode node with its compute type (the add-ons' manifests keep off those).
+# Karpenter's own pools in these tests run AL2023 (AL2023 and Bottlerocket reserve alike: warmstart/node_model.py).
+KARPENTER_NODE_OS = karpenter_node_os("al2023@v20260714")
 GPU_MANUFACTURER_LABELS = {
     "karpenter": {"karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"},
     "auto": {"eks.amazonaws.com/instance-gpu-manufacturer": "nvidia", "eks.amazonaws.com/compute-type": "auto"},
@@ -29,6 +32,7 @@ def gpu_node(
     Karpenter predicts for it (a mode outside warmstart's, e.g. another team's pool, is taken as Karpenter's)."""
     instance = default_catalog().instance(instance_type)
     karpenter_or_auto = "auto" if mode == "auto" else "karpenter"
+    node_os = AUTO_MODE_OS if mode == "auto" else KARPENTER_NODE_OS
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -46,10 +50,10 @@ def gpu_node(
         "metadata": {"name": name, "labels": labels},
         "spec": {"taints": [dict(t) for t in POOL_TAINTS]},
     }
-    total, offered = capacity(instance), allocatable(instance, karpenter_or_auto)
+    total, offered = capacity(instance), allocatable(instance, node_os)
     shared = {
         "nvidia.com/gpu": str(instance.gpu_count),
-        "pods": str(max_pods(instance, karpenter_or_auto)),
+        "pods": str(max_pods(instance, node_os)),
         "ephemeral-storage": f"{instance.nvme_gb}G",
     }
     return node, _status(

@@ -12,7 +12,7 @@ from contracts.pod_labels import GPU_POOL_LABEL, GPU_TAINT, pool_tolerations, vl
 from tests.cluster.add_ons import add_on_daemonsets
 from tests.cluster.api import Api
 from tests.cluster.crds import crds_for
-from tests.cluster.environment import apply_all, create_pod, rendered_objects, wait_until
+from tests.cluster.environment import apply_all, create_pod, rendered_objects, scale, wait_until
 from tests.cluster.nodes import gpu_node, pods, register
 
 pytestmark = pytest.mark.control_plane
@@ -140,13 +140,7 @@ def test_replicas_take_separate_nodes_and_never_a_teams_node(shared):
     """Two replicas, one warmstart node with room for both and a team's node with room: the second replica waits
     (for the node Karpenter launches for it) rather than share the first's node or take the team's."""
     api = shared
-    scaled = api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{MODEL}/deployments/vllm/scale",
-        {"spec": {"replicas": 2}},
-        content_type="application/merge-patch+json",
-    )
-    assert scaled.ok, scaled.message
+    scale(api, MODEL, 2)
 
     def placed() -> list[tuple[str, str | None, str]]:
         return [

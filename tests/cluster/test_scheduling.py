@@ -13,7 +13,7 @@ from contracts.agent_settings import WEIGHTS_LABEL_DOMAIN
 from contracts.pod_labels import GPU_POOL_LABEL, GPU_TAINT, vllm_pod_selector
 from tests.cluster.api import Api
 from tests.cluster.crds import crds_for
-from tests.cluster.environment import apply_all, create_pod, pod_of, rendered_objects, wait_until
+from tests.cluster.environment import apply_all, create_pod, pod_of, rendered_objects, scale, wait_until
 from tests.cluster.nodes import gpu_node, plain_node, pods, register, wait_bound
 from tests.synth import synthesize_shipped
 
@@ -83,13 +83,7 @@ def test_a_node_holding_the_models_weights_wins_its_next_pod(cluster):
     # The same Deployment is in the model stack's manifest and in dist/.
     deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["namespace"] == model)
     # Only the trial pods of this model: its Deployment scaled to none (its spread counts the model's pods).
-    scaled = api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{model}/deployments/vllm/scale",
-        {"spec": {"replicas": 0}},
-        content_type="application/merge-patch+json",
-    )
-    assert scaled.ok, scaled.message
+    scale(api, model, 0)
     # No kubelet confirms a pod's end: what the ReplicaSet deletes is removed at once, as kubelet would.
     wait_until(lambda: all(p["metadata"].get("deletionTimestamp") for p in _vllm_pods(api, model)), what="pods deleted")
     for pod in _vllm_pods(api, model):

@@ -277,6 +277,25 @@ def test_a_public_only_endpoint_limited_to_some_cidrs_cannot_take_the_handler_fr
     wrong_role["computeConfig"]["nodeRoleArn"] = "arn:aws:iam::1:role/other/AutoNodes"
     found, _ = findings(config, **{**answers, "describe-cluster": {"cluster": wrong_role}})
     assert len(found) == 1 and "compute.node_role_name" in found[0]
+    # Auto Mode runs its add-ons in the node, but a team's DaemonSet that tolerates every taint lands on its nodes.
+    hungry = _everywhere("scanner", "security", _asking("160", "0"))
+    found, _ = findings(config, **{**answers, "kubectl_daemonsets": {"items": [hungry]}})
+    assert len(found) == 1 and "takes 160 CPU, 0 GiB of each of warmstart's GPU nodes (security/scanner)" in found[0]
+    off_auto = copy.deepcopy(hungry)
+    off_auto["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    assert findings(config, **{**answers, "kubectl_daemonsets": {"items": [off_auto]}}) == ([], [])
 
 
 def test_the_gateway_endpoint_must_cover_every_listed_route_table_when_present():
@@ -488,6 +507,81 @@ def test_a_device_plugin_that_would_not_run_on_the_gpu_nodes_is_a_finding():
                     }
                 }
             },
+            True,
+        ),
+        (
+            {"a": "1"},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            False,
+        ),
+        (
+            {"a": "1"},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Lt", "values": ["2"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            True,
+        ),
+        (
+            {"a": "x"},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["0"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            False,
+        ),
+        (
+            {"a": "1"},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["0", "1"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            False,
+        ),
+        (
+            {},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Lt", "values": ["5"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
             False,
         ),
         (
@@ -639,7 +733,11 @@ def test_the_clusters_own_daemonsets_on_warmstarts_nodes_are_counted_against_the
     assert daemonset_findings(CONFIG, catalog, {"items": [small]}) == ([], [])
     shipper = _everywhere("fluent-bit", "logging", _asking("500m", "512Mi"), inits=(_asking("2", "64Mi"),))
     found, notes = daemonset_findings(CONFIG, catalog, {"items": [shipper]})
-    assert found == [] and "request 2 CPU, 0.5 GiB a node" in notes[0] and "still fit gpu_limit 24" in notes[0]
+    assert (
+        found == []
+        and "takes 2 CPU, 0.5 GiB of each of warmstart's GPU nodes" in notes[0]
+        and "still fit gpu_limit 24" in notes[0]
+    )
     # Its own (warmstart-system), or one that keeps off the pool's nodes, is not the cluster's extra.
     ours = _everywhere("warmstart-agent", "warmstart-system", _asking("180", "1Ti"))
     kept_off = _everywhere("fluent-bit", "logging", _asking("180", "1Ti"))
@@ -652,7 +750,7 @@ def test_the_clusters_own_daemonsets_on_warmstarts_nodes_are_counted_against_the
     assert "warmstart.io/gpu-pool (node affinity DoesNotExist)" in finding.fix
     # make diff and make deploy read them through the cluster's API.
     found, _ = findings(kubectl_daemonsets={"items": [hungry]})
-    assert len(found) == 1 and "(security/scanner) request 160 CPU" in found[0]
+    assert len(found) == 1 and "takes 160 CPU, 0 GiB of each of warmstart's GPU nodes (security/scanner)" in found[0]
 
 
 def test_the_clusters_daemonsets_can_push_the_models_past_gpu_limit():
@@ -676,12 +774,131 @@ def test_the_clusters_daemonsets_can_push_the_models_past_gpu_limit():
 
 @pytest.mark.parametrize(
     "requests",
-    [{"cpu": "1e3"}, {"cpu": "-1"}, {"memory": "1Pi0"}, {"cpu": ["1"]}, {"memory": "9" * 40}, "not a mapping"],
+    [{"cpu": "-1"}, {"memory": "1Pi0"}, {"cpu": ["1"]}, {"memory": "9" * 70}, {"cpu": "1e99"}, "not a mapping"],
 )
-def test_hostile_daemonset_requests_are_a_note_never_a_guess(requests):
+def test_hostile_daemonset_requests_stop_the_deploy_never_a_guess(requests):
+    """The API server stores only quantities it parsed: one warmstart cannot read is neither counted nor left out."""
     from warmstart.catalog import default_catalog
     from warmstart.existing_daemonsets import daemonset_findings
 
     odd = _everywhere("odd", "kube-system", {"name": "c", "resources": {"requests": requests}})
-    found, notes = daemonset_findings(CONFIG, default_catalog(), {"items": [odd]})
-    assert found == [] and "kube-system/odd" in notes[0] and "could not be read" in notes[0]
+    (finding,), notes = daemonset_findings(CONFIG, default_catalog(), {"items": [odd]})
+    assert "kube-system/odd" in finding.what and "no Kubernetes quantity" in finding.what and notes == []
+
+
+@pytest.mark.parametrize(
+    ("pod", "requests"),
+    [
+        # Limits stand in for missing requests (the API server's defaulting of a pod, Karpenter's of a template).
+        ({"containers": [{"resources": {"limits": {"cpu": "200m", "memory": "1Gi"}}}]}, (200, 1024)),
+        (
+            {"containers": [{"resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2", "memory": "64Mi"}}}]},
+            (1000, 64),
+        ),
+        # Quantities as the API server may write them.
+        ({"containers": [{"resources": {"requests": {"cpu": "1500e-3", "memory": "129e6"}}}]}, (1500, 124)),
+        ({"containers": [{"resources": {"requests": {"cpu": "250000u", "memory": "1G"}}}]}, (250, 954)),
+        # An init container runs alone (beside the sidecars before it); sidecars add to the containers' sum.
+        (
+            {
+                "containers": [{"resources": {"requests": {"cpu": "100m"}}}],
+                "initContainers": [
+                    {"restartPolicy": "Always", "resources": {"requests": {"cpu": "50m", "memory": "10Mi"}}},
+                    {"resources": {"requests": {"cpu": "500m", "memory": "5Mi"}}},
+                ],
+            },
+            (550, 15),
+        ),
+        # Pod-level requests replace the containers' sum; overhead is added.
+        (
+            {
+                "containers": [{"resources": {"requests": {"cpu": "100m"}}}],
+                "resources": {"requests": {"cpu": "2"}},
+                "overhead": {"cpu": "250m", "memory": "120Mi"},
+            },
+            (2250, 120),
+        ),
+    ],
+)
+def test_a_daemonsets_pod_requests_are_the_schedulers(pod, requests):
+    from warmstart.existing_daemonsets import pod_requests
+    from warmstart.node_model import Resources
+
+    assert pod_requests(pod) == Resources(*requests)
+
+
+def test_the_pools_nodes_carry_karpenters_labels_for_each_type_capacity_and_zone():
+    from warmstart.existing_cluster_objects import gpu_node_label_sets
+
+    prod = load_config(ROOT / "config" / "prod.yaml")
+    sets = gpu_node_label_sets(prod)
+    assert len(sets) == 1 * 2 * 3  # p5.48xlarge; on-demand and reserved; three zones
+    assert {s["karpenter.sh/capacity-type"] for s in sets} == {"on-demand", "reserved"}
+    assert all(
+        s["karpenter.k8s.aws/instance-gpu-name"] == "h100" and s["karpenter.sh/nodepool"] == "gpu-karpenter"
+        for s in sets
+    )
+    assert {s["karpenter.sh/nodepool"] for s in gpu_node_label_sets(CONFIG)} == {"warmstart-gpu-karpenter"}
+    auto = gpu_node_label_sets(config_of("existing-auto-mode"))
+    assert all(
+        s["eks.amazonaws.com/compute-type"] == "auto" and "eks.amazonaws.com/instance-gpu-name" in s for s in auto
+    )
+    # A GPU monitoring DaemonSet that selects nodes with more than 4 GPUs (Gt) is counted on p5's 8.
+    monitor = _everywhere("dcgm", "monitoring", _asking("160", "0"))
+    monitor["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["4"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    from warmstart.catalog import default_catalog
+    from warmstart.existing_daemonsets import daemonset_findings
+
+    assert len(daemonset_findings(CONFIG, default_catalog(), {"items": [monitor]})[0]) == 1
+
+
+def test_the_device_plugin_warmstart_installs_keeps_off_other_teams_gpu_nodes():
+    from warmstart.existing_cluster_objects import gpu_node_label_sets, runs_on
+
+    placement = device_plugin_placement()
+    assert all(runs_on(placement, labels) for labels in gpu_node_label_sets(CONFIG))
+    team_node = {**gpu_node_label_sets(CONFIG)[0], "karpenter.sh/nodepool": "team-gpu"}
+    del team_node["warmstart.io/gpu-pool"]
+    assert not runs_on(placement, team_node)
+
+
+@pytest.mark.parametrize(("value", "read"), [("0.2", 0.2), ("0.075", 0.075), ("lots", None), ("2", None), ("", None)])
+def test_the_existing_karpenters_vm_memory_overhead_is_read_and_counted(value, read):
+    """Karpenter takes a node to have its memory less VM_MEMORY_OVERHEAD_PERCENT until it has seen one: a team's
+    larger setting leaves warmstart's pods less room than the node model's 0.075."""
+    from warmstart.catalog import default_catalog
+    from warmstart.existing_cluster_objects import karpenter_vm_memory_overhead
+    from warmstart.existing_daemonsets import daemonset_findings
+
+    namespace = CONFIG.compute.existing_controller.namespace
+    deployment = {
+        "metadata": {"name": "karpenter", "namespace": namespace, "labels": {"app.kubernetes.io/name": "karpenter"}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "controller", "env": [{"name": "VM_MEMORY_OVERHEAD_PERCENT", "value": value}]}
+                    ]
+                }
+            }
+        },
+    }
+    assert karpenter_vm_memory_overhead(CONFIG, {"items": [deployment]}) == read
+    catalog = default_catalog()
+    # p5.48xlarge: 0.2 takes 256 GiB more; qwen's 384 GiB pods still fit, one a node. 0.9 leaves 212 GiB: no pod fits.
+    found, notes = daemonset_findings(CONFIG, catalog, {"items": []}, 0.2)
+    assert found == [] and "VM_MEMORY_OVERHEAD_PERCENT=0.2" in notes[0] and "0 CPU, 256 GiB more" in notes[0]
+    (finding,), _ = daemonset_findings(CONFIG, catalog, {"items": []}, 0.9)
+    assert "no longer fits a node" in finding.what

@@ -22,9 +22,11 @@ from warmstart.node_model import (
     node_shape,
     warmstart_pods,
 )
+from warmstart.node_os import AUTO_MODE_OS, karpenter_node_os
 from warmstart.sizing import default_requests
 
 CATALOG = default_catalog()
+AL2023 = karpenter_node_os("al2023@v20260714")
 
 
 @pytest.mark.parametrize("instance_type", sorted(CATALOG.instances))
@@ -39,7 +41,7 @@ def test_the_formulas_give_karpenters_published_allocatable_for_every_catalog_ty
     )
     expected = Resources(figures.allocatable_cpu_millis, figures.allocatable_memory_mib)
     assert karpenter_allocatable(figures.vcpus, figures.memory_mib, figures.max_pods) == expected
-    assert allocatable(instance, "karpenter") == expected
+    assert allocatable(instance, AL2023) == expected
 
 
 def test_the_table_covers_the_catalog_and_nothing_else():
@@ -54,18 +56,20 @@ def test_kube_reserved_cpu_by_tier(vcpus, reserved):
 def test_the_issues_figures():
     """p5.48xlarge: about 191.45 CPU and 1893 GiB against the catalog's 192 and 2048; g6e.12xlarge 47.81 and 351.7
     against 48 and 384."""
-    p5 = allocatable(CATALOG.instance("p5.48xlarge"), "karpenter")
+    p5 = allocatable(CATALOG.instance("p5.48xlarge"), AL2023)
     assert (p5.cpu_millis, round(p5.memory_mib / 1024)) == (191450, 1893)
-    g6e = allocatable(CATALOG.instance("g6e.12xlarge"), "karpenter")
+    g6e = allocatable(CATALOG.instance("g6e.12xlarge"), AL2023)
     assert (g6e.cpu_millis, round(g6e.memory_mib / 1024, 1)) == (47810, 351.7)
 
 
 def test_auto_mode_reserves_for_at_least_kubelets_110_pods():
     """Auto Mode publishes no figures: the conservative side is the larger kube-reserved memory."""
     small, large = CATALOG.instance("g6e.xlarge"), CATALOG.instance("g5.12xlarge")
-    assert max_pods(small, "karpenter") == 58 and max_pods(small, "auto") == 110
-    assert max_pods(large, "auto") == max_pods(large, "karpenter") == 737
-    assert allocatable(small, "karpenter").memory_mib - allocatable(small, "auto").memory_mib == 11 * (110 - 58)
+    assert max_pods(small, AL2023) == 58 and max_pods(small, AUTO_MODE_OS) == 110
+    assert max_pods(large, AUTO_MODE_OS) == max_pods(large, AL2023) == 737
+    assert allocatable(small, AL2023).memory_mib - allocatable(small, AUTO_MODE_OS).memory_mib == 11 * (110 - 58)
+    bottlerocket = karpenter_node_os("bottlerocket@v1.57.0")  # the ENI-limited count too, while no maxPods is set
+    assert all(max_pods(CATALOG.instance(t), bottlerocket) == CATALOG.instance(t).max_pods for t in CATALOG.instances)
 
 
 def test_a_node_offers_allocatable_less_every_daemonset_pod():
@@ -127,6 +131,7 @@ def test_the_recorder_reads_a_types_labels_and_resources():
         "max_pods": 100,
         "allocatable_cpu_millis": 191450,
         "allocatable_memory_mib": 1938410,
+        "labels": {"karpenter.k8s.aws/instance-cpu": "192", "karpenter.k8s.aws/instance-memory": "2097152"},
     }
     assert parsed["m5.large"]["gpus"] == 0
     assert karpenter_allocatable(2, 8192, 29) == Resources(1930, 6903)

@@ -9,7 +9,9 @@ hack/docs/instancetypes_gen) lists per type the EC2 labels (instance-cpu, instan
 resources Karpenter's scheduler takes a new node to have: `pods` (the ENI-limited maximum, which the EC2 API's network
 figures give and nothing else in warmstart knows) and the allocatable cpu and memory (AL2023, the default 7.5% VM
 memory overhead, no kubelet settings). warmstart computes allocatable itself from Karpenter's formulas
-(warmstart/node_model.py); the recorded allocatable is what tests/unit/test_node_model.py holds it to.
+(warmstart/node_model.py); the recorded allocatable is what tests/unit/test_node_model.py holds it to. Each type's
+`karpenter.k8s.aws/` labels, which Karpenter puts on its nodes, are kept too: an existing cluster's DaemonSets'
+node affinity is matched against them (warmstart/existing_daemonsets.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ HEADING = re.compile(r"^### `([^`]+)`\s*$", re.MULTILINE)
 ROW = re.compile(r"^\s*\|([^|]+)\|([^|]+)\|\s*$", re.MULTILINE)
 MILLIS = re.compile(r"^(\d+)m$")
 MEBIBYTES = re.compile(r"^(\d+)Mi$")
+LABEL_DOMAIN = "karpenter.k8s.aws/"
 
 
 def git(repository: Path, *args: str) -> str:
@@ -61,6 +64,7 @@ def parse_reference(text: str) -> dict[str, dict[str, int]]:
             "max_pods": int(rows["pods"]),
             "allocatable_cpu_millis": _millis(rows["cpu"]),
             "allocatable_memory_mib": _mebibytes(rows["memory"]),
+            "labels": {k: v for k, v in sorted(rows.items()) if k.startswith(LABEL_DOMAIN)},
         }
     return types
 

@@ -9,6 +9,8 @@ from warmstart.node_os.base import NodeOs, SnapshotObstacle
 from warmstart.node_os.bottlerocket import NVME_MOUNT
 from warmstart.refusal import Refusal
 
+KUBELET_DEFAULT_MAX_PODS = 110
+
 if TYPE_CHECKING:
     from warmstart.config import ImagePreload, KarpenterCompute
 
@@ -18,6 +20,17 @@ class AutoModeOs(NodeOs):
     pinned_by_alias = False
     # Auto Mode's nodes run Bottlerocket: the array is where Bottlerocket mounts it.
     nvme_mount = NVME_MOUNT
+
+    # Its VPC CNI, kube-proxy, Pod Identity agent and GPU plugin are part of the node, no DaemonSet (EKS user guide,
+    # Auto Mode: "core components, as opposed to add-ons"; the add-ons' own manifests keep off compute-type auto).
+    add_ons_as_pods = False
+    instance_label_domain = "eks.amazonaws.com/"
+    node_labels = {"eks.amazonaws.com/compute-type": "auto"}  # noqa: RUF012 (read only)
+
+    def kube_reserved_pods(self, eni_limited: int) -> int:
+        """Auto Mode caps a node's pods at 110 after its own ENI count and publishes no reserves (EKS user guide):
+        the larger of the two counts it could reserve for, so that a node offers no less than warmstart takes."""
+        return max(eni_limited, KUBELET_DEFAULT_MAX_PODS)
 
     # EKS user guide, "Load & Serve Models" (vLLM 0.21.0 DLC on g6e.4xlarge, Auto Mode): 8,802,823,997 bytes
     # pulled in 48.376 s with SOCI parallel pull: 182 MB/s.

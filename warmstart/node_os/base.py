@@ -50,6 +50,18 @@ class NodeOs(ABC):
     pinned_by_alias: bool = True
     # Where the OS mounts the instance-store NVMe (RAID0 when several drives).
     nvme_mount: str
+    # The cluster's add-ons (VPC CNI, kube-proxy, Pod Identity agent, NVIDIA device plugin) run on these nodes as
+    # DaemonSet pods, which take their requests from each node (warmstart/node_model.py); Auto Mode's run inside.
+    add_ons_as_pods: bool = True
+    # Where Karpenter's labels of the instance type live on these nodes (`<domain>instance-gpu-count`, ...), and the
+    # labels every node of the OS has besides.
+    instance_label_domain: str = "karpenter.k8s.aws/"
+    node_labels: dict[str, str] = {}  # noqa: RUF012 (read only)
+
+    def kube_reserved_pods(self, eni_limited: int) -> int:
+        """The pod count kube-reserved memory is reserved for (11 MiB each): Karpenter's ENI-limited count, which AL2023
+        and Bottlerocket share while no maxPods is set."""
+        return eni_limited
 
     def __init__(self, alias: str | None = None) -> None:
         self.alias = alias
