@@ -125,7 +125,6 @@ def daemonset_findings(
                 "(node affinity DoesNotExist)",
             )
         ], []
-    notes: list[str] = []
     if vm_memory_overhead is not None and vm_memory_overhead > VM_MEMORY_OVERHEAD:
         memory = max(
             math.ceil(i.memory_gib * MIB_PER_GIB * vm_memory_overhead)
@@ -139,7 +138,7 @@ def daemonset_findings(
     actual = sum((p.requests for p in found), Resources(0, 0))
     extra = Resources(max(0, actual.cpu_millis - counted.cpu_millis), max(0, actual.memory_mib - counted.memory_mib))
     if extra == Resources(0, 0):
-        return [], notes
+        return [], []
     names = ", ".join(p.name for p in found)
     beyond = DaemonSetPod("the cluster's DaemonSets beyond the add-ons counted", extra, "the cluster")
     placement = needed_placement(config, catalog, (beyond,))
@@ -158,7 +157,7 @@ def daemonset_findings(
                 f"lower the models' cpu or memory_gib to what a node offers, or keep those DaemonSets off nodes "
                 f"labelled {GPU_POOL_LABEL[0]} (node affinity DoesNotExist)",
             )
-        ], notes
+        ], []
     if placement.gpus > pool.gpu_limit:
         return [
             Finding(
@@ -167,5 +166,5 @@ def daemonset_findings(
                 f"set compute.gpu_pool.gpu_limit to at least {placement.gpus}, or keep those DaemonSets off nodes "
                 f"labelled {GPU_POOL_LABEL[0]} (node affinity DoesNotExist)",
             )
-        ], notes
-    return [], [*notes, f"{what}; the models still fit gpu_limit {pool.gpu_limit} ({placement.gpus} GPUs of nodes)"]
+        ], []
+    return [], [f"{what}; the models still fit gpu_limit {pool.gpu_limit} ({placement.gpus} GPUs of nodes)"]

@@ -6,8 +6,8 @@ before a model's pod is placed. Allocatable is what Karpenter's scheduler takes 
 node only for pods that fit that), from its own formulas (aws/karpenter-provider-aws v1.14.1,
 pkg/providers/instancetype/types.go: `memory`, `kubeReservedResources`, `evictionThreshold`, `pods`):
 
-- memory: the instance's MiB less the VM overhead, ceil(MiB x 0.075) (`--vm-memory-overhead-percent`, whose
-  default is used until Karpenter has seen a node of the type; a launched node reports more, never less);
+- memory: the instance's MiB less the VM overhead, ceil(MiB x 0.075) (`--vm-memory-overhead-percent`'s default,
+  which Karpenter uses until it has seen a node of the type and then takes that node's own capacity);
 - kube-reserved: memory 11 MiB x maxPods + 255 MiB; CPU 6% of the first core, 1% of the second, 0.5% of the
   third and fourth, 0.25% of the rest;
 - the hard eviction threshold: 100 MiB of memory;
@@ -118,10 +118,6 @@ def karpenter_figures() -> dict[str, InstanceFigures]:
     return {name: InstanceFigures(**figures) for name, figures in table["instance_types"].items()}
 
 
-def figures_source() -> str:
-    return str(json.loads(INSTANCE_TYPES_FILE.read_text())["source"])
-
-
 def kube_reserved_cpu_millis(vcpus: int) -> int:
     cpu = vcpus * 1000
     reserved = 0
@@ -158,6 +154,35 @@ def capacity(instance: GpuInstance) -> Resources:
 
 def allocatable(instance: GpuInstance, node_os: NodeOs) -> Resources:
     return karpenter_allocatable(instance.vcpus, instance.memory_gib * MIB_PER_GIB, max_pods(instance, node_os))
+
+
+# The add-ons on a Karpenter-mode GPU node, from their published manifests (read 2026-12-06; docs/upstream-facts.md,
+# Karpenter). Each tolerates every taint but the device plugin, which warmstart installs with the pool's
+# tolerations (kube/gpu_nodes.py device_plugin_placement). Auto Mode runs none of them as pods: their manifests
+# exclude `eks.amazonaws.com/compute-type: auto` nodes, and the GPU plugin is part of its node.
+ADD_ON_PODS = (
+    DaemonSetPod(
+        "kube-system/aws-node",
+        Resources(50, 0),
+        "aws/amazon-vpc-cni-k8s v1.23.0 config/master/aws-k8s-cni.yaml: aws-node and aws-eks-nodeagent 25m each",
+    ),
+    DaemonSetPod(
+        "kube-system/kube-proxy",
+        Resources(100, 0),
+        "EKS add-on as eksctl-io/eksctl pkg/addons/default/testdata/sample-1.25.json captured it (AWS publishes no "
+        "manifest): 100m",
+    ),
+    DaemonSetPod(
+        "kube-system/eks-pod-identity-agent",
+        Resources(0, 0),
+        "aws/eks-pod-identity-agent v0.1.37 charts/eks-pod-identity-agent (chart 1.2.0): resources {}",
+    ),
+    DaemonSetPod(
+        "kube-system/nvidia-device-plugin",
+        Resources(0, 0),
+        "NVIDIA/k8s-device-plugin v0.19.0 deployments/helm/nvidia-device-plugin values.yaml: resources {}",
+    ),
+)
 
 
 def add_on_pods(node_os: NodeOs) -> tuple[DaemonSetPod, ...]:
@@ -216,32 +241,3 @@ def node_shape(instance: GpuInstance, config: EnvironmentConfig, others: tuple[D
         allocatable=allocatable(instance, node_os),
         daemonsets=add_on_pods(node_os) + warmstart_pods(config) + others,
     )
-
-
-# The add-ons on a Karpenter-mode GPU node, from their published manifests (read 2026-12-06; docs/upstream-facts.md,
-# "GPU node DaemonSets"). Each tolerates every taint but the device plugin, which warmstart installs with the pool's
-# tolerations (kube/gpu_nodes.py device_plugin_placement). Auto Mode runs none of them as pods: their manifests
-# exclude `eks.amazonaws.com/compute-type: auto` nodes, and the GPU plugin is part of its node.
-ADD_ON_PODS = (
-    DaemonSetPod(
-        "kube-system/aws-node",
-        Resources(50, 0),
-        "aws/amazon-vpc-cni-k8s v1.23.0 config/master/aws-k8s-cni.yaml: aws-node and aws-eks-nodeagent 25m each",
-    ),
-    DaemonSetPod(
-        "kube-system/kube-proxy",
-        Resources(100, 0),
-        "EKS add-on as eksctl-io/eksctl pkg/addons/default/testdata/sample-1.25.json captured it (AWS publishes no "
-        "manifest): 100m",
-    ),
-    DaemonSetPod(
-        "kube-system/eks-pod-identity-agent",
-        Resources(0, 0),
-        "aws/eks-pod-identity-agent v0.1.37 charts/eks-pod-identity-agent (chart 1.2.0): resources {}",
-    ),
-    DaemonSetPod(
-        "kube-system/nvidia-device-plugin",
-        Resources(0, 0),
-        "NVIDIA/k8s-device-plugin v0.19.0 deployments/helm/nvidia-device-plugin values.yaml: resources {}",
-    ),
-)

@@ -34,7 +34,7 @@ from warmstart.checks.fix import apply_fix
 from warmstart.config import EnvironmentConfig
 from warmstart.loader import parse_config
 from warmstart.node_model import node_shape, warmstart_pods
-from warmstart.placement import Placement, rollout_placement, steady_placement
+from warmstart.placement import Placement, needed_placement
 
 pytestmark = pytest.mark.control_plane
 
@@ -63,7 +63,7 @@ def verdict(settings: dict) -> Verdict:
         assert budget.field == BUDGET, budget
         settings = apply_fix(settings, budget.fixes[0])
     config = parse_config(copy.deepcopy(settings))
-    placement = (rollout_placement if config.compute.gpu_pool.surge else steady_placement)(config, catalog)
+    placement = needed_placement(config, catalog, ())
     nodes, gpus = [], 0
     for node in placement.nodes:
         if gpus + node.shape.instance.gpu_count > limit:

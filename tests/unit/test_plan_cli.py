@@ -18,6 +18,16 @@ def test_plan_prints_every_models_derived_settings(capsys, monkeypatch):
     assert "weights cache          on: /mnt/k8s-disks/0/warmstart/weights/qwen3-6-35b-a3b/" in block
 
 
+def test_plan_prints_the_pools_placement_on_what_a_node_offers(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "--env", "prod"]) == 0
+    pool = capsys.readouterr().out.split("model qwen3-6-35b-a3b")[0]
+    assert "GPU pool p5.48xlarge, gpu_limit 64" in pool
+    assert "node p5.48xlarge: 191.199 CPU, 1891.9 GiB for models (allocatable 191.45 CPU, 1892.9 GiB" in pool
+    assert "steady: 32 GPUs of nodes: 2 x p5.48xlarge (llama-3-3-70b x1 + qwen3-6-35b-a3b x1)" in pool
+    assert "every model's rollout pod at once: 40 GPUs of nodes" in pool
+
+
 def test_plan_runs_the_synth_checks(tmp_path, capsys):
     document = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
     document["models"][0]["enforce_eager"] = True
