@@ -101,6 +101,11 @@ class Api:
         scope = f"/namespaces/{namespace}" if namespaced else ""
         return f"{base}{scope}/{plural}/{urllib.parse.quote(obj['metadata']['name'])}"
 
+    def merge_patch(self, path: str, body: dict) -> None:
+        """A JSON merge patch (what `kubectl patch --type merge` sends); asserts the server took it."""
+        answer = self.request("PATCH", path, body, content_type="application/merge-patch+json")
+        assert answer.ok, answer.message
+
     def apply(self, obj: dict, *, dry_run: bool = False) -> Answer:
         """Server-side apply, strict field validation (an unknown field is an error, as kubectl's default)."""
         query = {"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"}

@@ -63,13 +63,7 @@ def create_pod(api: Api, pod: dict, *, dry_run: bool = True):
 
 def scale(api: Api, namespace: str, replicas: int, name: str = "vllm") -> None:
     """A Deployment's replicas, through its scale subresource (as `kubectl scale` and the HPA set them)."""
-    answer = api.request(
-        "PATCH",
-        f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale",
-        {"spec": {"replicas": replicas}},
-        content_type="application/merge-patch+json",
-    )
-    assert answer.ok, answer.message
+    api.merge_patch(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale", {"spec": {"replicas": replicas}})
 
 
 def wait_until(condition, *, timeout: float = 60, what: str = "the condition") -> None:

@@ -143,13 +143,7 @@ class MirroredCluster(FakeCluster):
             else:
                 current = _labels(answer.body)
                 patch = {**{k: None for k in current if k not in labels}, **labels}
-                patched = admin.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{name}",
-                    {"metadata": {"labels": patch}},
-                    content_type="application/merge-patch+json",
-                )
-                assert patched.ok, patched.message
+                admin.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": patch}})
             self._pushed_labels[name] = labels
         wanted = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in self.pods}
         for key in [k for k in real.pods if k not in wanted]:

@@ -95,13 +95,9 @@ def _compress(api: Api, policy) -> None:
     behavior["scaleDown"]["stabilizationWindowSeconds"] = WINDOW
     for item in behavior["scaleDown"]["policies"]:
         item["periodSeconds"] = PERIOD
-    answer = api.request(
-        "PATCH",
-        f"/apis/autoscaling/v2/namespaces/{MODEL}/horizontalpodautoscalers/vllm",
-        {"spec": {"behavior": behavior}},
-        content_type="application/merge-patch+json",
+    api.merge_patch(
+        f"/apis/autoscaling/v2/namespaces/{MODEL}/horizontalpodautoscalers/vllm", {"spec": {"behavior": behavior}}
     )
-    assert answer.ok, answer.message
 
 
 def _replicas(api: Api) -> int:

@@ -79,13 +79,7 @@ def _decided(api: Api, namespace: str, name: str) -> tuple[str | None, str]:
 
 
 def _cordon(api: Api, node: str, cordoned: bool) -> None:
-    answer = api.request(
-        "PATCH",
-        f"/api/v1/nodes/{node}",
-        {"spec": {"unschedulable": cordoned}},
-        content_type="application/merge-patch+json",
-    )
-    assert answer.ok, answer.message
+    api.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": cordoned}})
 
 
 def test_another_teams_gpu_pods_never_land_on_warmstarts_nodes(shared):

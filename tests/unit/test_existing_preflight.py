@@ -89,6 +89,14 @@ def daemonset(name: str, namespace: str = "kube-system", image: str = "busybox",
     }
 
 
+def _requiring(*expressions: dict) -> dict:
+    """A pod spec whose required node affinity is one term of these expressions."""
+    term = {"matchExpressions": list(expressions)}
+    return {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    }
+
+
 # NVIDIA's chart v0.19.0 defaults: tolerates nvidia.com/gpu, runs only where NFD or GFD labelled the node.
 NVIDIA_CHART_DEFAULTS = {
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -282,19 +290,9 @@ def test_a_public_only_endpoint_limited_to_some_cidrs_cannot_take_the_handler_fr
     found, _ = findings(config, **{**answers, "kubectl_daemonsets": {"items": [hungry]}})
     assert len(found) == 1 and "takes 160 CPU, 0 GiB of each of warmstart's GPU nodes (security/scanner)" in found[0]
     off_auto = copy.deepcopy(hungry)
-    off_auto["spec"]["template"]["spec"]["affinity"] = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]}
-                        ]
-                    }
-                ]
-            }
-        }
-    }
+    off_auto["spec"]["template"]["spec"].update(
+        _requiring({"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]})
+    )
     assert findings(config, **{**answers, "kubectl_daemonsets": {"items": [off_auto]}}) == ([], [])
 
 
@@ -494,96 +492,12 @@ def test_a_device_plugin_that_would_not_run_on_the_gpu_nodes_is_a_finding():
             },
             True,
         ),
-        (
-            {"a": "1"},
-            {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["0"]}]}
-                            ]
-                        }
-                    }
-                }
-            },
-            True,
-        ),
-        (
-            {"a": "1"},
-            {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}
-                            ]
-                        }
-                    }
-                }
-            },
-            False,
-        ),
-        (
-            {"a": "1"},
-            {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "a", "operator": "Lt", "values": ["2"]}]}
-                            ]
-                        }
-                    }
-                }
-            },
-            True,
-        ),
-        (
-            {"a": "x"},
-            {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["0"]}]}
-                            ]
-                        }
-                    }
-                }
-            },
-            False,
-        ),
-        (
-            {"a": "1"},
-            {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["0", "1"]}]}
-                            ]
-                        }
-                    }
-                }
-            },
-            False,
-        ),
-        (
-            {},
-            {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "a", "operator": "Lt", "values": ["5"]}]}
-                            ]
-                        }
-                    }
-                }
-            },
-            False,
-        ),
+        ({"a": "1"}, _requiring({"key": "a", "operator": "Gt", "values": ["0"]}), True),
+        ({"a": "1"}, _requiring({"key": "a", "operator": "Gt", "values": ["1"]}), False),
+        ({"a": "1"}, _requiring({"key": "a", "operator": "Lt", "values": ["2"]}), True),
+        ({"a": "x"}, _requiring({"key": "a", "operator": "Gt", "values": ["0"]}), False),
+        ({"a": "1"}, _requiring({"key": "a", "operator": "Gt", "values": ["0", "1"]}), False),
+        ({}, _requiring({"key": "a", "operator": "Lt", "values": ["5"]}), False),
         (
             {"a": "1"},
             {
@@ -845,19 +759,9 @@ def test_the_pools_nodes_carry_karpenters_labels_for_each_type_capacity_and_zone
     )
     # A GPU monitoring DaemonSet that selects nodes with more than 4 GPUs (Gt) is counted on p5's 8.
     monitor = _everywhere("dcgm", "monitoring", _asking("160", "0"))
-    monitor["spec"]["template"]["spec"]["affinity"] = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["4"]}
-                        ]
-                    }
-                ]
-            }
-        }
-    }
+    monitor["spec"]["template"]["spec"].update(
+        _requiring({"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["4"]})
+    )
     from warmstart.catalog import default_catalog
     from warmstart.existing_daemonsets import daemonset_findings
 
