@@ -19,6 +19,9 @@ from typing import Any
 KEY_ROOT = "compile-cache"
 MANIFEST_STEM = "manifest-"
 ARCHIVE_STEM = "archive-"
+# The most of a manifest any reader takes (the agent's restore, the pruner): any node can write one, and a real one
+# (an archive's name, checksum, factors and hash folders) is a few kilobytes.
+MANIFEST_MAX_BYTES = 2**20
 # The pruner's one-run-at-a-time lock: outside KEY_ROOT, so never listed as a key nor create-only.
 PRUNER_LOCK_KEY = "pruner-lock.json"
 DIGEST_LENGTH = 20  # hex characters of sha256: 80 bits, collisions are not a practical concern

@@ -214,6 +214,18 @@ def _missing(timeline: StartTimeline) -> str:
     return "missing " + ", ".join(timeline.missing) if timeline.missing else ""
 
 
+def shown(text: str) -> str:
+    """Node-written text as it reaches a terminal: every character Python does not call printable (C0 and C1
+    controls, DEL, line and paragraph separators, format controls such as bidi overrides) escaped, so that a record
+    cannot clear the screen, move the cursor or print a line of its own."""
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(character: str) -> str:
+    code = ord(character)
+    return f"\\x{code:02x}" if code < 0x100 else (f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+
+
 def _cell(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.0f}"
 
@@ -247,15 +259,15 @@ def render_starts(config: EnvironmentConfig, timelines: list[StartTimeline], *, 
             rows.append(
                 (
                     datetime.fromtimestamp(t.created, UTC).strftime("%m-%d %H:%M:%S"),
-                    t.pod,
+                    shown(t.pod),
                     "new" if t.new_node else "existing",
-                    t.outcome,
+                    shown(t.outcome),
                     *(_cell(t.phases.get(p)) for p in TIMELINE_PHASES),
                     _cell(t.total),
-                    "; ".join(part for part in (sources, _missing(t)) if part),
+                    shown("; ".join(part for part in (sources, _missing(t)) if part)),
                 )
             )
-            bars.append((t.pod, start_bar(t, scale)))
+            bars.append((shown(t.pod), start_bar(t, scale)))
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         lines.append(f"model {model.name}")
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]

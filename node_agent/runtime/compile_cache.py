@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeGuard
 
-from contracts.cache_key import CompileCacheKey
+from contracts.cache_key import MANIFEST_MAX_BYTES, CompileCacheKey
 from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.archive import (
     FACTORS_FILE,
@@ -111,7 +111,7 @@ class CacheLimits:
 
     max_archive_bytes: int = 10 * 10**9
     max_files: int = 200_000
-    max_manifest_bytes: int = 2**20
+    max_manifest_bytes: int = MANIFEST_MAX_BYTES
     max_manifests: int = 64
     max_listed: int = 4096  # object names under a key's manifest prefix (a few dozen bytes each)
     max_hash_dirs: int = 256

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from botocore.exceptions import ClientError
 
-from contracts.cache_key import PRUNER_LOCK_KEY
+from contracts.cache_key import MANIFEST_MAX_BYTES, PRUNER_LOCK_KEY
 from pruner.runtime.selection import Listed
 
 DELETE_BATCH = 1000  # DeleteObjects' maximum
@@ -84,18 +84,28 @@ class PrunerAws:
             for item in page.get("Contents", []):
                 yield Listed(item["Key"], item["Size"], item["LastModified"], item.get("ETag", ""))
 
-    def manifest_archive(self, manifest: Listed) -> str | None:
-        """The archive a listed manifest names, read only if it is still the listed version."""
+    def manifest_archive(self, manifest: Listed, unreadable: list[str]) -> str | None:
+        """The archive a listed manifest names, read only if it is still the listed version. Any node can write a
+        manifest: one larger than MANIFEST_MAX_BYTES is never read, one that is no JSON object (or nested past the
+        parser's depth) is unreadable; either is added to `unreadable`, and the caller keeps its key as it is."""
+        if manifest.size > MANIFEST_MAX_BYTES:
+            unreadable.append(manifest.key)
+            return None
         try:
-            body = self._s3.get_object(Bucket=self.bucket, Key=manifest.key, IfMatch=manifest.etag)["Body"].read()
-            archive = json.loads(body).get("archive")
+            response = self._s3.get_object(Bucket=self.bucket, Key=manifest.key, IfMatch=manifest.etag)
+            body = response["Body"].read(MANIFEST_MAX_BYTES + 1)
+            response["Body"].close()
+            archive = json.loads(body).get("archive") if len(body) <= MANIFEST_MAX_BYTES else None
         except ClientError as error:
             if _code(error) in CHANGED | GONE:
                 return None
             raise
-        except (ValueError, AttributeError):
-            return None  # unreadable: the caller keeps the key as it is
-        return archive if isinstance(archive, str) else None
+        except (ValueError, AttributeError, RecursionError):
+            archive = None
+        if not isinstance(archive, str):
+            unreadable.append(manifest.key)
+            return None
+        return archive
 
     def delete(self, objects: Iterable[Listed]) -> DeleteResult:
         """Conditional deletes (each object only if its ETag is still the listed one): DeleteObjects in

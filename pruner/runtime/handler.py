@@ -28,6 +28,7 @@ METRICS = (
     "deferred_objects",
     "changed_since_listing",
     "malformed",
+    "unreadable_manifests",
     "aborted_uploads",
 )
 

@@ -98,7 +98,7 @@ def _run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: 
         orphan_age=settings.orphan_age,
         max_deletions=settings.max_deletions,
         summary=summary,
-        read_manifest=aws.manifest_archive,
+        read_manifest=lambda manifest: aws.manifest_archive(manifest, summary.unreadable_manifests),
     )
     execute(aws, decisions, summary, dry_run=settings.dry_run)
     if not settings.dry_run:
@@ -110,9 +110,12 @@ def _run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: 
             "event": "pruned",
             "dry_run": settings.dry_run,
             "active_keys": len(active),
-            **{k: v for k, v in asdict(summary).items() if k != "malformed"},
+            **{k: v for k, v in asdict(summary).items() if k not in ("malformed", "unreadable_manifests")},
             "malformed": len(summary.malformed),
             "malformed_examples": summary.malformed[:5],
+            # Kept as they are: which archives they name cannot be told (any node can write a manifest).
+            "unreadable_manifests": len(summary.unreadable_manifests),
+            "unreadable_manifest_examples": summary.unreadable_manifests[:5],
         }
     )
     return summary

@@ -77,6 +77,7 @@ class Summary:
     deferred_objects: int = 0
     changed_since_listing: int = 0
     malformed: list[str] = field(default_factory=list)
+    unreadable_manifests: list[str] = field(default_factory=list)
     aborted_uploads: int = 0
 
 

@@ -63,3 +63,35 @@ def test_an_active_set_of_the_wrong_shape_deletes_nothing(s3_server, document):
         run(aws, settings(timedelta(days=0), timedelta(days=0)), lambda: datetime.now(UTC), lambda _: None)
     assert all_keys(client, bucket) == before
     assert {o for p in stale for o in full_key(p)} <= before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000,  # nested past the parser's depth: RecursionError stopped every run
+        b'{"archive": "' + b"a" * (2 * 2**20) + b'"}',  # past MANIFEST_MAX_BYTES: never read
+        b"\xff\xfe not json",
+    ],
+)
+def test_a_manifest_any_node_wrote_wrong_keeps_its_key_and_the_run_goes_on(s3_server, body):
+    """The P2: a manifest of 100,000 `[` raised RecursionError on every run (nothing was pruned again), and a
+    200 MB one was read whole into the function's 512 MB. Now its key is kept as it is, the run goes on, and the
+    summary names it."""
+    client, bucket = fast_client(s3_server), s3_server.new_bucket()
+    active, stale = _small_world(client, bucket, keys_per_group=3)
+    # Two archives and two manifests: which archive is in use can only be told by reading the manifests.
+    hostile = f"{active[0]}manifest-fedcba9876543210.json"
+    named = {"archive": f"{active[0]}archive-{'b' * 64}-0001.tar.zst"}  # the world's own manifest, read first
+    client.put_object(Bucket=bucket, Key=f"{active[0]}manifest-0123456789abcdef.json", Body=json.dumps(named).encode())
+    client.put_object(Bucket=bucket, Key=f"{active[0]}archive-{'c' * 64}-0001.tar.zst", Body=b"x")
+    client.put_object(Bucket=bucket, Key=hostile, Body=body)
+    kept = {k for k in all_keys(client, bucket) if k.startswith(active[0])}
+    aws = PrunerAws(client, StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": active})}), bucket)
+    emitted: list[dict] = []
+    later = datetime.now(UTC) + timedelta(days=30)
+    summary = run(aws, settings(timedelta(days=0), timedelta(days=0)), lambda: later, emitted.append)
+    assert summary.deleted_keys == len(stale)
+    assert hostile in summary.unreadable_manifests
+    assert {k for k in all_keys(client, bucket) if k.startswith(active[0])} == kept
+    (pruned,) = [e for e in emitted if e["event"] == "pruned"]
+    assert pruned["unreadable_manifests"] >= 1 and hostile in pruned["unreadable_manifest_examples"]
