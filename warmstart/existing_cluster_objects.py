@@ -18,12 +18,15 @@ from contracts.gpu_pool import gpu_node_pool_name
 from contracts.pod_labels import GPU_POOL_LABEL, POOL_TAINTS
 from warmstart.config import EnvironmentConfig, KarpenterCompute
 from warmstart.node_model import karpenter_figures
+from warmstart.terminal_text import shown
 
 # Karpenter's labels on every node it launches, from the instance type (karpenter-provider-aws v1.14.1 labels.go), as
 # recorded; each node OS says under which domain its nodes carry them (warmstart/node_os/).
 KARPENTER_DOMAIN = "karpenter.k8s.aws/"
 GPU_MANUFACTURER_LABEL = f"{KARPENTER_DOMAIN}instance-gpu-manufacturer"
-DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"  # nvcr.io/nvidia/k8s-device-plugin, NVIDIA's chart and the GPU Operator's
+DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
+# An add-on's configuration values are a small document; anything larger is not read (it is the cluster's text).
+CONFIGURATION_VALUES_MAX = 2**16  # nvcr.io/nvidia/k8s-device-plugin, NVIDIA's chart and the GPU Operator's
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,11 @@ def pod_identity_findings(config: EnvironmentConfig, addon: Any, daemonsets: Any
 
 def _policy_switch(values: Any) -> bool:
     """`enableNetworkPolicy` of the vpc-cni add-on's configuration values (JSON or YAML, as EKS takes both)."""
-    if not isinstance(values, str):
+    if not isinstance(values, str) or len(values) > CONFIGURATION_VALUES_MAX:
         return False
     try:
         parsed = yaml.safe_load(values)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # nested past the parser's depth: not a setting warmstart can read
         return False
     return str(field(parsed, "enableNetworkPolicy")).lower() == "true"
 
@@ -357,15 +360,15 @@ def _controller_settings(config: EnvironmentConfig, compute: KarpenterCompute, c
     if tag != said.version:
         found.append(
             Finding(
-                f"the cluster runs Karpenter {tag or image}, and compute.existing_controller.version says "
+                f"the cluster runs Karpenter {shown(str(tag or image))}, and compute.existing_controller.version says "
                 f"{said.version}",
-                f"set compute.existing_controller.version: {tag or '<its version>'}",
+                f"set compute.existing_controller.version: {shown(tag) if tag else '<its version>'}",
             )
         )
     if env.get("CLUSTER_NAME") not in (None, config.cluster.name):
         found.append(
             Finding(
-                f"the Karpenter in {said.namespace} manages cluster {env.get('CLUSTER_NAME')}",
+                f"the Karpenter in {said.namespace} manages cluster {shown(str(env.get('CLUSTER_NAME')))}",
                 "name the cluster it runs in under cluster.name",
             )
         )

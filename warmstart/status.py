@@ -14,6 +14,7 @@ from contracts.start_record import STARTS_KEY, TIMELINE_PHASES, StartTimeline
 from warmstart.catalog import Catalog
 from warmstart.config import EnvironmentConfig
 from warmstart.quantity import parse_quantity
+from warmstart.terminal_text import shown
 from warmstart.workload import image_cache_name, plan_model
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -212,18 +213,6 @@ def start_bar(timeline: StartTimeline, scale: float) -> str:
 
 def _missing(timeline: StartTimeline) -> str:
     return "missing " + ", ".join(timeline.missing) if timeline.missing else ""
-
-
-def shown(text: str) -> str:
-    """Node-written text as it reaches a terminal: every character Python does not call printable (C0 and C1
-    controls, DEL, line and paragraph separators, format controls such as bidi overrides) escaped, so that a record
-    cannot clear the screen, move the cursor or print a line of its own."""
-    return "".join(c if c.isprintable() else _escaped(c) for c in text)
-
-
-def _escaped(character: str) -> str:
-    code = ord(character)
-    return f"\\x{code:02x}" if code < 0x100 else (f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
 
 
 def _cell(seconds: float | None) -> str:
