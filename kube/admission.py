@@ -21,8 +21,10 @@ def deny_policy(
     validations: Sequence[k8s.Validation],
     variables: Sequence[k8s.Variable] | None = None,
     match_conditions: Sequence[k8s.MatchCondition] | None = None,
+    more_rules: Sequence[tuple[Sequence[str], Sequence[str]]] = (),
 ) -> tuple[k8s.KubeValidatingAdmissionPolicy, k8s.KubeValidatingAdmissionPolicyBinding]:
-    """The policy (core API group, v1) and its binding, applied after it."""
+    """The policy (core API group, v1) and its binding, applied after it. `more_rules`: (operations, resources)
+    matched besides `operations` on `resources`."""
     policy = k8s.KubeValidatingAdmissionPolicy(
         scope,
         id,
@@ -32,8 +34,9 @@ def deny_policy(
             match_constraints=k8s.MatchResources(
                 resource_rules=[
                     k8s.NamedRuleWithOperations(
-                        api_groups=[""], api_versions=["v1"], operations=list(operations), resources=list(resources)
+                        api_groups=[""], api_versions=["v1"], operations=list(ops), resources=list(kinds)
                     )
+                    for ops, kinds in [(operations, resources), *more_rules]
                 ]
             ),
             match_conditions=list(match_conditions) if match_conditions is not None else None,

@@ -71,6 +71,10 @@ ENTRY_FILES = {
         f"{PLUGIN_DIST_INFO}/entry_points.txt",
     )
 }
+# Shared with the agent: the endpoints' connection bounds, and the identities of a verified copy's files.
+ENTRY_FILES |= {
+    name: RUNTIME.parent.parent / "contracts" / name for name in ("connection_guard.py", "file_identity.py")
+}
 
 
 def entry_key(path: str) -> str:

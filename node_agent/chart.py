@@ -103,6 +103,8 @@ class NodeFolders:
     cache_root: str
     weights_root: str
     pod_records_root: str
+    # Namespaces trusted to read the node's root above them as root (the config's cluster.trusted_node_readers).
+    trusted_readers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -316,6 +318,7 @@ class NodeAgentChart(cdk8s.Chart):
             weights_root=weights_root if settings.weights_models else None,
             records_root=pod_records_root,
             agent_host_paths=[v.host_path.path for v in agent_pod.volumes or [] if v.host_path],
+            trusted_readers=list(folders.trusted_readers),
             labels=LABELS,
         )
         self.daemon_set = k8s.KubeDaemonSet(

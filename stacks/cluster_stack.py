@@ -86,7 +86,12 @@ class ClusterStack(Stack):
                 charts=self.charts,
                 image=self.agent_image,
                 settings=settings,
-                folders=NodeFolders(compile_cache_root(config), weights_root(config), pod_records_root(config)),
+                folders=NodeFolders(
+                    compile_cache_root(config),
+                    weights_root(config),
+                    pod_records_root(config),
+                    tuple(config.cluster.trusted_node_readers),
+                ),
                 scrapers=MetricsScrapers(metrics_scraper_cidrs(config), list(config.metrics.scraper_namespaces)),
                 model_kms_key_arn=config.buckets.models.kms_key_arn,
             )

@@ -20,6 +20,9 @@ from warmstart.workload import plan_model
 
 # A phase shorter than this measures nothing a rate can be fitted from (clock resolution, a cached read).
 MIN_SECONDS = 0.1
+# The file a calibration reads, at most: the starts ConfigMaps of 64 nodes at the API server's 1 MiB each, far
+# more starts than a median needs. A larger file (nodes write the records) is refused before it is read.
+MAX_RECORDS_BYTES = 64 * 2**20
 
 
 class RecordsError(ValueError):
@@ -29,9 +32,16 @@ class RecordsError(ValueError):
 def read_records(path: Path) -> list[StartTimeline]:
     """Start records from a ConfigMap list (kubectl's JSON) or a JSON list of records; others are skipped."""
     try:
-        text = path.read_text()
+        with path.open("rb") as handle:
+            data = handle.read(MAX_RECORDS_BYTES + 1)
+        text = data.decode()
     except (OSError, ValueError) as error:
         raise RecordsError(f"{path}: not a JSON file of start records ({error})") from None
+    if len(data) > MAX_RECORDS_BYTES:
+        raise RecordsError(
+            f"{path}: larger than {MAX_RECORDS_BYTES // 2**20} MiB; calibrate from fewer nodes' starts "
+            "(kubectl get configmap <node's starts ConfigMap> -o json, or one environment's nodes)"
+        )
     document = strict_json(text)
     if document is None:
         raise RecordsError(f"{path}: not a JSON file of start records (not JSON, or NaN, Infinity, too deep)")
@@ -68,7 +78,12 @@ def calibrate(config: EnvironmentConfig, catalog: Catalog, timelines: list[Start
     ready = [t for t in timelines if t.outcome == "ready" and t.model in names]
 
     def measured(phase: str, keep=lambda t: True) -> list[float]:
-        return [value for t in ready if keep(t) and isinstance(value := t.phases.get(phase), (int, float))]
+        """The phase's values, each long enough to measure something (a shorter one is a clock's resolution)."""
+        return [
+            value
+            for t in ready
+            if keep(t) and isinstance(value := t.phases.get(phase), (int, float)) and value >= MIN_SECONDS
+        ]
 
     fitted: dict[str, float] = {}
     node = _median([_node_seconds(t) for t in ready if t.new_node and t.phases.get("node")])

@@ -237,6 +237,11 @@ class ClusterConfig(Strict):
     admin_role_arns: list[RoleArn] = Field(default_factory=list)
     # A cluster that exists already (name, version and endpoint_access above say what it is).
     existing: ExistingCluster | None = None
+    # Namespaces whose node agents the cluster trusts to read the node's root as root (monitoring and security
+    # agents: CloudWatch, Datadog, Falco): warmstart's host-path policy leaves their read-only host mounts to the
+    # cluster's Pod Security. Every other pod reads `/`, `/mnt` or /proc only recursively read-only or non-root
+    # (docs/trust-model.md, "What a cluster must allow").
+    trusted_node_readers: list[Annotated[str, Field(pattern=DNS_LABEL)]] = Field(default_factory=list, max_length=20)
 
     @model_validator(mode="after")
     def _owned_settings(self) -> ClusterConfig:

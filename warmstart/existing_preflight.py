@@ -25,6 +25,7 @@ from warmstart.config import (
 )
 from warmstart.existing_cluster_objects import Finding, field
 from warmstart.existing_daemonsets import daemonset_findings
+from warmstart.host_root_mounts import host_root_findings
 
 Runner = Callable[[list[str]], tuple[int, str, str]]
 # Authentication modes that accept access entries (EKS API, AccessConfigResponse.authenticationMode).
@@ -412,9 +413,12 @@ def _read_in_cluster(config: EnvironmentConfig, cluster: dict, run: Runner) -> t
     compute = config.compute
     api = ClusterApi(config, cluster, run)
     daemonsets, why = api.get("daemonsets", "--all-namespaces")
+    workloads, why_workloads = api.get("deployments,statefulsets", "--all-namespaces")
+    mounts = host_root_findings(config, daemonsets) + host_root_findings(config, workloads)
+    mount_notes = [_unreadable("the Deployments and StatefulSets", why_workloads)] if workloads is None else []
     if not isinstance(compute, KarpenterCompute):
         found, said = daemonset_findings(config, default_catalog(), daemonsets)
-        return found, ([_unreadable("the DaemonSets", why)] if daemonsets is None else []) + said
+        return mounts + found, ([_unreadable("the DaemonSets", why)] if daemonsets is None else []) + mount_notes + said
     deployments, why_not = api.get("deployments", "--all-namespaces", "--selector", "app.kubernetes.io/name=karpenter")
     notes = [_unreadable("the DaemonSets", why)] if daemonsets is None else []
     notes += [_unreadable("the Karpenter Deployments", why_not)] if deployments is None else []
@@ -432,9 +436,9 @@ def _read_in_cluster(config: EnvironmentConfig, cluster: dict, run: Runner) -> t
         entry = _access_entry_type(config, run, compute.existing_controller.node_role_name)
         mode = field(cluster, "accessConfig", "authenticationMode")
         results.append(objects.node_access_findings(config, entry, mode, aws_auth))
-    findings = [f for found, _ in results for f in found]
+    findings = mounts + [f for found, _ in results for f in found]
     said = [n for _, more in results for n in more]
-    return findings, notes + list(dict.fromkeys(said))
+    return findings, notes + mount_notes + list(dict.fromkeys(said))
 
 
 def _addon(config: EnvironmentConfig, run: Runner, addon: str) -> Any:

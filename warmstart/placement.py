@@ -148,6 +148,12 @@ def rollout_placement(config: EnvironmentConfig, catalog: Catalog) -> Placement:
     return placement
 
 
+def models_inside_pool(config: EnvironmentConfig) -> bool:
+    """Every model's instance types are the pool's: only then is there one placement to compute."""
+    pool = config.compute.gpu_pool.instance_types
+    return all(t in pool for m in config.models for t in (m.instance_types or []))
+
+
 def needed_placement(config: EnvironmentConfig, catalog: Catalog, others: tuple[DaemonSetPod, ...]) -> Placement:
     """What gpu_limit must hold with `others` on every node too: the rollout placement with surge, else steady."""
     if config.compute.gpu_pool.surge:

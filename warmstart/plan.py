@@ -17,7 +17,7 @@ from warmstart.image_preload import (
     volume_initialization_seconds,
 )
 from warmstart.notes import config_notes
-from warmstart.placement import rollout_placement, steady_placement
+from warmstart.placement import models_inside_pool, rollout_placement, steady_placement
 from warmstart.preload_modes.base import pulls_in_parallel
 from warmstart.sizing import candidate_instances
 from warmstart.vllm_release import serving_release, serving_torch, serving_version
@@ -157,9 +157,8 @@ def image_preload_lines(config: EnvironmentConfig) -> list[str]:
 def pool_lines(config: EnvironmentConfig, catalog: Catalog) -> list[str]:
     """Where the pods go, as the GPU budget places them on the node model (what a node offers the models' pods)."""
     pool = config.compute.gpu_pool
-    inside = not any(t not in pool.instance_types for m in config.models for t in (m.instance_types or []))
     lines = [f"GPU pool {', '.join(pool.instance_types)}, gpu_limit {pool.gpu_limit}"]
-    if not inside:
+    if not models_inside_pool(config):
         return [*lines, "  placement: not computed (a model lists instance types outside the pool)"]
     steady = steady_placement(config, catalog)
     lines += [f"  node {line}" for line in steady.describe_nodes().split("; ")]

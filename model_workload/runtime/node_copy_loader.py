@@ -23,6 +23,11 @@ import json
 import os
 from collections.abc import Mapping
 
+try:  # the serving image: the ConfigMap puts it beside this file
+    from file_identity import holds_only, identities
+except ImportError:  # the repository
+    from contracts.file_identity import holds_only, identities
+
 # Set by the entry step (vllm_entry.py) only when the agent vouches for the copy and its files are the ones the
 # agent verified: the folder of the copy, and the model URI it is a copy of.
 FOLDER_VARIABLE = "WARMSTART_NODE_COPY_DIR"
@@ -31,8 +36,9 @@ MODEL_VARIABLE = "WARMSTART_NODE_COPY_MODEL"
 PLUGIN_NAME = "warmstart_node_copy"
 LOAD_FORMAT = "runai_streamer"
 _SUFFIX = ".safetensors"
-# The agent's completion marker beside the copy (`<key>.complete`, a small JSON object with files and bytes).
-MARKER_MAX_BYTES = 64 * 1024
+# The agent's completion marker beside the copy (`<key>.complete`: files, bytes and each file's identity, about 100
+# bytes a file; node_agent/runtime/weights.py MARKER_MAX_BYTES).
+MARKER_MAX_BYTES = 4 * 2**20
 # The kernel's boot id, the same in every container of the node (docs/upstream-facts.md).
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -99,31 +105,20 @@ def current_boot_id(path: str = BOOT_ID_PATH) -> str | None:
         return None
 
 
-def _holds(folder: str) -> tuple[int, int]:
-    """Regular files under the copy and their bytes, counted as the agent and the endpoint count them (links and
-    anything that is not a regular file left out)."""
-    files = size = 0
-    for root, folders, names in os.walk(folder):
-        folders[:] = [f for f in folders if not os.path.islink(os.path.join(root, f))]
-        for name in names:
-            status = os.lstat(os.path.join(root, name))
-            if (status.st_mode & 0o170000) == 0o100000:  # S_ISREG
-                files, size = files + 1, size + status.st_size
-    return files, size
-
-
 def node_copy_files(requested: str, env: Mapping[str, str]) -> list[str] | None:
     """The files to stream in place of `requested`: the copy's, when `requested` is the model the entry step chose
-    the copy for, the copy still holds exactly the files and bytes the agent verified (its marker) and at least one
-    weights file; None (vLLM's own listing, through the endpoint) in every other case. The count is taken when the
-    loader lists, not only when the entry step chose: vLLM's Run:ai loader does not check that every parameter
-    was loaded, so a copy short of a file must never be streamed as if whole."""
+    the copy for, the copy still holds exactly the files the agent verified, each the same file (its marker's
+    identities: contracts/file_identity.py) and at least one weights file; None (vLLM's own listing, through the
+    endpoint) in every other case. The check is made when the loader lists, not only when the entry step chose:
+    vLLM's Run:ai loader does not check that every parameter was loaded, so a copy short of a file must never be
+    streamed as if whole."""
     folder, model = env.get(FOLDER_VARIABLE), env.get(MODEL_VARIABLE)
     if not folder or not model or requested.rstrip("/") != model.rstrip("/"):
         return None
     marker = copy_marker(folder)
+    table = identities(marker) if marker is not None else None
     try:
-        if marker is None or (marker.get("files"), marker.get("bytes")) != _holds(folder):
+        if table is None or not holds_only(folder, table):
             return None
         files = local_weight_files(folder)
     except OSError:

@@ -20,16 +20,22 @@ import hashlib
 import json
 import os
 import re
-import stat
 import sys
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import HTTPServer
 from pathlib import Path
 from xml.sax.saxutils import escape
+
+try:  # the serving image: the ConfigMap puts them beside this file
+    from connection_guard import ConnectionGuard, GuardedRequestHandler, GuardedThreadingMixIn
+    from file_identity import Identity, open_verified, record_identities
+except ImportError:  # the repository
+    from contracts.connection_guard import ConnectionGuard, GuardedRequestHandler, GuardedThreadingMixIn
+    from contracts.file_identity import Identity, open_verified, record_identities
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 # Connections served at once: every tensor-parallel rank's streamer opens up to ~64 (8 ranks: ~500) plus vLLM's
@@ -37,34 +43,42 @@ _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 MAX_CONNECTIONS = 1024
 # A connection that says nothing for this long is closed (an idle keep-alive or a stalled client).
 IDLE_SECONDS = 30
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# A new connection sends its first request within this; a response takes at most RESPONSE_SECONDS plus its bytes at
+# MIN_READ_RATE (loopback from NVMe runs at GB/s: a reader slower than this is stalled or hostile).
+HEAD_SECONDS = 10
+RESPONSE_SECONDS = 30
+MIN_READ_RATE = 16 * 2**20
 
 
 @dataclass(frozen=True)
 class ServedObject:
     key: str
-    path: Path
-    size: int
-    mtime: float
+    relative: str
+    identity: Identity  # what the agent verified (contracts/file_identity.py): inode, size, mtime_ns, ctime_ns, nlink
     etag: str
 
+    @property
+    def size(self) -> int:
+        return self.identity[1]
 
-def _objects(folder: Path, prefix: str) -> dict[str, ServedObject]:
-    """The copy is immutable while served (the agent never changes a complete key folder): list it once."""
+    @property
+    def mtime(self) -> float:
+        return self.identity[2] / 1e9
+
+
+def _objects(prefix: str, verified: dict[str, Identity]) -> dict[str, ServedObject]:
+    """The files the agent verified, by their S3 keys; the ETag names the verified file (its key, size and times)."""
     found = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            relative = path.relative_to(folder).as_posix()
-            stat = path.stat()
-            key = prefix + relative
-            tag = hashlib.md5(f"{key}:{stat.st_size}:{stat.st_mtime_ns}".encode(), usedforsecurity=False).hexdigest()
-            found[key] = ServedObject(key, path, stat.st_size, stat.st_mtime, f'"{tag}"')
+    for relative, identity in sorted(verified.items()):
+        key = prefix + relative
+        tag = hashlib.md5(f"{key}:{identity[1]}:{identity[2]}:{identity[3]}".encode(), usedforsecurity=False)
+        found[key] = ServedObject(key, relative, identity, f'"{tag.hexdigest()}"')
     return found
 
 
-class NodeCopyServer(ThreadingHTTPServer):
-    daemon_threads = True
+class NodeCopyServer(GuardedThreadingMixIn, HTTPServer):
     allow_reuse_address = True
+    head_seconds = HEAD_SECONDS
     # Every tensor-parallel rank's streamer opens its connections at once (up to 64 each): the default
     # listen backlog of 5 makes the kernel drop the rest, and the client's retries cost seconds.
     request_queue_size = 1024
@@ -77,36 +91,32 @@ class NodeCopyServer(ThreadingHTTPServer):
             print(f"warmstart node-copy endpoint: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
     def __init__(
-        self, *, bucket: str, prefix: str, folder: Path, port: int = 0, max_connections: int = MAX_CONNECTIONS
+        self,
+        *,
+        bucket: str,
+        prefix: str,
+        folder: Path,
+        verified: dict[str, Identity] | None = None,
+        port: int = 0,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
+        """Serves the files of `verified` (the agent's marker), each only while it is still that file; without it
+        (tests, tools), the folder's files as they are now."""
         self.bucket = bucket
         self.prefix = prefix
-        self.objects = _objects(folder, prefix)
+        self.folder = folder
+        table = (
+            verified
+            if verified is not None
+            else {k: tuple(v) for k, v in record_identities(str(folder), strict=False).items()}
+        )
+        self.objects = _objects(prefix, table)
         self.keys = sorted(self.objects)
-        self._slots = threading.BoundedSemaphore(max_connections)
+        # A thread per connection, up to the cap; past it, 503 SlowDown (the streamer retries) and the connection
+        # closes, unless a connection that waits for a request gives its slot up.
+        self.guard = ConnectionGuard(max_connections)
+        self.busy_reply = _BUSY
         super().__init__(("127.0.0.1", port), _Handler)
-
-    def process_request(self, request, client_address) -> None:
-        """A thread per connection, up to the cap; past it, 503 SlowDown and the connection closes."""
-        if not self._slots.acquire(blocking=False):
-            try:
-                request.settimeout(1)
-                request.sendall(_BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except Exception:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
 
     @property
     def endpoint(self) -> str:
@@ -121,13 +131,23 @@ _BUSY = (
 )
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedRequestHandler):
     protocol_version = "HTTP/1.1"
     server: NodeCopyServer
     timeout = IDLE_SECONDS  # socket timeout: an idle or stalled connection ends its thread
 
     def log_message(self, format, *args) -> None:  # the streamer makes thousands of requests: stay quiet
         pass
+
+    def handle_one_request(self) -> None:
+        if getattr(self, "_answered", False):  # a kept-alive connection waits for its next request
+            self.server.guard.waiting(self.connection, seconds=IDLE_SECONDS)
+        self._answered = True
+        super().handle_one_request()
+
+    @property
+    def serving_seconds(self) -> float:  # read at each request (tests shorten it)
+        return RESPONSE_SECONDS
 
     # ---- routing ----
 
@@ -198,14 +218,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(416, "InvalidRange", wanted, head)
             status = 206
         length = end - start + 1 if item.size else 0
-        try:  # the bytes served are the file the agent verified: not a link, and still the size it listed
-            descriptor = os.open(item.path, _OPEN_FLAGS)
-        except OSError:
-            return self._error(500, "InternalError", f"{item.key} is not readable as listed", head)
+        # The bytes served are the file the agent verified: reached without a link, the same inode, size, times and
+        # link count (an in-place rewrite, a replacement, a hard link or a swapped folder is refused).
+        descriptor = open_verified(str(self.server.folder), item.relative, item.identity)
+        if descriptor is None:
+            return self._error(500, "InternalError", f"{item.key} is not the file the agent verified", head)
         with os.fdopen(descriptor, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size != item.size:
-                return self._error(500, "InternalError", f"{item.key} changed since it was listed", head)
             self._send_range(item, handle, status, start, end, length, head)
 
     def _send_range(self, item: ServedObject, handle, status: int, start: int, end: int, length: int, head: bool):
@@ -221,6 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
         if head or length == 0:
             return
         self.wfile.flush()
+        self.server.guard.serving(self.connection, seconds=RESPONSE_SECONDS + length / MIN_READ_RATE)
         # socket.sendfile, not os.sendfile: the connection has a timeout (IDLE_SECONDS), so its descriptor is
         # non-blocking, and a bare os.sendfile raises EAGAIN whenever the client is slower than the disk (the
         # streamer saw a failed request and retried). socket.sendfile waits for room within the timeout.

@@ -172,17 +172,16 @@ def write_record(folder: Path, record: dict) -> None:
 def start_node_copy_endpoint(bucket: str, prefix: str, folder: Path) -> str:
     """Serves the copy on 127.0.0.1 from a child process that dies with the container's main process."""
     _siblings()
-    from node_copy_loader import copy_marker
+    from node_copy_loader import copy_marker, holds_only, identities
     from node_copy_s3 import NodeCopyServer  # beside this script in the ConfigMap
 
-    server = NodeCopyServer(bucket=bucket, prefix=prefix, folder=folder)  # bound before the fork: no race
-    # The agent's completion marker says how many files and bytes it verified: a folder that holds anything
-    # else is not served (the pods mount it read-only and only the agent writes it, so this never happens).
-    marker = copy_marker(str(folder)) or {}
-    served = (len(server.objects), sum(o.size for o in server.objects.values()))
-    if (marker.get("files"), marker.get("bytes")) != served:
-        server.server_close()
-        raise OSError(f"the copy holds {served[0]} files of {served[1]} bytes, not what the agent verified")
+    # The agent's marker lists every file it verified, with its identity: a copy that holds anything else, or a
+    # file that is no longer the one verified, is not served (the pods stream from S3).
+    marker = copy_marker(str(folder))
+    verified = identities(marker) if marker is not None else None
+    if verified is None or not holds_only(str(folder), verified):
+        raise OSError("the copy is not the one the agent verified (its files or their identities differ)")
+    server = NodeCopyServer(bucket=bucket, prefix=prefix, folder=folder, verified=verified)  # bound before the fork
     parent = os.getpid()
     if os.fork() == 0:
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from contracts.agent_settings import AgentSettings
 from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.collector import built_then_frozen
-from node_agent.runtime.fs import raise_open_files_limit, remove_tree
+from node_agent.runtime.fs import keep_root_owned, raise_open_files_limit, remove_tree
 from node_agent.runtime.kube import InClusterTransport, KubeApi
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.liveness import Liveness, keep_heartbeat
@@ -59,6 +59,9 @@ def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCac
     kube = KubeApi(InClusterTransport(os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]))
     metrics = AgentMetrics()
     remove_tree(layout.state / "tmp")  # whatever a crash left half-done is never used
+    roots = [Path(settings.cache_root), Path(settings.weights_root), Path(settings.pod_records)]
+    for folder, outcome in keep_root_owned(roots).items():  # root:root, not group- or world-writable
+        log.event("folder-permissions", folder=folder, outcome=outcome)
     weights = None
     if settings.weights_models:
         weights = WeightsCache(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,7 +109,11 @@ class NodeAgent:
         # that crash-loops holds downloads back once, for the startup bound, not forever.
         self._streaming_since: dict[str, float] = {}
         self._refusals_logged: set[tuple[str, str, str]] = set()
-        self._impostors: set[str] = set()  # UIDs of pods with a model's labels outside its namespace
+        # UIDs of pods that are not warmstart's workloads: a model's labels outside its namespace, or no vLLM pod
+        # at all (a pod elsewhere that mounted its own record folder). What they write is refused.
+        self._impostors: set[str] = set()
+        self._checked_unlisted: set[str] = set()  # record UIDs looked up since the last pod list
+        self._strangers_lock = threading.Lock()  # the compile loop and the weights loop both list and look up
 
     # ---- compile cache ----
 
@@ -235,13 +240,15 @@ class NodeAgent:
 
     def _speaking_for_themselves(self, records: dict[str, PodRecord], pods: list[dict]) -> dict[str, PodRecord]:
         """A listed pod's record counts only for the model the API server says the pod serves (its folder says
-        which pod it is; the record may not speak for another model). An unlisted pod's record (one that
+        which pod it is; the record may not speak for another model). A record of a pod that is on the node but
+        is not a vLLM pod of a model's namespace is refused. A record of a pod not listed at all (one that
         started after the list) counts as it is: it can only keep copies in use, never remove or plant one."""
         models = {_uid(pod): _model_of(pod) for pod in pods}
+        self._find_strangers(set(records) - set(models))
         trusted = {}
         for uid, record in records.items():
             if uid in self._impostors:
-                self._refused("pod-record", uid, "its pod is outside its model's namespace")
+                self._refused("pod-record", uid, "its pod is not a vLLM pod of its model's namespace")
                 continue
             if uid in models and models[uid] != record.model:
                 self._refused("pod-record", uid, "names another model than its pod serves")
@@ -324,7 +331,33 @@ class NodeAgent:
         when the agent first saw it. Read from the records at each call, so a pod that just started holds
         downloads back at once."""
         records = self._read_records()
+        self._find_strangers({uid for uid in records if self._pod_states.get(uid) not in ("ready", "starting")})
         return self._streaming({uid: r for uid, r in records.items() if uid not in self._impostors})
+
+    def _find_strangers(self, uids: set[str]) -> None:
+        """Records whose pod the vLLM list lacks: a pod of the node outside every model's namespace is not a
+        warmstart workload (a team's pod may mount its own record folder where Pod Security lets it), and its
+        records are refused from then on. A pod of a model's namespace keeps its say even without the vLLM labels
+        (relabelled out of a Service, it may still read a copy). Looked up once per UID between two pod lists; a
+        pod that is not on the node at all started after the list (or is gone) and keeps the benefit of the doubt."""
+        with self._strangers_lock:
+            unknown = uids - self._impostors - self._checked_unlisted
+            if not unknown:
+                return
+            self._checked_unlisted |= unknown
+        namespaces = {m.name for m in self.settings.models}
+        try:
+            on_node = self.kube.pods_on_node(self.node)
+        except Exception as error:
+            self.log.event("pods-unreadable", reason=str(error))
+            return
+        others = {_uid(pod) for pod in on_node if pod.get("metadata", {}).get("namespace") not in namespaces}
+        for uid in sorted(unknown & others):
+            with self._strangers_lock:
+                if len(self._impostors) > 10_000:  # bounded, like the refusal log
+                    self._impostors.clear()
+                self._impostors.add(uid)
+            self._refused("pod", uid, "mounts a record folder outside every model's namespace")
 
     def _streaming(self, records: dict[str, PodRecord]) -> set[str]:
         now = self.monotonic()
@@ -467,14 +500,17 @@ class NodeAgent:
         except Exception as error:
             self.log.event("pods-unreadable", reason=str(error))
             return None
+        with self._strangers_lock:
+            self._checked_unlisted.clear()
         pods = []
         for pod in listed:
             if pod.get("metadata", {}).get("namespace") == _model_of(pod):
                 pods.append(pod)
             else:
-                if len(self._impostors) > 10_000:  # bounded, like the refusal log
-                    self._impostors.clear()
-                self._impostors.add(_uid(pod))
+                with self._strangers_lock:
+                    if len(self._impostors) > 10_000:  # bounded, like the refusal log
+                        self._impostors.clear()
+                    self._impostors.add(_uid(pod))
                 self._refused("pod", _uid(pod), "carries a model's labels outside that model's namespace")
         return pods
 

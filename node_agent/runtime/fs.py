@@ -6,6 +6,7 @@ import ctypes
 import errno
 import os
 import resource
+import stat
 import struct
 import uuid
 from dataclasses import dataclass
@@ -210,3 +211,30 @@ def raise_open_files_limit() -> tuple[int, int]:
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def keep_root_owned(folders: list[Path]) -> dict[str, str]:
+    """Makes each of warmstart's node folders (the cache roots) owned by root and writable by its owner only, and
+    says what it did to each it found otherwise: "fixed", or why it could not (the agent runs without CAP_CHOWN
+    and CAP_FOWNER, so a folder another user owns stays as it is; the agent goes on). A container that reads a
+    parent of them through `readOnly` (not recursively) and cannot become root is then kept out by the permissions
+    alone (node_agent/host_path_policy.py admits such a mount).
+    A link is left alone (kubelet's hostPath made the folders; the agent never follows one)."""
+    changed: dict[str, str] = {}
+    for folder in folders:
+        try:
+            descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # absent, or a link
+        try:
+            status = os.fstat(descriptor)
+            if status.st_uid != 0 or status.st_gid != 0 or status.st_mode & 0o022:
+                try:
+                    os.fchown(descriptor, 0, 0)
+                    os.fchmod(descriptor, stat.S_IMODE(status.st_mode) & ~0o022)
+                    changed[str(folder)] = "fixed"
+                except OSError as error:
+                    changed[str(folder)] = f"not fixed: {error.strerror}"
+        finally:
+            os.close(descriptor)
+    return changed

@@ -102,8 +102,12 @@ class KubeApi:
             "GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/configmaps/{urllib.parse.quote(name)}"
         )
 
-    def pods_on_node(self, node: str, label_selector: str) -> list[dict]:
-        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}", "labelSelector": label_selector})
+    def pods_on_node(self, node: str, label_selector: str = "") -> list[dict]:
+        """The pods on `node`, those with `label_selector`'s labels where one is given."""
+        fields = {"fieldSelector": f"spec.nodeName={node}"} | (
+            {"labelSelector": label_selector} if label_selector else {}
+        )
+        query = urllib.parse.urlencode(fields)
         return self._call("GET", f"/api/v1/pods?{query}").get("items", [])
 
 

@@ -7,17 +7,21 @@ Labels stay bounded: models are the configured ones, phases, sources and outcome
 from __future__ import annotations
 
 import threading
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.exposition import generate_latest
 
+from contracts.connection_guard import ConnectionGuard, GuardedRequestHandler, GuardedThreadingMixIn
 from contracts.start_record import StartTimeline
 
 # Seconds, from a warm start's few seconds to a cold large model's half hour.
 PHASE_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600)
 START_BUCKETS = (10, 30, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700, 3600)
+# Scrapes served at once (Prometheus scrapes a target once per interval; a burst of scrapers fits the listen
+# backlog), and the seconds a scraper has for its request, then for the answer (a few KiB).
+MAX_SCRAPES = 256
+SCRAPE_SECONDS = 10
 
 
 class AgentMetrics:
@@ -115,22 +119,30 @@ class AgentMetrics:
     def exposition(self) -> str:
         return generate_latest(self.registry).decode()
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> WSGIServer:
-        """The /metrics endpoint, in a daemon thread of its own, a thread per scrape. The listen backlog holds a
-        burst of scrapes (the socketserver default of 5 refused 2 of 1,000 concurrent ones), and a scraper that
-        connects and says nothing is dropped after a few seconds."""
-        server = make_server(address, port, make_wsgi_app(self.registry), _MetricsServer, handler_class=_QuietHandler)
+    def serve(self, port: int, address: str = "0.0.0.0", *, max_connections: int = MAX_SCRAPES) -> WSGIServer:
+        """The /metrics endpoint, in a daemon thread of its own, a thread per scrape up to `max_connections`
+        (past that 503, or the slot of the connection that has waited longest for its request). The listen backlog
+        holds a burst of scrapes (the socketserver default of 5 refused 2 of 1,000 concurrent ones); a scraper has
+        SCRAPE_SECONDS for its request and as much again for the answer, however it sends or reads."""
+        server = _MetricsServer((address, port), _QuietHandler, guard=ConnectionGuard(max_connections))
+        server.set_app(make_wsgi_app(self.registry))
         threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         return server
 
 
-class _MetricsServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+class _MetricsServer(GuardedThreadingMixIn, WSGIServer):
     request_queue_size = 256
+    head_seconds = SCRAPE_SECONDS
+    busy_reply = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+    def __init__(self, address: tuple[str, int], handler: type, *, guard: ConnectionGuard) -> None:
+        self.guard = guard
+        super().__init__(address, handler)
 
 
-class _QuietHandler(WSGIRequestHandler):
-    timeout = 10  # seconds a connection may stay silent
+class _QuietHandler(GuardedRequestHandler, WSGIRequestHandler):
+    timeout = SCRAPE_SECONDS  # seconds a connection may stay silent
+    serving_seconds = SCRAPE_SECONDS
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass

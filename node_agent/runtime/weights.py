@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contracts.file_identity import identities, record_identities
 from node_agent.runtime.fs import current_boot_id, remove_tree, rename_no_replace, syncfs, write_atomic
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import ListedObject, WeightsSource
@@ -36,6 +37,9 @@ from node_agent.runtime.untrusted import Refused, finite, parse_json, read_cappe
 
 STATE = ".warmstart"
 POINTER_MAX_BYTES = 64 * 1024
+# A marker lists every file's identity (contracts/file_identity.py): its path and at most 100 bytes more a file.
+MARKER_MAX_BYTES = 4 * 2**20
+IDENTITY_BYTES_PER_FILE = 100
 _KEY = re.compile(r"^[0-9a-f]{16}$")
 
 
@@ -86,26 +90,29 @@ class WeightsLayout:
         path.mkdir(parents=True)
         return path
 
-    def _read_object(self, path: Path) -> dict | None:
+    def _read_object(self, path: Path, max_bytes: int = POINTER_MAX_BYTES) -> dict | None:
         try:
-            document = parse_json(read_capped(str(path), max_bytes=POINTER_MAX_BYTES))
+            document = parse_json(read_capped(str(path), max_bytes=max_bytes))
         except Refused:
             return None
         return document if isinstance(document, dict) else None
 
     def read_marker(self, model: str, key: str) -> dict | None:
         """The marker that vouches for the copy: its completion marker, or its published marker of this boot.
-        The pods' plugin reads them by the same rule (model_workload/runtime/node_copy_loader.py copy_marker)."""
-        durable = self._read_object(self.complete_marker(model, key))
+        The pods' plugin reads them by the same rule (model_workload/runtime/node_copy_loader.py copy_marker).
+        A marker without the files' identities (an earlier version's) vouches for nothing: the pods would not serve
+        its copy, so it is filled again once no pod reads it.
+        """
+        durable = self._read_object(self.complete_marker(model, key), MARKER_MAX_BYTES)
         if durable is not None:
-            return durable
-        published = self._read_object(self.published_marker(model, key))
+            return durable if identities(durable) is not None else None
+        published = self._read_object(self.published_marker(model, key), MARKER_MAX_BYTES)
         if published is not None and self.boot_id is not None and published.get("boot_id") == self.boot_id:
-            return published
+            return published if identities(published) is not None else None
         return None
 
     def is_durable(self, model: str, key: str) -> bool:
-        return self._read_object(self.complete_marker(model, key)) is not None
+        return self._read_object(self.complete_marker(model, key), MARKER_MAX_BYTES) is not None
 
     def is_complete(self, model: str, key: str) -> bool:
         """Vouched for by a marker (read_marker), its folder in place."""
@@ -267,14 +274,30 @@ class WeightsCache:
             return done("failed", reason=f"no objects under s3://{self.source.bucket}/{prefix}")
         key = weights_key(listing, prefix)
         size = sum(o.size for o in listing)
+        self._upgrade_marker(model, key)
         if self.layout.is_complete(model, key) and not self.layout.is_durable(model, key):
             # Published by an agent that died before its sync: nothing can say its bytes reached the disk.
             self._withdraw(model, key)
             self.log.event("weights-withdrawn", model=model, key=key, reason="published, never synced")
         if self.layout.is_complete(model, key):
-            self._point(model, key, s3_uri)
+            try:
+                self._point(model, key, s3_uri)
+            except OSError as error:  # a full disk: the copy stays verified, the pointer is written next round
+                return done("failed", key, f"the pointer could not be written ({error}); the copy is kept")
             return done("ready", key, size=size)
         self._retire_current(model)  # new pods stream the new version from S3 meanwhile
+        marker_bytes = sum(len(o.key) - len(prefix) + IDENTITY_BYTES_PER_FILE for o in listing) + 1024
+        if marker_bytes > MARKER_MAX_BYTES:  # no marker could vouch for the copy: it would be downloaded each round
+            return done(
+                "failed",
+                key,
+                f"{len(listing)} files: their identities would take {marker_bytes} bytes, more than a marker holds "
+                f"({MARKER_MAX_BYTES}); pods stream this model from S3",
+            )
+        if self.layout.key_dir(model, key).exists() and in_use(model, key):
+            # Withdrawn (never synced, or vouched for by an older marker) while a pod of this boot reads it: the
+            # folder stays as it is until no pod does; pods that start meanwhile stream from S3 (no pointer).
+            return done("busy", key, "the withdrawn copy is read by a pod: filled again once it is not")
         problem = self.storage_problem()
         if problem:
             return done("refused", key, problem)
@@ -298,11 +321,20 @@ class WeightsCache:
                 page_cache_bytes = self.source.download_all(listing, staged, prefix, on_bytes=progress, pause=pause)
                 target = self.layout.key_dir(model, key)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                if target.exists():  # an incomplete folder left by a crash: never trusted, replaced
+                if target.exists():  # an incomplete or withdrawn folder: never trusted, replaced once no pod reads it
+                    if in_use(model, key):
+                        return done("busy", key, "the withdrawn copy is read by a pod: filled again once it is not")
                     remove_tree(target)
                 if not rename_no_replace(staged, target):
                     return done("failed", key, "the key folder appeared during the download")
-                document = {"key": key, "files": len(listing), "bytes": size, "boot_id": self.layout.boot_id}
+                document = {
+                    "key": key,
+                    "files": len(listing),
+                    "bytes": size,
+                    "boot_id": self.layout.boot_id,
+                    # What the pods serve and stream, file by file: what was verified, never what is there later.
+                    "identity": record_identities(str(target)),
+                }
                 # No fsync of its own: after a crash it is void anyway (another boot).
                 write_atomic(self.layout.published_marker(model, key), json.dumps(document).encode(), durable=False)
             except Exception as error:
@@ -310,7 +342,12 @@ class WeightsCache:
             finally:
                 if temp is not None:
                     remove_tree(temp)
-            self._point(model, key, s3_uri)
+            try:
+                self._point(model, key, s3_uri)
+            except OSError as error:  # a full disk: pods stream from S3 until the next round points at the copy
+                self.log.event(
+                    "weights-pointer-failed", model=model, key=key, reason=f"{type(error).__name__}: {error}"
+                )
             published_at = self.clock()
             try:
                 syncfs(errors)
@@ -325,6 +362,24 @@ class WeightsCache:
         finally:
             if errors is not None:
                 os.close(errors)
+
+    def _upgrade_marker(self, model: str, key: str) -> None:
+        """A completion marker an earlier agent wrote counts the files and bytes it verified but lists no
+        identities, so no pod would serve its copy. The copy gets them once, if it still holds exactly the regular
+        files and bytes that marker counted (what that agent's pods checked before they served it); otherwise it is
+        filled again once no pod reads it."""
+        path = self.layout.complete_marker(model, key)
+        document = self.layout._read_object(path, MARKER_MAX_BYTES)
+        if document is None or "identity" in document:
+            return
+        try:
+            table = record_identities(str(self.layout.key_dir(model, key)))
+        except OSError:
+            return  # a link or another kind of file in the copy: not what that agent left
+        if (document.get("files"), document.get("bytes")) != (len(table), sum(v[1] for v in table.values())):
+            return
+        write_atomic(path, json.dumps({**document, "identity": table}).encode())
+        self.log.event("weights-marker-upgraded", model=model, key=key, files=len(table))
 
     def _withdraw(self, model: str, key: str) -> None:
         """No marker and no pointer: no new pod chooses the copy, and the next fill replaces it."""

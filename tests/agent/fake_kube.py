@@ -64,7 +64,8 @@ class FakeCluster:
             return 200, copy.deepcopy(node)
         if parts == ["api", "v1", "pods"] and method == "GET":
             node = query["fieldSelector"].removeprefix("spec.nodeName=")
-            wanted = dict(pair.split("=") for pair in query["labelSelector"].split(","))
+            selector = query.get("labelSelector", "")
+            wanted = dict(pair.split("=") for pair in selector.split(",")) if selector else {}
             items = [
                 p
                 for p in self.pods

@@ -792,12 +792,17 @@ def test_a_marker_left_without_its_folder_never_vouches_for_the_next_fill(
     assert at_sync == [False]  # gone before the new, unsynced folder was in place
 
 
+IDENTITY = {"config.json": [12, 1, 1_700_000_000_000_000_000, 1_700_000_000_000_000_000, 1]}
+
+
 @pytest.mark.parametrize(
     "files, trusted",
     [
-        ({"complete": {"files": 1, "bytes": 1}}, True),  # synced (and every earlier agent's marker)
-        ({"complete": {"files": 1, "bytes": 1}, "published": {"boot_id": "another"}}, True),
-        ({"published": {"files": 1, "bytes": 1, "boot_id": "THIS"}}, True),
+        ({"complete": {"files": 1, "bytes": 1, "identity": IDENTITY}}, True),  # synced
+        ({"complete": {"files": 1, "bytes": 1}}, False),  # an earlier agent's: no identities, filled again
+        ({"complete": {"files": 1, "bytes": 1, "identity": IDENTITY}, "published": {"boot_id": "another"}}, True),
+        ({"published": {"files": 1, "bytes": 1, "boot_id": "THIS", "identity": IDENTITY}}, True),
+        ({"published": {"files": 1, "bytes": 1, "boot_id": "THIS", "identity": {"../x": [1, 1, 1, 1, 1]}}}, False),
         ({"published": {"files": 1, "bytes": 1, "boot_id": "another"}}, False),
         ({"published": {"files": 1, "bytes": 1}}, False),
         ({"published": {"files": 1, "bytes": 1, "boot_id": ["THIS"]}}, False),
@@ -807,6 +812,7 @@ def test_a_marker_left_without_its_folder_never_vouches_for_the_next_fill(
     ],
 )
 def test_the_agent_and_the_pods_plugin_trust_the_same_markers(tmp_path, files, trusted):
+    from contracts.file_identity import identities
     from model_workload.runtime.node_copy_loader import copy_marker, current_boot_id
 
     this_boot = current_boot_id()
@@ -816,7 +822,8 @@ def test_the_agent_and_the_pods_plugin_trust_the_same_markers(tmp_path, files, t
         text = json.dumps(document).replace('"THIS"', json.dumps(this_boot))
         (tmp_path / MODEL / f"0123456789abcdef.{kind}").write_text(text)
     assert layout.is_complete(MODEL, "0123456789abcdef") is trusted
-    assert (copy_marker(str(layout.key_dir(MODEL, "0123456789abcdef"))) is not None) is trusted
+    marker = copy_marker(str(layout.key_dir(MODEL, "0123456789abcdef")))
+    assert (marker is not None and identities(marker) is not None) is trusted
 
 
 def _is_direct(descriptor: int) -> bool:

@@ -149,3 +149,57 @@ def test_the_host_path_policy_refuses_every_other_shape_in_a_real_server(applied
     answer = create_pod(api, writer)
     assert not answer.ok and "warmstart-host-paths" in answer.message, answer.message
     assert AGENT_NAMESPACE in {w["metadata"]["namespace"] for w in workloads}
+
+
+def test_issue_45s_shapes_in_a_real_server(applied):
+    """The hostile shapes of tests/hostile/test_hostile_admission.py, in a real API server (which also validates
+    recursiveReadOnly: readOnly and no propagation other than None)."""
+    shipped, api, _, workloads = applied
+    records = pod_records_root(shipped.config)
+    api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    account = "/api/v1/namespaces/team-a/serviceaccounts/default"
+    wait_until(lambda: api.request("GET", account).ok, what="team-a's default service account")
+    exporter_user = {"runAsUser": 65534, "runAsGroup": 65534, "runAsNonRoot": True, "fsGroup": 65534}
+
+    def pod(name: str, path: str, mount: dict, *, pod_context=None, context=None, env=None) -> dict:
+        container = {"name": "c", "image": "busybox", "volumeMounts": [{"name": "h", "mountPath": "/host", **mount}]}
+        if context:
+            container["securityContext"] = context
+        if env:
+            container["env"] = env
+        spec = {"containers": [container], "volumes": [_host(path, "h")]}
+        if pod_context:
+            spec["securityContext"] = pod_context
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"}, "spec": spec}
+
+    read_only = {"readOnly": True}
+    exporter = {**read_only, "mountPropagation": "HostToContainer"}
+    uid_env = [{"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
+    refused = {
+        "root reads /": pod("root-reader", "/", read_only),
+        "node-exporter's chart as it is": pod("exporter", "/", exporter, pod_context=exporter_user),
+        "root reads /proc, recursively read-only": pod("proc", "/proc", {**read_only, "recursiveReadOnly": "Enabled"}),
+        "root reads /, recursively read-only": pod("rro", "/", {**read_only, "recursiveReadOnly": "Enabled"}),
+        "root writes /": pod("root-writer", "/", {}),
+        "a /proc link to the records, writable": pod("link", f"/proc/1/root{records}", {}),
+        "its own record folder outside a model's namespace": pod(
+            "records", records, {"subPathExpr": "$(POD_UID)"}, env=uid_env
+        ),
+    }
+    for case, shape in refused.items():
+        answer = create_pod(api, shape)
+        assert not answer.ok and "warmstart-host-paths" in answer.message, (case, answer.message)
+    admitted = {
+        "node-exporter's chart without privilege escalation": pod(
+            "exporter-fixed", "/", exporter, pod_context=exporter_user, context={"allowPrivilegeEscalation": False}
+        ),
+        "the GPU Operator's device plugin (privileged)": pod("operator", "/", exporter, context={"privileged": True}),
+    }
+    for case, shape in admitted.items():
+        answer = create_pod(api, shape)
+        assert answer.ok, (case, answer.message)
+    vllm = next(w for w in workloads if w["kind"] == "Deployment" and w["metadata"]["name"] == "vllm")
+    unconfined = copy.deepcopy(pod_of(vllm))
+    unconfined["spec"]["securityContext"] = {"seccompProfile": {"type": "Unconfined"}}
+    answer = create_pod(api, unconfined)
+    assert not answer.ok and "warmstart-host-paths" in answer.message, answer.message

@@ -17,7 +17,10 @@ import pytest
 
 from model_workload.runtime.vllm_entry import RECORD_FILE, RECORD_VERSION
 from tests.agent.cluster_world import MODEL, Node, World, make_world
+from tests.agent.conftest import clock, log  # noqa: F401 - fixtures of the weights copy's tests
 from tests.agent.fake_kube import pod_uid, vllm_pod
+from tests.agent.test_weights import model_bucket  # noqa: F401 - a fixture
+from tests.infra.test_host_path_policy import pod, policy, roots  # noqa: F401 - fixtures of the admission tests
 
 
 @dataclass
@@ -37,8 +40,8 @@ class HostileNode:
 
     def add_pod(self, name: str, *, model: str = MODEL, ready: bool = True) -> str:
         """A vLLM pod of `model` running on the node (as the API server lists it); returns its UID."""
-        pod = vllm_pod(name=name, node=self.node.stand_in.name, model=model, host_path="/x", ready=ready)
-        self.world.cluster.pods.append(pod)
+        listed = vllm_pod(name=name, node=self.node.stand_in.name, model=model, host_path="/x", ready=ready)
+        self.world.cluster.pods.append(listed)
         return pod_uid(name)
 
     def record(self, uid: str, **fields) -> Path:

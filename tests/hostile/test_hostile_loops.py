@@ -96,3 +96,26 @@ def test_a_long_download_keeps_its_loop_alive_with_every_buffer(tmp_path, s3_ser
     assert node.agent.weights_tick()[MODEL] == "downloaded"
     assert beats.count("weights_tick") >= 3  # one per buffer of the download
     assert liveness.stuck() == []
+
+
+def test_half_open_scrapers_take_a_bounded_number_of_threads_and_a_scrape_still_answers():
+    """Issue 45: 3,000 half-open requests made 2,654 threads. Past the cap a connection is refused or takes the
+    slot of one that has waited longest for its request; every connection ends within its stated time."""
+    metrics = AgentMetrics()
+    port = _free_port()
+    server = metrics.serve(port, address="127.0.0.1", max_connections=16)
+    before = threading.active_count()
+    try:
+        silent = []
+        for _ in range(300):
+            connection = socket.create_connection(("127.0.0.1", port), timeout=5)
+            connection.sendall(b"GET /metrics HTTP/1.1\r\n")  # a request line, its headers never ending
+            silent.append(connection)
+        time.sleep(1.2)
+        assert threading.active_count() - before <= 16 + 1  # a thread per slot, and the guard's deadline thread
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+            assert answer.status == 200
+        for connection in silent:
+            connection.close()
+    finally:
+        server.shutdown()

@@ -149,3 +149,36 @@ def test_a_download_held_back_for_a_streaming_pod_is_still_alive(hostile, monkey
     monkeypatch.setattr(source, "download_all", download_all)
     assert agent.weights_tick()[MODEL] == "downloaded"
     assert beats.count(0) >= 5
+
+
+def test_a_team_pod_that_mounts_its_own_record_folder_holds_nothing(hostile):
+    """Issue 45: a pod of another namespace, with no vLLM labels, mounted its own record folder (admission admitted
+    it outside warmstart's namespaces). Its record held weights downloads back and kept every copy of the model
+    from eviction, with no refusal logged. It is now looked up on the node, refused and counted."""
+    agent = hostile.node.agent
+    agent.weights_tick()  # the model's copy exists
+    key = hostile.node.weights.layout.read_pointer(MODEL)["key"]
+    uid = hostile.add_pod("team-job")
+    team_pod = hostile.world.cluster.pods[-1]
+    team_pod["metadata"].update(namespace="team-a", labels={"app": "batch"})
+    hostile.record(uid, phase="started", weights={"source": "s3", "key": None, "reason": "streaming"})
+    assert uid not in agent.streaming_from_s3()  # it cannot hold the node's downloads back
+    hostile.record(uid, phase="choosing", weights=None)
+    pods = agent._vllm_pods()
+    assert not agent._weights_in_use(pods)(MODEL, key)  # nor keep the copy from eviction
+    agent.tick()
+    refusals = {(r["source"], r["item"]) for r in hostile.refusals()}
+    assert ("pod", uid) in refusals and ("pod-record", uid) in refusals
+
+
+def test_a_workload_that_started_after_the_pod_list_still_counts(hostile):
+    """The benefit of the doubt stays for a vLLM pod the list has not caught up with: it is on the node when the
+    agent looks it up, as a workload, so its record keeps its copy in use."""
+    agent = hostile.node.agent
+    agent.weights_tick()
+    key = hostile.node.weights.layout.read_pointer(MODEL)["key"]
+    pods = agent._vllm_pods()
+    uid = hostile.add_pod("late")  # listed only after `pods` was read
+    hostile.record(uid, phase="choosing", weights=None)
+    assert agent._weights_in_use(pods)(MODEL, key)
+    assert not any(r["item"] == uid for r in hostile.refusals())

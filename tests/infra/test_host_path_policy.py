@@ -166,33 +166,43 @@ def test_another_namespace_may_not_write_a_warmstart_folder_in_another_form(poli
     init = _plain_pod(volume=volume, mount=mount, env=env)
     init["spec"]["initContainers"] = init["spec"].pop("containers")
     assert not admitted(policy, init, OTHER)
-    # Reads are the cluster's Pod Security to govern (a pod free to mount any host folder is the node's root).
-    assert admitted(policy, _plain_pod(volume=volume, mount={**mount, "readOnly": True}, env=env), OTHER)
+    # Reading a warmstart folder forges nothing; a path the prefix check cannot read might hold a root, so reading it
+    # asks what reading a parent of the roots asks (tests/hostile/test_hostile_admission.py).
+    read_only = _plain_pod(volume=volume, mount={**mount, "readOnly": True}, env=env)
+    canonical = volume["hostPath"]["path"].startswith("/") and "//" not in volume["hostPath"]["path"]
+    canonical = canonical and "/./" not in volume["hostPath"]["path"] and not volume["hostPath"]["path"].endswith("/.")
+    assert admitted(policy, read_only, OTHER) == canonical
 
 
 def _containing_cases(roots: dict) -> dict:
-    """Writable mounts of a folder that holds a warmstart root, or of /proc: root on the node whatever the policy
-    says, so Pod Security's business outside warmstart's namespaces (`kubectl debug node` mounts `/`)."""
+    """Writable mounts of a folder that holds a warmstart root, or of /proc: admitted outside warmstart's namespaces
+    to a container that is the node's root anyway (privileged: `kubectl debug node --profile=sysadmin`), refused to
+    one that merely runs as root (tests/hostile/test_hostile_admission.py). A /proc link (`/proc/1/root`) is refused
+    writable to anyone: another spelling of a folder."""
     return {
         "the node's root": _host("h", "/"),
         "the NVMe mount": _host("h", roots["records"].rsplit("/warmstart", 1)[0]),
-        "the node's root through /proc": _host("h", "/proc/1/root"),
         "/proc itself": _host("h", "/proc"),
+        "a process's folder in /proc": _host("h", "/proc/1"),
     }
 
 
 @pytest.mark.parametrize("case", list(_containing_cases({"records": "/r/warmstart/pods"})))
-def test_a_folder_holding_the_roots_is_pod_securitys_business_outside_warmstarts_namespaces(policy, pod, roots, case):
+def test_a_folder_holding_the_roots_is_for_the_nodes_root_only_outside_warmstarts_namespaces(policy, pod, roots, case):
     volume = _containing_cases(roots)[case]
     mount = {"name": "h", "mountPath": "/h"}
-    assert admitted(policy, _plain_pod(volume=volume, mount=mount), OTHER)
+    assert not admitted(policy, _plain_pod(volume=volume, mount=mount), OTHER)
+    privileged = _plain_pod(volume=volume, mount=mount)
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert admitted(policy, privileged, OTHER)
     assert not admitted(policy, _with(pod, volume=volume, mount=mount))
     assert not admitted(policy, _with(pod, volume=volume, mount={**mount, "readOnly": True}))
 
 
-def test_kubectl_debug_node_is_admitted(policy):
-    """The README's own check of the NVMe array: `kubectl debug node/<node>` makes this pod (kubectl v1.35,
-    profile legacy) in the default namespace."""
+def test_kubectl_debug_node_is_admitted_with_the_sysadmin_profile(policy):
+    """The README's own check of the NVMe array: `kubectl debug node/<node> --profile=sysadmin` makes this pod
+    (kubectl v1.35) in the default namespace, privileged: the node's root, which the policy leaves be. The legacy
+    profile's pod (root, not privileged, `/` mounted) is refused: what it can do, any root pod could."""
     debug = {
         "metadata": {"name": "node-debugger-gpu-1-abcde"},
         "spec": {
@@ -206,6 +216,8 @@ def test_kubectl_debug_node_is_admitted(policy):
             "volumes": [{"name": "host-root", "hostPath": {"path": "/", "type": ""}}],
         },
     }
+    assert not admitted(policy, debug, "default")
+    debug["spec"]["containers"][0]["securityContext"] = {"privileged": True}
     assert admitted(policy, debug, "default")
 
 

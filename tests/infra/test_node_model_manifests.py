@@ -6,15 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from contracts.pod_labels import POOL_TAINTS
-from warmstart.existing_cluster_objects import gpu_node_label_sets, runs_on
+from warmstart.existing_cluster_objects import gpu_node_label_sets, runs_on, tolerates_pool_taints
 from warmstart.existing_daemonsets import pod_requests
 from warmstart.node_model import MIB_PER_GIB, Resources, warmstart_pods
-
-
-def _tolerates_pool(pod: dict) -> bool:
-    tolerated = {(t.get("key"), t.get("effect")) for t in pod.get("tolerations", []) if t.get("operator") == "Exists"}
-    return all((taint["key"], taint["effect"]) in tolerated for taint in POOL_TAINTS)
 
 
 def test_every_daemonset_on_a_gpu_node_is_in_the_node_model(every_env):
@@ -23,7 +17,7 @@ def test_every_daemonset_on_a_gpu_node_is_in_the_node_model(every_env):
         obj
         for obj in every_env.manifests()
         if obj["kind"] == "DaemonSet"
-        and _tolerates_pool(obj["spec"]["template"]["spec"])
+        and tolerates_pool_taints(obj["spec"]["template"]["spec"])
         and any(runs_on(obj["spec"]["template"]["spec"], labels) for labels in label_sets)
     ]
     rendered = Counter(pod_requests(d["spec"]["template"]["spec"]) for d in on_gpu_nodes)

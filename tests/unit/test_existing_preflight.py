@@ -170,6 +170,7 @@ class Account:
             "get-token": {"kind": "ExecCredential", "status": {"token": "k8s-aws-v1.secret"}},
             "kubectl daemonsets": {"items": [daemonset("kube-proxy")]},
             "kubectl deployments": karpenter(),
+            "kubectl deployments,statefulsets": {"items": []},
             "kubectl configmap": {"data": {}},
         }
         self.answers.update(
@@ -806,3 +807,26 @@ def test_the_existing_karpenters_vm_memory_overhead_is_read_and_counted(value, r
     assert found == [] and "VM_MEMORY_OVERHEAD_PERCENT=0.2" in notes[0] and "0 CPU, 256 GiB more" in notes[0]
     (finding,), _ = daemonset_findings(CONFIG, catalog, {"items": []}, 0.9)
     assert "no longer fits a node" in finding.what
+
+
+def test_workloads_that_read_a_parent_of_the_roots_writably_below_are_findings():
+    """Issue 45: a read-only `/` leaves the NVMe array's mount writable to root. node-exporter's chart (4.56.1) runs
+    as 65534 and may escalate; its new pods would be refused once warmstart's policy is in force."""
+    exporter_pod = {
+        "securityContext": {"runAsUser": 65534, "runAsNonRoot": True},
+        "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+    }
+    mount = {"name": "root", "mountPath": "/host/root", "readOnly": True, "mountPropagation": "HostToContainer"}
+    exporter = daemonset("node-exporter", "monitoring", **exporter_pod)
+    exporter["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [mount]
+    found, _ = findings(CONFIG, kubectl_daemonsets={"items": [exporter]})
+    (finding,) = [f for f in found if "node-exporter" in f]
+    assert "monitoring/node-exporter" in finding and "allowPrivilegeEscalation: false" in finding
+    exporter["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": False}
+    assert not [f for f in findings(CONFIG, kubectl_daemonsets={"items": [exporter]})[0] if "node-exporter" in f]
+    root_reader = daemonset("debug", "team-a", volumes=[{"name": "h", "hostPath": {"path": "/mnt"}}])
+    root_reader["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "h", "mountPath": "/h", "readOnly": True}
+    ]
+    found, _ = findings(CONFIG, **{"kubectl deployments,statefulsets": {"items": [root_reader]}})
+    assert [f for f in found if "team-a/debug" in f and "mounts /mnt and may run as root" in f]

@@ -46,6 +46,12 @@ CASES: list[tuple[str, str, dict, Catalog | None]] = [
     ("existing VPC not a CIDR", "existing", {"network.existing.vpc_cidr": "vpc"}, None),
     ("public CIDR not a CIDR", "dev", {"cluster.public_access_cidrs": ["203.0.113.0/24", "home"]}, None),
     ("admin role not an ARN", "prod", {"cluster.admin_role_arns": ["platform-admins"]}, None),
+    (
+        "warmstart's own namespace as a trusted node reader",
+        "prod",
+        {"cluster.trusted_node_readers": ["warmstart-system", "datadog"]},
+        None,
+    ),
     # an existing cluster and VPC
     ("existing cluster, created VPC", "existing", {"network.existing": UNSET}, None),
     ("existing VPC, created cluster", "dev", {"network": {"existing": EXISTING_VPC}}, None),

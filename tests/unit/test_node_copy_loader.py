@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from contracts.file_identity import record_identities
 from model_workload.runtime.node_copy_loader import (
     FOLDER_VARIABLE,
     MODEL_VARIABLE,
@@ -34,6 +35,7 @@ def _copy(tmp_path: Path) -> Path:
 def _mark(folder: Path, **changes) -> None:
     files = [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
     marker = {"files": len(files), "bytes": sum(p.stat().st_size for p in files), **changes}
+    marker["identity"] = record_identities(str(folder))
     folder.with_name(f"{folder.name}.complete").write_text(json.dumps(marker))
 
 
@@ -92,6 +94,8 @@ def test_a_copy_that_is_not_what_the_agent_verified_is_never_streamed(tmp_path):
     (folder / "model-00002-of-00002.safetensors").write_bytes(b"xx")
     assert node_copy_files(URI, env) is None  # back with other bytes
     (folder / "model-00002-of-00002.safetensors").write_bytes(b"x")
+    assert node_copy_files(URI, env) is None  # the same bytes again: another file (times), not the one verified
+    _mark(folder)
     assert node_copy_files(URI, env)
     (folder / "extra.safetensors").write_bytes(b"")
     assert node_copy_files(URI, env) is None  # one file more (even empty)

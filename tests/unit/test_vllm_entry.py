@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.file_identity import record_identities
 from model_workload.runtime import vllm_entry
 from model_workload.runtime.node_copy_loader import current_boot_id
 from model_workload.runtime.vllm_entry import choose_weights, prepare, vllm_hash_dirs
@@ -26,13 +27,22 @@ KEY = "0123456789abcdef"  # a weights key (16 hex digits)
 UID = "5c1e8a52-3f0d-4b7e-9a61-0d2c4e6f8a10"
 
 
+def mark(copy: Path) -> None:
+    """The agent's completion marker of `copy`: what it verified, file by file."""
+    files = [p for p in copy.rglob("*") if p.is_file()]
+    document = {"key": copy.name, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    copy.with_name(f"{copy.name}.complete").write_text(
+        json.dumps({**document, "identity": record_identities(str(copy))})
+    )
+
+
 def node(tmp_path: Path, *, key=KEY, s3_uri=S3, checked_at=NOW - 10, complete=True) -> Path:
     root = tmp_path / "weights"
     (root / "llama" / key).mkdir(parents=True)
     config = '{"architectures": ["LlamaForCausalLM"]}'
     (root / "llama" / key / "config.json").write_text(config)
     if complete:  # as the agent writes it: what it verified
-        (root / "llama" / f"{key}.complete").write_text(json.dumps({"key": key, "files": 1, "bytes": len(config)}))
+        mark(root / "llama" / key)
     pointer = root / ".warmstart" / "current" / "llama"
     pointer.parent.mkdir(parents=True)
     pointer.write_text(json.dumps({"key": key, "s3_uri": s3_uri, "checked_at": checked_at}))  # NaN as JSON NaN
@@ -194,6 +204,17 @@ def test_the_record_lists_the_compile_folders_present_at_start(tmp_path):
     assert vllm_hash_dirs(tmp_path / "nowhere") == []
 
 
+def _mounted_entry(tmp_path: Path) -> Path:
+    """The ConfigMap's files at their mounted paths (the volume's items): the script as the container runs it."""
+    from model_workload.chart import ENTRY_FILES
+
+    mount = tmp_path / "warmstart-entry"
+    for name, source in ENTRY_FILES.items():
+        (mount / name).parent.mkdir(parents=True, exist_ok=True)
+        (mount / name).write_text(source.read_text())
+    return mount / "vllm_entry.py"
+
+
 def _free_port_closed(endpoint: str) -> bool:
     host, port = endpoint.removeprefix("http://").split(":")
     with socket.socket() as probe:
@@ -211,7 +232,15 @@ def test_the_script_serves_the_copy_to_the_command_it_execs_and_stops_with_it(tm
         "print(s3.get_object(Bucket='models', Key='llama/config.json')['Body'].read().decode())"
     )
     done = subprocess.run(
-        [sys.executable, str(ENTRY), sys.executable, "-c", program, f"--model={S3}", "--served-model-name=llama"],
+        [
+            sys.executable,
+            str(_mounted_entry(tmp_path)),
+            sys.executable,
+            "-c",
+            program,
+            f"--model={S3}",
+            "--served-model-name=llama",
+        ],
         env={**os.environ, **_env(tmp_path, WARMSTART_WEIGHTS_ROOT=str(root))},
         capture_output=True,
         text=True,
@@ -231,7 +260,7 @@ def test_the_script_execs_the_command_unchanged_without_a_copy(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(ENTRY),
+            str(_mounted_entry(tmp_path)),
             sys.executable,
             "-c",
             "import sys; print(sys.argv[1:])",
@@ -250,19 +279,11 @@ def test_the_script_execs_the_command_unchanged_without_a_copy(tmp_path):
 def test_the_script_execs_a_program_that_finds_vllms_plugin_and_the_copys_files(tmp_path):
     """The ConfigMap's files at their mounted paths (the volume's items), the real script: the program it execs
     finds the plugin as vLLM does (an entry point of group vllm.general_plugins) and lists the copy's files."""
-    from model_workload.chart import ENTRY_FILES
-
-    mount = tmp_path / "warmstart-entry"
-    for name, source in ENTRY_FILES.items():
-        (mount / name).parent.mkdir(parents=True, exist_ok=True)
-        (mount / name).write_text(source.read_text())
+    entry = _mounted_entry(tmp_path)
     root = node(tmp_path, checked_at=time.time())
     weights = root / "llama" / KEY / "model.safetensors"
     weights.write_bytes(b"w" * 10)
-    marker = root / "llama" / f"{KEY}.complete"
-    marker.write_text(
-        json.dumps({"key": KEY, "files": 2, "bytes": 10 + len((root / "llama" / KEY / "config.json").read_bytes())})
-    )
+    mark(root / "llama" / KEY)
     program = (
         "import importlib, importlib.metadata as m, os; "
         "(p,) = [e for e in m.entry_points(group='vllm.general_plugins') if e.name == 'warmstart_node_copy']; "
@@ -272,7 +293,7 @@ def test_the_script_execs_a_program_that_finds_vllms_plugin_and_the_copys_files(
     done = subprocess.run(
         [
             sys.executable,
-            str(mount / "vllm_entry.py"),
+            str(entry),
             sys.executable,
             "-c",
             program,

@@ -12,7 +12,7 @@ from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
 from warmstart.node_caches import weights_cached
-from warmstart.placement import rollout_placement, steady_placement
+from warmstart.placement import models_inside_pool, rollout_placement, steady_placement
 from warmstart.sizing import (
     ephemeral_storage_below_nvme,
 )
@@ -238,7 +238,7 @@ def _gpu_budget(config: EnvironmentConfig, catalog: Catalog) -> list[Problem]:
     pool = config.compute.gpu_pool
     field = "compute.gpu_pool.gpu_limit"
     smallest = min(catalog.instance(t).gpu_count for t in pool.instance_types)
-    inside = not any(t not in pool.instance_types for m in config.models for t in (m.instance_types or []))
+    inside = models_inside_pool(config)
     steady = steady_placement(config, catalog) if inside else None
     needed_at = rollout_placement(config, catalog) if inside and pool.surge else steady
     # The limit the placement needs: a fix that names less would be refused next.

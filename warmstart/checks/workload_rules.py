@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from contracts.agent_settings import AGENT_NAMESPACE
 from warmstart.catalog import Catalog
 from warmstart.checks.fix import Edit, Fix, removing, setting, together
 from warmstart.checks.problem import Problem
@@ -60,6 +61,27 @@ def _model_names(config: EnvironmentConfig) -> list[Problem]:
             )
         seen.add(model.name)
     return problems
+
+
+@rule()
+def _trusted_node_readers(config: EnvironmentConfig) -> list[Problem]:
+    """warmstart's own namespaces keep their own rules: trusting them as node readers would let a model's pod read
+    (and, as root, write below) the node's root."""
+    own = {AGENT_NAMESPACE, *(m.name for m in config.models)}
+    listed = config.cluster.trusted_node_readers
+    mine = [name for name in listed if name in own]
+    if not mine:
+        return []
+    field = "cluster.trusted_node_readers"
+    return [
+        Problem(
+            field,
+            f"{', '.join(mine)} {'is' if len(mine) == 1 else 'are'} warmstart's own (the agent's or a model's "
+            "namespace), whose pods the host-path policy keeps to what warmstart renders",
+            f"remove {', '.join(mine)} from it",
+            (setting(field, [name for name in listed if name not in own]),),
+        )
+    ]
 
 
 def _reserved(name: str) -> bool:
