@@ -34,14 +34,17 @@ def read_records(path: Path) -> list[StartTimeline]:
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_RECORDS_BYTES + 1)
-        text = data.decode()
-    except (OSError, ValueError) as error:
+    except OSError as error:
         raise RecordsError(f"{path}: not a JSON file of start records ({error})") from None
-    if len(data) > MAX_RECORDS_BYTES:
+    if len(data) > MAX_RECORDS_BYTES:  # before decoding: the cut may split a character
         raise RecordsError(
             f"{path}: larger than {MAX_RECORDS_BYTES // 2**20} MiB; calibrate from fewer nodes' starts "
             "(kubectl get configmap <node's starts ConfigMap> -o json, or one environment's nodes)"
         )
+    try:
+        text = data.decode()
+    except ValueError as error:
+        raise RecordsError(f"{path}: not a JSON file of start records ({error})") from None
     document = strict_json(text)
     if document is None:
         raise RecordsError(f"{path}: not a JSON file of start records (not JSON, or NaN, Infinity, too deep)")

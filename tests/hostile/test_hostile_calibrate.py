@@ -40,6 +40,10 @@ def test_a_file_past_the_cap_is_refused_before_it_is_read(tmp_path, capsys):
     assert time.monotonic() - started < 10
     err = capsys.readouterr().err
     assert "larger than 64 MiB" in err and "Traceback" not in err
+    split = tmp_path / "split.json"  # the cut falls inside a two-byte character: still the size's refusal
+    split.write_bytes(b"[ " + "\u00e9".encode() * (33 * 2**20))
+    assert _calibrate(split) == 2
+    assert "larger than 64 MiB" in capsys.readouterr().err
 
 
 def test_records_nested_past_the_parsers_depth_are_refused_in_one_line(tmp_path, capsys):
