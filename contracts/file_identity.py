@@ -93,15 +93,12 @@ def open_verified(folder: str, relative: str, expected: Identity) -> int | None:
 
 def holds_only(folder: str, table: dict[str, Identity]) -> bool:
     """The copy holds exactly the verified files, each the same file: nothing added (a pad file beside a shard
-    swapped for a link), nothing replaced or rewritten."""
+    swapped for a link), nothing replaced or rewritten. The walk stats every entry without following it and refuses
+    any link below the copy; the copy's own folder must not be one either."""
     try:
-        if set(record_identities(folder)) != set(table):
+        if stat.S_ISLNK(os.lstat(folder).st_mode):
             return False
+        found = record_identities(folder)
     except OSError:
         return False
-    for relative, expected in table.items():
-        descriptor = open_verified(folder, relative, expected)
-        if descriptor is None:
-            return False
-        os.close(descriptor)
-    return True
+    return {relative: tuple(values) for relative, values in found.items()} == table

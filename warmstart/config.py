@@ -237,9 +237,9 @@ class ClusterConfig(Strict):
     admin_role_arns: list[RoleArn] = Field(default_factory=list)
     # A cluster that exists already (name, version and endpoint_access above say what it is).
     existing: ExistingCluster | None = None
-    # Namespaces whose node agents the cluster trusts to read the node's root as root (monitoring and security
-    # agents: CloudWatch, Datadog, Falco): warmstart's host-path policy leaves their read-only host mounts to the
-    # cluster's Pod Security. Every other pod reads `/`, `/mnt` or /proc only recursively read-only or non-root
+    # Namespaces whose node agents the cluster trusts as the node's root (monitoring and security agents:
+    # CloudWatch, Datadog, Falco): warmstart's host-path policy leaves their mounts of `/`, `/mnt` or /proc to the
+    # cluster's Pod Security. Elsewhere only a container that cannot become root, or is privileged, mounts them
     # (docs/trust-model.md, "What a cluster must allow").
     trusted_node_readers: list[Annotated[str, Field(pattern=DNS_LABEL)]] = Field(default_factory=list, max_length=20)
 

@@ -24,9 +24,9 @@ from warmstart.terminal_text import shown
 # recorded; each node OS says under which domain its nodes carry them (warmstart/node_os/).
 KARPENTER_DOMAIN = "karpenter.k8s.aws/"
 GPU_MANUFACTURER_LABEL = f"{KARPENTER_DOMAIN}instance-gpu-manufacturer"
-DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
+DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"  # nvcr.io/nvidia/k8s-device-plugin, NVIDIA's chart and the GPU Operator's
 # An add-on's configuration values are a small document; anything larger is not read (it is the cluster's text).
-CONFIGURATION_VALUES_MAX = 2**16  # nvcr.io/nvidia/k8s-device-plugin, NVIDIA's chart and the GPU Operator's
+CONFIGURATION_VALUES_MAX = 2**16
 
 
 @dataclass(frozen=True)

@@ -139,8 +139,10 @@ class _Handler(GuardedRequestHandler):
     def log_message(self, format, *args) -> None:  # the streamer makes thousands of requests: stay quiet
         pass
 
+    _answered = False  # set once the connection has answered a request
+
     def handle_one_request(self) -> None:
-        if getattr(self, "_answered", False):  # a kept-alive connection waits for its next request
+        if self._answered:  # a kept-alive connection waits for its next request
             self.server.guard.waiting(self.connection, seconds=IDLE_SECONDS)
         self._answered = True
         super().handle_one_request()

@@ -353,11 +353,15 @@ class NodeAgent:
             return
         others = {_uid(pod) for pod in on_node if pod.get("metadata", {}).get("namespace") not in namespaces}
         for uid in sorted(unknown & others):
-            with self._strangers_lock:
-                if len(self._impostors) > 10_000:  # bounded, like the refusal log
-                    self._impostors.clear()
-                self._impostors.add(uid)
-            self._refused("pod", uid, "mounts a record folder outside every model's namespace")
+            self._mark_impostor(uid, "mounts a record folder outside every model's namespace")
+
+    def _mark_impostor(self, uid: str, reason: str) -> None:
+        """A pod that is not warmstart's workload: what it writes is refused from now on."""
+        with self._strangers_lock:
+            if len(self._impostors) > 10_000:  # bounded, like the refusal log
+                self._impostors.clear()
+            self._impostors.add(uid)
+        self._refused("pod", uid, reason)
 
     def _streaming(self, records: dict[str, PodRecord]) -> set[str]:
         now = self.monotonic()
@@ -507,11 +511,7 @@ class NodeAgent:
             if pod.get("metadata", {}).get("namespace") == _model_of(pod):
                 pods.append(pod)
             else:
-                with self._strangers_lock:
-                    if len(self._impostors) > 10_000:  # bounded, like the refusal log
-                        self._impostors.clear()
-                    self._impostors.add(_uid(pod))
-                self._refused("pod", _uid(pod), "carries a model's labels outside that model's namespace")
+                self._mark_impostor(_uid(pod), "carries a model's labels outside that model's namespace")
         return pods
 
     def _label(self, labels: dict[str, str | None]) -> None:

@@ -40,6 +40,7 @@ POINTER_MAX_BYTES = 64 * 1024
 # A marker lists every file's identity (contracts/file_identity.py): its path and at most 100 bytes more a file.
 MARKER_MAX_BYTES = 4 * 2**20
 IDENTITY_BYTES_PER_FILE = 100
+WITHDRAWN_IN_USE = "the withdrawn copy is read by a pod: filled again once it is not"
 _KEY = re.compile(r"^[0-9a-f]{16}$")
 
 
@@ -297,7 +298,7 @@ class WeightsCache:
         if self.layout.key_dir(model, key).exists() and in_use(model, key):
             # Withdrawn (never synced, or vouched for by an older marker) while a pod of this boot reads it: the
             # folder stays as it is until no pod does; pods that start meanwhile stream from S3 (no pointer).
-            return done("busy", key, "the withdrawn copy is read by a pod: filled again once it is not")
+            return done("busy", key, WITHDRAWN_IN_USE)
         problem = self.storage_problem()
         if problem:
             return done("refused", key, problem)
@@ -323,7 +324,7 @@ class WeightsCache:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if target.exists():  # an incomplete or withdrawn folder: never trusted, replaced once no pod reads it
                     if in_use(model, key):
-                        return done("busy", key, "the withdrawn copy is read by a pod: filled again once it is not")
+                        return done("busy", key, WITHDRAWN_IN_USE)
                     remove_tree(target)
                 if not rename_no_replace(staged, target):
                     return done("failed", key, "the key folder appeared during the download")
