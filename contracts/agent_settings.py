@@ -17,8 +17,10 @@ POD_LOGS_HOST_PATH = "/var/log/pods"  # kubelet's default podLogsDir (Auto Mode 
 NODE_LABEL_DOMAIN = "compile-cache.warmstart.io"
 # Whether the last vLLM pod started on the node used a compile cache (hit) or compiled (miss).
 COMPILE_USE_LABEL_DOMAIN = "compile-use.warmstart.io"
+# Why that start missed, in one word (node_agent/runtime/compile_cache.py Cause: load-failure, hash-changed, ...).
+COMPILE_MISS_LABEL_DOMAIN = "compile-miss.warmstart.io"
 WEIGHTS_LABEL_DOMAIN = "weights.warmstart.io"
-LABEL_DOMAINS = (NODE_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN)
+LABEL_DOMAINS = (NODE_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN, COMPILE_MISS_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN)
 # A model's S3 prefix may hold this much more than its configured size_gb before the agent refuses it: sizes are
 # written rounded ("67 GB"), never off by half.
 WEIGHTS_SIZE_TOLERANCE = 1.5

@@ -67,11 +67,13 @@ class CompileCacheKey:
     def manifest_prefix(self) -> str:
         return f"{self.prefix}{MANIFEST_STEM}"
 
-    def manifest_key(self, hash_dirs: list[str]) -> str:
+    def manifest_key(self, hash_dirs: list[str], content: str | None = None) -> str:
         """Manifests are written once and never replaced (the bucket policy allows creating them only): one
-        per set of vLLM hash folders, so a node whose vLLM made a folder the published cache lacks adds a
-        manifest instead of overwriting one."""
-        digest = hashlib.sha256(json.dumps(sorted(hash_dirs)).encode()).hexdigest()[:16]
+        per set of vLLM hash folders and of the files they hold (`content`, the digest of the archive's file
+        names), so a node whose vLLM made a folder or a file the published cache lacks adds a manifest instead
+        of overwriting one. Manifests from before the file digest are named by their folders alone."""
+        named: list = sorted(hash_dirs) if content is None else [sorted(hash_dirs), content]
+        digest = hashlib.sha256(json.dumps(named).encode()).hexdigest()[:16]
         return f"{self.manifest_prefix}{digest}.json"
 
     @property

@@ -45,6 +45,8 @@ class StartTimeline:
     vllm_log_format: str  # which vLLM release's log lines were parsed
     phases: dict[str, float | None] = field(default_factory=dict)
     missing: tuple[str, ...] = ()  # the sources that were not there (a phase without them is None)
+    # vLLM's reason when it found a compiled artifact and could not load it (the start compiled again: a miss).
+    compile_load_failure: str | None = None
 
     @property
     def total(self) -> float | None:
@@ -62,7 +64,7 @@ class StartTimeline:
             return None
         fields: dict[str, Any] = {name: document.get(name) for name in cls.__dataclass_fields__}
         texts = ("model", "namespace", "pod", "uid", "node", "outcome", "vllm_log_format")
-        optional_texts = ("image", "restore", "weights_source", "compile_cache")
+        optional_texts = ("image", "restore", "weights_source", "compile_cache", "compile_load_failure")
         if not all(_text(fields[name]) for name in texts) or not all(
             fields[name] is None or _text(fields[name]) for name in optional_texts
         ):

@@ -242,6 +242,7 @@ def render_starts(config: EnvironmentConfig, timelines: list[StartTimeline], *, 
                     ("restore", t.restore),
                     ("weights", t.weights_source),
                     ("compile", t.compile_cache),
+                    ("load failure:", t.compile_load_failure),
                 )
                 if value
             )

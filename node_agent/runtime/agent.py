@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contracts.agent_settings import (
+    COMPILE_MISS_LABEL_DOMAIN,
     COMPILE_USE_LABEL_DOMAIN,
     LABEL_DOMAINS,
     NODE_LABEL_DOMAIN,
@@ -38,6 +39,7 @@ from node_agent.runtime.compile_cache import (
     publish,
     restore,
     touch_last_use,
+    with_engine_evidence,
 )
 from node_agent.runtime.fs import remove_tree, write_atomic
 from node_agent.runtime.kube import KubeApi, host_paths, is_ready
@@ -48,6 +50,7 @@ from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord, PodRecords
 from node_agent.runtime.s3_store import CacheStore
 from node_agent.runtime.start_tracker import StartTracker
+from node_agent.runtime.vllm_log import VllmStart
 from node_agent.runtime.weights import WeightsCache, WeightsLimits
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -60,6 +63,12 @@ class ModelState:
     model: AgentModel
     key: CompileCacheKey | None = None
     last_touch: float | None = None
+    last_publish: float | None = None  # when this agent last uploaded an archive of the configuration
+
+
+# A folder that keeps growing (vLLM writing after start-up, file by file) is archived again at most this often:
+# each fuller archive is a whole new upload.
+FULLER_ARCHIVE_SECONDS = 600
 
 
 def _uid(pod: dict) -> str:
@@ -191,7 +200,14 @@ class NodeAgent:
             # compiling into the folder right now.
             settled = all(is_ready(pod) for pod in mine if pod.get("status", {}).get("phase") == "Running")
             try:
-                publishing = settled and needs_publish(self.layout, state.model.name, fingerprint)
+                publishing = settled and needs_publish(
+                    self.layout,
+                    state.model.name,
+                    fingerprint,
+                    max_files=self.limits.max_files,
+                    count_files=state.last_publish is None
+                    or abs(self.clock() - state.last_publish) >= FULLER_ARCHIVE_SECONDS,
+                )
             except OSError as error:  # an unreadable folder: this model waits, the others go on
                 self.log.event("publish-check-failed", model=state.model.name, reason=str(error))
                 continue
@@ -209,6 +225,8 @@ class NodeAgent:
                 )
                 outcomes[state.model.name] = outcome
                 self.metrics.published(state.model.name, outcome.status, outcome.bytes)
+                if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED):
+                    state.last_publish = self.clock()
                 if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED, Status.EXISTS, Status.LOST_RACE):
                     value = "published" if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED) else "present"
                     self._label({f"{NODE_LABEL_DOMAIN}/{state.model.name}": value})
@@ -276,12 +294,15 @@ class NodeAgent:
             if judged.exists():
                 continue
             try:
-                observation = judge(
-                    start_dirs=record.hash_dirs,
-                    now_dirs=local_hash_dirs(self.layout, record.model, record.fingerprint),
-                    origin=self.layout.origin(record.model, record.fingerprint),
-                    restore=self._marker(record.model, record.fingerprint),
-                    config_dir=self.layout.config_dir(record.model, record.fingerprint),
+                observation = with_engine_evidence(
+                    judge(
+                        start_dirs=record.hash_dirs,
+                        now_dirs=local_hash_dirs(self.layout, record.model, record.fingerprint),
+                        origin=self.layout.origin(record.model, record.fingerprint),
+                        restore=self._marker(record.model, record.fingerprint),
+                        config_dir=self.layout.config_dir(record.model, record.fingerprint),
+                    ),
+                    self._vllm_said(ready[uid]),
                 )
             except Exception as error:  # the pod's folder can hold anything: one start is told, the rest go on
                 observation = Observation("none", "none", False, f"not judged: {type(error).__name__}")
@@ -292,13 +313,23 @@ class NodeAgent:
                 pod=f"{pod.get('namespace')}/{pod.get('name')}",
                 source=observation.source,
                 expected_hit=observation.expected_hit,
+                cause=observation.cause,
+                evidence=observation.evidence,
                 reason=observation.reason,
                 new_hash_dirs=observation.new_dirs,
                 weights_source=record.weights_source,
             )
-            self.metrics.judged(record.model, observation.outcome)
+            self.metrics.judged(record.model, observation.outcome, observation.cause)
             if observation.outcome != "none":
-                self._label({f"{COMPILE_USE_LABEL_DOMAIN}/{record.model}": observation.outcome})
+                self._label(
+                    {
+                        f"{COMPILE_USE_LABEL_DOMAIN}/{record.model}": observation.outcome,
+                        # Why the last start missed; a hit removes it.
+                        f"{COMPILE_MISS_LABEL_DOMAIN}/{record.model}": (
+                            observation.cause if observation.outcome == "miss" else None
+                        ),
+                    }
+                )
             try:
                 write_atomic(
                     judged,
@@ -310,6 +341,16 @@ class NodeAgent:
                 self.log.event("observation-unsaved", model=record.model, reason=str(error))
             observations.append(observation)
         return observations
+
+    def _vllm_said(self, pod: dict) -> VllmStart | None:
+        """vLLM's own lines about this start (kubelet's log of its container); None where the agent reads no logs."""
+        if self.starts is None:
+            return None
+        try:
+            return self.starts.vllm_start(pod)
+        except Exception as error:  # a log that cannot be read leaves the folders to judge
+            self.log.event("vllm-log-unreadable", reason=f"{type(error).__name__}: {error}")
+            return None
 
     def _marker(self, model: str, fingerprint: str) -> dict | None:
         try:

@@ -37,6 +37,35 @@ class PackedArchive:
     sha256: str
     size: int
     files: int
+    content: str = ""  # content_digest of the packed file names
+
+
+def content_digest(names: list[str]) -> str:
+    """What a cache folder holds, by file name (16 hex): two archives of one configuration with the same digest
+    hold the same files; a fuller one has more."""
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:16]
+
+
+def packable_files(source: Path, *, max_files: int) -> list[str] | None:
+    """The names (relative to `source`) of the files pack() would take, walked the same way (no link followed);
+    None past `max_files` (too many to publish anyway)."""
+    found: list[str] = []
+    for folder, subfolders, names, folder_fd in os.fwalk(source, follow_symlinks=False):
+        subfolders.sort()
+        relative = Path(folder).relative_to(source)
+        for name in names:
+            if any(fnmatch.fnmatch(name, pattern) for pattern in NODE_SPECIFIC):
+                continue
+            try:
+                info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode) or (name == FACTORS_FILE and info.st_size > FACTORS_MAX_BYTES):
+                continue
+            found.append(str(relative / name))
+            if len(found) > max_files:
+                return None
+    return sorted(found)
 
 
 class _HashingWriter:
@@ -83,6 +112,7 @@ def pack(
     swaps a file for a link or a FIFO while the agent packs gets nothing outside the folder into the archive.
     """
     files, total = 0, 0
+    packed: list[str] = []
     with open(destination, "wb") as raw:
         hashing = _HashingWriter(raw)
         compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
@@ -105,6 +135,7 @@ def pack(
                             if name == FACTORS_FILE and info.st_size > FACTORS_MAX_BYTES:
                                 continue  # read whole to redact: only a bounded one is read and packed
                             files, total = files + 1, total + info.st_size
+                            packed.append(str(relative / name))
                             if (max_files is not None and files > max_files) or (
                                 max_bytes is not None and total > max_bytes
                             ):
@@ -119,7 +150,13 @@ def pack(
                                 tar.addfile(member, io.BytesIO(data))
                             else:
                                 tar.addfile(member, handle)
-    return PackedArchive(path=destination, sha256=hashing.sha256.hexdigest(), size=hashing.size, files=files)
+    return PackedArchive(
+        path=destination,
+        sha256=hashing.sha256.hexdigest(),
+        size=hashing.size,
+        files=files,
+        content=content_digest(packed),
+    )
 
 
 class UnsafeArchive(ValueError):

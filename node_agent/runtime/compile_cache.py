@@ -16,7 +16,7 @@ import math
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TypeGuard
@@ -29,6 +29,7 @@ from node_agent.runtime.archive import (
     HashingReader,
     UnsafeArchive,
     pack,
+    packable_files,
     unpack,
     unpack_stream,
 )
@@ -37,6 +38,7 @@ from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3_store import CacheStore, MissingObject
 from node_agent.runtime.untrusted import Refused, beneath_folder_names, read_json_beneath
+from node_agent.runtime.vllm_log import VllmStart
 
 MANIFEST_VERSION = 2  # 2: lists vLLM's hash folders, archives carry an upload nonce
 VLLM_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)
@@ -150,8 +152,11 @@ def _check_manifest(manifest: object, key: CompileCacheKey, name: str, limits: C
     published_at = manifest.get("published_at", 0)
     if isinstance(published_at, bool) or not isinstance(published_at, (int, float)) or not math.isfinite(published_at):
         return "manifest has no valid publication time"
-    if key.manifest_key(hash_dirs) != name:
-        return "manifest is stored under another name than its hash folders give"
+    content = manifest.get("content")
+    if content is not None and not (isinstance(content, str) and re.fullmatch(r"[0-9a-f]{16}", content)):
+        return "manifest has no valid file digest"
+    if key.manifest_key(hash_dirs, content) != name:
+        return "manifest is stored under another name than its hash folders and files give"
     return None
 
 
@@ -164,11 +169,16 @@ class Published:
     def hash_dirs(self) -> set[str]:
         return set(self.manifest["hash_dirs"])
 
+    @property
+    def files(self) -> int:
+        return int(self.manifest.get("files", 1))
+
 
 def published(
     store: CacheStore, key: CompileCacheKey, log: EventLog, model: str, limits: CacheLimits
 ) -> list[Published]:
-    """Every trustworthy manifest of the key, the most complete first (most hash folders, then newest)."""
+    """Every trustworthy manifest of the key, the most complete first (most hash folders, then most files, then
+    newest)."""
     found = []
     # Any node may create objects under the key: only names of the manifest form are read (a junk object named to
     # sort first hides nothing), at most max_manifests of them.
@@ -188,7 +198,7 @@ def published(
             log.event("manifest-refused", model=model, key=key.prefix, manifest=name, reason=problem)
         elif manifest is not None:
             found.append(Published(name, manifest))
-    return sorted(found, key=lambda p: (-len(p.hash_dirs), -float(p.manifest.get("published_at") or 0)))
+    return sorted(found, key=lambda p: (-len(p.hash_dirs), -p.files, -float(p.manifest.get("published_at") or 0)))
 
 
 def restore(
@@ -234,6 +244,7 @@ def restore(
                 continue
             if actual != manifest["sha256"]:  # the staged folder is never used: it goes with the temp folder
                 return done(Status.FAILED, f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
+            restored_files = packable_files(staged, max_files=limits.max_files)
             target.parent.mkdir(parents=True, exist_ok=True)
             if not rename_no_replace(staged, target):
                 return done(
@@ -250,6 +261,8 @@ def restore(
                     "time": clock(),
                     "manifest": candidate.name,
                     "hash_dirs": manifest["hash_dirs"],
+                    # What the archive held: a start that compiles files it lacked makes this node's cache fuller.
+                    "files": len(restored_files or []),
                 },
             )
             break
@@ -320,9 +333,17 @@ def publish(
     if not local:
         return done(Status.EMPTY, "vLLM has not written a compile cache on this node yet")
     try:
+        files = packable_files(source, max_files=limits.max_files)
+        if files is None:
+            return done(Status.FAILED, f"the cache folder holds more than {limits.max_files} files")
         candidates = published(store, key, log, model, limits)
         covering = next(
-            (p for p in candidates if set(local) <= p.hash_dirs and store.exists(p.manifest["archive"])), None
+            (
+                p
+                for p in candidates
+                if set(local) <= p.hash_dirs and p.files >= len(files) and store.exists(p.manifest["archive"])
+            ),
+            None,
         )
         if covering is not None:
             layout.record_origin(
@@ -333,15 +354,11 @@ def publish(
                     "key": key.prefix,
                     "hash_dirs": sorted(covering.hash_dirs),
                     "seen": local,
+                    "files": len(files),
                 },
             )
-            return done(Status.EXISTS, "a published cache already holds every vLLM hash folder of this node")
-        name = key.manifest_key(local)
-        if any(p.name == name for p in candidates):
             return done(
-                Status.FAILED,
-                "the manifest for this node's hash folders names an archive that is gone; "
-                "manifests are never replaced, the pruner removes it",
+                Status.EXISTS, "a published cache already holds every vLLM hash folder and as many files as this node"
             )
     except Exception as error:
         return done(Status.FAILED, f"manifest check failed: {error}")
@@ -351,6 +368,13 @@ def publish(
         packed = pack(source, temp / "archive.tar.zst", max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
         if packed.files == 0:
             return done(Status.EMPTY, "the cache folder holds no files")
+        name = key.manifest_key(local, packed.content)
+        if any(p.name == name for p in candidates):
+            return done(
+                Status.FAILED,
+                "the manifest for this node's hash folders and files names an archive that is gone; "
+                "manifests are never replaced, the pruner removes it",
+            )
         uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
         store.upload_file_if_absent(packed.path, uploaded)
         document = {
@@ -361,6 +385,7 @@ def publish(
             "sha256": packed.sha256,
             "size": packed.size,
             "files": packed.files,
+            "content": packed.content,
             "hash_dirs": local,
             "published_by": node,
             "published_at": clock(),
@@ -370,9 +395,15 @@ def publish(
             layout.record_origin(
                 model,
                 fingerprint,
-                {"origin": "already-published", "key": key.prefix, "hash_dirs": local, "seen": local},
+                {
+                    "origin": "already-published",
+                    "key": key.prefix,
+                    "hash_dirs": local,
+                    "seen": local,
+                    "files": packed.files,
+                },
             )
-            return done(Status.LOST_RACE, "another node published these hash folders first")
+            return done(Status.LOST_RACE, "another node published these hash folders and files first")
         if not store.exists(uploaded):  # removed between upload and manifest (a pruner run): put it back
             store.upload_file_if_absent(packed.path, uploaded)
             log.event("archive-restored-after-manifest", model=model, key=key.prefix)
@@ -386,6 +417,7 @@ def publish(
                 "manifest": name,
                 "hash_dirs": local,
                 "seen": local,
+                "files": packed.files,
             },
         )
     except Exception as error:
@@ -397,13 +429,24 @@ def publish(
     return done(Status.REPUBLISHED if candidates else Status.PUBLISHED, size=packed.size)
 
 
-def needs_publish(layout: NodeCacheLayout, model: str, fingerprint: str) -> bool:
-    """Nothing recorded yet, or vLLM wrote hash folders the record has not seen."""
+def needs_publish(
+    layout: NodeCacheLayout, model: str, fingerprint: str, *, max_files: int, count_files: bool = True
+) -> bool:
+    """Nothing recorded yet, vLLM wrote hash folders the record has not seen, or (with `count_files`) the folder
+    holds more files than the archive it came from or went into (vLLM wrote more after the archive was taken, or
+    compiled what a restored archive lacked): a fuller archive is worth publishing. Files, not folder names: an
+    archive taken before vLLM finished has every folder and not every file."""
     origin = layout.origin(model, fingerprint)
     if origin is None:
         return True
     local = local_hash_dirs(layout, model, fingerprint)
-    return bool(set(local) - set(origin.get("hash_dirs", []))) and origin.get("seen") != local
+    if set(local) - set(origin.get("hash_dirs", [])) and origin.get("seen") != local:
+        return True
+    recorded = origin.get("files")
+    if not count_files or not _whole(recorded):
+        return False  # a record from before file counts: the folders decide
+    files = packable_files(layout.model_dir(model, fingerprint), max_files=max_files)
+    return files is not None and len(files) > recorded
 
 
 def touch_last_use(
@@ -419,6 +462,18 @@ def touch_last_use(
 # ---- did vLLM use a cache? ----
 
 
+class Cause(StrEnum):
+    """Why a start hit or missed, in one fixed word (a node label's value, a metric's label); the event carries the
+    whole reason."""
+
+    LOADED = "loaded"  # vLLM loaded a compiled graph
+    LOAD_FAILURE = "load-failure"  # vLLM found a compiled artifact, could not load it and compiled again
+    HASH_CHANGED = "hash-changed"  # a cache was there, vLLM computed another hash and compiled
+    NOT_RESTORED = "not-restored"  # nothing was there when vLLM started (no cache published, a late restore)
+    COMPILED = "compiled"  # vLLM says it compiled, the folders say nothing more
+    NONE = "none"  # torch.compile off, or not judged
+
+
 @dataclass(frozen=True)
 class Observation:
     outcome: str  # hit | miss | none
@@ -426,6 +481,50 @@ class Observation:
     expected_hit: bool
     reason: str
     new_dirs: list[str] = field(default_factory=list)
+    cause: Cause = Cause.NONE
+    evidence: str = "folders"  # vllm-log: vLLM's own lines decided; folders: its hash folders did (no log lines)
+
+
+def with_engine_evidence(folders: Observation, vllm: VllmStart | None) -> Observation:
+    """The start judged by what vLLM said first, its hash folders only where it said nothing (no log file, or a
+    release whose lines the parser does not know). A folder that was there and stayed is not a hit: vLLM may have
+    found the artifact and failed to load it (a corrupt file, a torch error, vLLM's CPU backend on every start),
+    then compiled again into the same folder, so nothing new appears."""
+    if vllm is None or (vllm.compile_cache is None and vllm.load_failure is None):
+        return folders
+    if vllm.load_failure is not None:
+        return replace(
+            folders,
+            outcome="miss",
+            source=folders.source if folders.outcome == "hit" else "compiled",
+            expected_hit=True,
+            reason=f"vLLM could not load the compiled graph and compiled again: {vllm.load_failure}",
+            cause=Cause.LOAD_FAILURE,
+            evidence="vllm-log",
+        )
+    if vllm.compile_cache == "miss":
+        if folders.outcome == "miss":
+            return replace(folders, evidence="vllm-log")
+        return replace(
+            folders,
+            outcome="miss",
+            source="compiled",
+            expected_hit=folders.outcome == "hit",
+            reason="vLLM compiled (its log), though it wrote no new hash folder",
+            cause=Cause.COMPILED,
+            evidence="vllm-log",
+        )
+    if folders.outcome == "hit":
+        return replace(folders, evidence="vllm-log")
+    return Observation(
+        "hit",
+        "local",
+        True,
+        f"vLLM loaded a compiled graph from the cache (its log), though its hash folders say: {folders.reason}",
+        folders.new_dirs,
+        Cause.LOADED,
+        "vllm-log",
+    )
 
 
 def _factors(config_dir: Path, hash_dir: str) -> dict | None:
@@ -480,7 +579,9 @@ def judge(
     if not start_dirs and new and set(new) <= restored_dirs:
         # The restore landed after the entry step looked (past the wait bound) but before vLLM did: the
         # folders are new to the record, yet vLLM loaded them.
-        return Observation("hit", "restored", True, "loaded the restored cache (restored after the pod started)")
+        return Observation(
+            "hit", "restored", True, "loaded the restored cache (restored after the pod started)", cause=Cause.LOADED
+        )
     if not new:
         if not start_dirs:
             return Observation("none", "none", False, "vLLM wrote no compile cache (torch.compile off?)")
@@ -490,9 +591,12 @@ def judge(
             "restored" if restored else "local",
             True,
             "loaded the restored cache" if restored else "loaded a cache compiled on this node",
+            cause=Cause.LOADED,
         )
     if start_dirs:
-        return Observation("miss", "compiled", True, why_hash_differs(config_dir, start_dirs, new), new)
+        return Observation(
+            "miss", "compiled", True, why_hash_differs(config_dir, start_dirs, new), new, Cause.HASH_CHANGED
+        )
     status = (restore or {}).get("status")
     reasons = {
         "miss": (False, "no cache was published for this key yet (first pod of this configuration)"),
@@ -506,4 +610,4 @@ def judge(
         None: (True, "the pod started before the agent's restore (no done marker)"),
     }
     expected, reason = reasons.get(status, (True, f"the restore ended as {status!r}"))
-    return Observation("miss", "compiled", expected, reason, new)
+    return Observation("miss", "compiled", expected, reason, new, Cause.NOT_RESTORED)

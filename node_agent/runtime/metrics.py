@@ -52,8 +52,9 @@ class AgentMetrics:
         )
         self.compile_use = Counter(
             "warmstart_compile_cache_use",
-            "vLLM pod starts that used a compile cache (hit) or compiled (miss), as the agent judged them",
-            ["model", "outcome"],
+            "vLLM pod starts that used a compile cache (hit) or compiled (miss), as the agent judged them (vLLM's log "
+            "lines first); cause: loaded, load-failure, hash-changed, not-restored or compiled",
+            ["model", "outcome", "cause"],
             registry=self.registry,
         )
         self.cache_bytes = Counter(
@@ -104,9 +105,9 @@ class AgentMetrics:
         if size:
             self.cache_bytes.labels(model, "published").inc(size)
 
-    def judged(self, model: str, outcome: str) -> None:
+    def judged(self, model: str, outcome: str, cause: str) -> None:
         if outcome in ("hit", "miss"):
-            self.compile_use.labels(model, outcome).inc()
+            self.compile_use.labels(model, outcome, cause).inc()
 
     def weights_synced(self, model: str, outcome: str, size: int) -> None:
         self.weights.labels(model, outcome).inc()

@@ -19,7 +19,7 @@ from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord
 from node_agent.runtime.timeline import assemble, condition_time, vllm_restarts
-from node_agent.runtime.vllm_log import container_log_path, parse_start, read_container_log
+from node_agent.runtime.vllm_log import VllmStart, container_log_path, parse_start, read_container_log
 
 
 def start_id(pod: dict) -> str:
@@ -98,17 +98,12 @@ class StartTracker:
         except Exception as error:
             self.log.event("start-node-unreadable", reason=str(error))
             node = {"metadata": {"name": self.node}}
-        lines = self.read_log(
-            container_log_path(
-                self.pod_logs, namespace, metadata.get("name", ""), uid, VLLM_CONTAINER, vllm_restarts(pod)
-            )
-        )
         record = records.get(uid)
         timeline = assemble(
             pod=pod,
             node=node,
             events=events,
-            vllm=parse_start(lines) if lines is not None else None,
+            vllm=self.vllm_start(pod),
             weights_source=record.weights_source if record else None,
             restore_outcome=self._restore_outcome(record),
             outcome=outcome,
@@ -130,6 +125,21 @@ class StartTracker:
             missing=list(timeline.missing),
         )
         return timeline
+
+    def vllm_start(self, pod: dict) -> VllmStart | None:
+        """What the pod's current vLLM container said about its start; None without its log file."""
+        metadata = pod["metadata"]
+        lines = self.read_log(
+            container_log_path(
+                self.pod_logs,
+                metadata.get("namespace", ""),
+                metadata.get("name", ""),
+                metadata.get("uid", ""),
+                VLLM_CONTAINER,
+                vllm_restarts(pod),
+            )
+        )
+        return parse_start(lines) if lines is not None else None
 
     def _restore_outcome(self, record: PodRecord | None) -> str | None:
         if record is None or not record.fingerprint or self.layout is None:

@@ -130,6 +130,7 @@ def assemble(
         restore=restore_outcome,
         weights_source=weights_source,
         compile_cache=vllm.compile_cache,
+        compile_load_failure=vllm.load_failure,
         vllm_log_format=VLLM_LOG_FORMAT,
         phases={name: None if value is None else round(value, 3) for name, value in phases.items()},
         missing=(*side.missing, *vllm.missing),

@@ -29,6 +29,12 @@ COMPILE_HIT = re.compile(r"Directly load (?:AOT compilation from path|the compil
 COMPILE_MISS = re.compile(
     r"Compiling a graph for compile range|saved AOT compiled function to|Compiling model again due to a load failure"
 )
+# decorators.py: a compiled artifact was there but vLLM could not load it, and compiled again (0.21.0-0.34.0).
+COMPILE_LOAD_FAILURE = re.compile(
+    r"Compiling model again due to a load failure from .*?, reason: (?P<reason>.*)$", re.DOTALL
+)
+# vLLM's reason is an exception's text (any length): the event, the label and the start record carry this much.
+MAX_REASON_CHARS = 200
 # v1/engine/core.py: KV-cache profiling (which runs the compile), cache allocation and warm-up.
 ENGINE = re.compile(
     rf"init engine \(profile, create kv cache, warmup model\) took {_NUMBER} s(?: \(compilation: {_NUMBER} s)?"
@@ -42,6 +48,7 @@ class VllmStart:
     weights_seconds: float | None = None
     compile_seconds: float | None = None
     compile_cache: str | None = None  # hit | miss
+    load_failure: str | None = None  # vLLM's reason when a compiled artifact it found failed to load
     engine_seconds: float | None = None  # init engine less its compilation
     server_up: float | None = None  # epoch seconds
     first_line: float | None = None  # epoch seconds of the container's first output
@@ -95,7 +102,10 @@ def parse_start(lines: list[tuple[float, str]]) -> VllmStart:
     weights = compile_total = engine = engine_compile = server_up = None
     default_loader = None
     hit = miss = False
+    load_failure = None
     for when, text in lines:
+        if load_failure is None and (match := COMPILE_LOAD_FAILURE.search(text)):
+            load_failure = match.group("reason").strip()[:MAX_REASON_CHARS] or "no reason given"
         if weights is None and (match := WEIGHTS.search(text)):
             weights = float(match.group(1))
         elif default_loader is None and (match := WEIGHTS_DEFAULT_LOADER.search(text)):
@@ -125,6 +135,7 @@ def parse_start(lines: list[tuple[float, str]]) -> VllmStart:
         compile_seconds=compiled,
         # A graph compiled anew is a miss even if others came from the cache: the start paid for a compile.
         compile_cache="miss" if miss else ("hit" if hit else None),
+        load_failure=load_failure,
         engine_seconds=engine_only,
         server_up=server_up,
         first_line=lines[0][0] if lines else None,

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from botocore.exceptions import ClientError
 
 from contracts.cache_key import MANIFEST_MAX_BYTES, PRUNER_LOCK_KEY
-from pruner.runtime.selection import Listed
+from pruner.runtime.selection import Listed, ManifestFacts
 
 DELETE_BATCH = 1000  # DeleteObjects' maximum
 RETRIES = 5
@@ -84,10 +84,12 @@ class PrunerAws:
             for item in page.get("Contents", []):
                 yield Listed(item["Key"], item["Size"], item["LastModified"], item.get("ETag", ""))
 
-    def manifest_archive(self, manifest: Listed, unreadable: list[str]) -> str | None:
-        """The archive a listed manifest names, read only if it is still the listed version. Any node can write a
-        manifest: one larger than MANIFEST_MAX_BYTES is never read, one that is no JSON object (or nested past the
-        parser's depth) is unreadable; either is added to `unreadable`, and the caller keeps its key as it is."""
+    def manifest_facts(self, manifest: Listed, unreadable: list[str]) -> ManifestFacts | None:
+        """The archive a listed manifest names and how complete it is, read only if it is still the listed
+        version. Any node can write a manifest: one larger than MANIFEST_MAX_BYTES is never read, one that is no
+        JSON object (or nested past the parser's depth) or names no archive is unreadable; either is added to
+        `unreadable`, and the caller keeps its key as it is. Hash folders or a file count of the wrong shape
+        count as none (such a manifest is never taken for a fuller one)."""
         if manifest.size > MANIFEST_MAX_BYTES:
             unreadable.append(manifest.key)
             return None
@@ -95,17 +97,24 @@ class PrunerAws:
             response = self._s3.get_object(Bucket=self.bucket, Key=manifest.key, IfMatch=manifest.etag)
             body = response["Body"].read(MANIFEST_MAX_BYTES + 1)
             response["Body"].close()
-            archive = json.loads(body).get("archive") if len(body) <= MANIFEST_MAX_BYTES else None
+            document = json.loads(body) if len(body) <= MANIFEST_MAX_BYTES else None
         except ClientError as error:
             if _code(error) in CHANGED | GONE:
                 return None
             raise
-        except (ValueError, AttributeError, RecursionError):
-            archive = None
-        if not isinstance(archive, str):
+        except (ValueError, RecursionError):
+            document = None
+        if not isinstance(document, dict) or not isinstance(document.get("archive"), str):
             unreadable.append(manifest.key)
             return None
-        return archive
+        archive, hash_dirs, files = document["archive"], document.get("hash_dirs"), document.get("files")
+        return ManifestFacts(
+            archive,
+            frozenset(hash_dirs)
+            if isinstance(hash_dirs, list) and all(isinstance(d, str) for d in hash_dirs)
+            else frozenset(),
+            files if isinstance(files, int) and not isinstance(files, bool) and files > 0 else 0,
+        )
 
     def delete(self, objects: Iterable[Listed]) -> DeleteResult:
         """Conditional deletes (each object only if its ETag is still the listed one): DeleteObjects in

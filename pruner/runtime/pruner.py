@@ -98,7 +98,7 @@ def _run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: 
         orphan_age=settings.orphan_age,
         max_deletions=settings.max_deletions,
         summary=summary,
-        read_manifest=lambda manifest: aws.manifest_archive(manifest, summary.unreadable_manifests),
+        read_manifest=lambda manifest: aws.manifest_facts(manifest, summary.unreadable_manifests),
     )
     execute(aws, decisions, summary, dry_run=settings.dry_run)
     if not settings.dry_run:

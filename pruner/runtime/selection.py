@@ -7,8 +7,9 @@ flight writes a fresh archive) is older than the retention. In every key that st
 archives no manifest names (a publisher that crashed, the loser of a race: nodes never delete) go once
 older than the orphan age, and a manifest whose archive is gone is removed (nodes never replace a manifest;
 the next Ready pod publishes again), so no manifest ever points at nothing for long. A key may hold several
-manifests, one per set of vLLM hash folders (`manifest-<digest>.json`, written once). Objects outside any
-well-formed key are kept and reported.
+manifests, one per set of vLLM hash folders and files (`manifest-<digest>.json`, written once); one that a
+fuller manifest covers (every hash folder, more files) goes with its archive once the fuller one is older than
+the orphan age, so a key keeps its fullest archive. Objects outside any well-formed key are kept and reported.
 
 Each decision lists the manifest to delete apart from the other objects: the caller deletes manifests
 first and the rest only once they are gone, so a run cut short never leaves a manifest without its archive.
@@ -46,15 +47,28 @@ class Listed:
         return self.name.startswith(ARCHIVE_STEM)
 
 
-# Reads a listed manifest (only if unchanged since listing) and returns the archive key it names, or None
-# when it is gone, changed or unreadable.
-ManifestReader = Callable[[Listed], "str | None"]
+@dataclass(frozen=True)
+class ManifestFacts:
+    """What the pruner reads of a manifest: the archive it names, and how complete that archive is."""
+
+    archive: str
+    hash_dirs: frozenset[str] = frozenset()
+    files: int = 0
+
+    def covered_by(self, other: ManifestFacts) -> bool:
+        """`other` holds every hash folder of this one and more files: restores take it instead."""
+        return self.hash_dirs <= other.hash_dirs and other.files > self.files
+
+
+# Reads a listed manifest (only if unchanged since listing) and returns what it names, or None when it is gone,
+# changed or unreadable.
+ManifestReader = Callable[[Listed], "ManifestFacts | None"]
 
 
 @dataclass
 class Decision:
     prefix: str
-    reason: str  # active | recent | stale | orphaned archives | broken manifest
+    reason: str  # active | recent | stale | orphaned archives | broken manifest | superseded manifest
     manifests: list[Listed] = field(default_factory=list)  # deleted first
     rest: list[Listed] = field(default_factory=list)  # deleted once the key's manifests are gone
 
@@ -105,15 +119,17 @@ def decide(
     listed = {a.key for a in archives}
     old = lambda o: now - o.last_modified > orphan_age  # noqa: E731
     names: dict[str, str | None] = {}
+    facts: dict[str, ManifestFacts] = {}
     if len(manifests) == 1 and len(archives) == 1:
         # One archive beside one manifest is the one it names (only a crash between two publishers' steps could
         # leave it otherwise, and restores skip such a manifest); read only when there is a choice to make.
         names = {manifests[0].key: archives[0].key}
     elif archives:
         for manifest in manifests:
-            names[manifest.key] = read_manifest(manifest)
-            if names[manifest.key] is None:
+            read = read_manifest(manifest)
+            if read is None:
                 return Decision(prefix, kept)  # cannot tell which archives are in use: touch nothing
+            facts[manifest.key], names[manifest.key] = read, read.archive
     # Publishers upload the archive before the manifest, so an old manifest whose archive is gone is broken.
     broken = [m for m in manifests if names.get(m.key) not in listed and old(m)]
     named = {names[m.key] for m in manifests if m not in broken and names.get(m.key) in listed}
@@ -122,7 +138,23 @@ def decide(
         return Decision(prefix, "broken manifest", broken, orphans)
     if orphans:
         return Decision(prefix, "orphaned archives", [], orphans)
+    superseded = _superseded([m for m in manifests if m.key in facts], facts, old)
+    if superseded:
+        still_named = {facts[m.key].archive for m in manifests if m.key in facts and m not in superseded}
+        gone = {facts[m.key].archive for m in superseded} - still_named
+        return Decision(prefix, "superseded manifest", superseded, [a for a in archives if a.key in gone])
     return Decision(prefix, kept)
+
+
+def _superseded(
+    manifests: list[Listed], facts: dict[str, ManifestFacts], old: Callable[[Listed], bool]
+) -> list[Listed]:
+    """Manifests a fuller one covers (every hash folder, more files) that has itself been there past the orphan
+    age: restores have taken the fuller one since, so the lesser one and its archive are in no one's use. A
+    restore still reading the lesser archive fails cleanly and takes the next manifest."""
+    return [
+        m for m in manifests if any(n is not m and old(n) and facts[m.key].covered_by(facts[n.key]) for n in manifests)
+    ]
 
 
 def group_by_key(listing: Iterable[Listed], summary: Summary) -> Iterator[tuple[str, list[Listed]]]:

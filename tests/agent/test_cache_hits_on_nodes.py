@@ -11,7 +11,10 @@ import time
 from pathlib import Path
 
 from model_workload.chart import WEIGHTS_MOUNT
+from node_agent.runtime.agent import FULLER_ARCHIVE_SECONDS
 from node_agent.runtime.compile_cache import local_hash_dirs
+from node_agent.runtime.start_tracker import StartTracker
+from node_agent.runtime.vllm_log import container_log_path
 from tests.agent.cluster_world import MODEL, make_world, with_model, write_model
 from tests.standins.kubelet import run_container
 
@@ -265,3 +268,65 @@ def test_a_burst_of_pods_on_new_nodes_gets_the_restore_before_its_bound(tmp_path
         assert "warmstart: compile-cache restore finished" in wait_output, wait_output
         assert "no compile-cache restore after" not in wait_output
         assert reports[index]["hit"], index
+
+
+def test_a_restored_artifact_vllm_cannot_load_is_a_miss_with_vllms_reason(tmp_path, s3_server):
+    """The restored folder is there and stays (vLLM compiles again into it), so the folders alone say hit; vLLM's
+    own line says it could not load the artifact: the agent reports a miss, with vLLM's reason."""
+    world = make_world(s3_server, tmp_path)
+    _first_node_publishes(world)
+    b = world.node("node-b")
+    b.agent.starts = StartTracker(
+        kube=b.agent.kube,
+        node="node-b",
+        pod_logs=tmp_path / "node-b-pod-logs",
+        layout=b.agent.layout,
+        metrics=b.agent.metrics,
+        log=b.log,
+    )
+    assert b.agent.start()[MODEL].status == "restored"
+    for artifact in b.layout.root.rglob("torch_aot_compile/*/rank_0_0/model"):
+        artifact.write_bytes(b"x" + artifact.read_bytes())  # a file the disk or a partial write corrupted
+    pod = world.schedule(b)
+    report = world.serve(pod)
+    assert not report["hit"]
+    lines = [line for line in pod.outputs[-1].stdout.splitlines() if line]
+    log_file = container_log_path(tmp_path / "node-b-pod-logs", pod.namespace, pod.name, pod.uid, "vllm", 0)
+    log_file.parent.mkdir(parents=True)
+    log_file.write_text("".join(f"2026-12-06T09:00:00.{i:06d}Z stdout F {line}\n" for i, line in enumerate(lines)))
+    b.agent.tick()
+    assert _events(b, "compile-hit") == []
+    (miss,) = _events(b, "compile-miss")
+    assert (miss["cause"], miss["evidence"], miss["source"]) == ("load-failure", "vllm-log", "restored")
+    assert "invalid load key" in miss["reason"]
+    assert _labels(world, b)[f"compile-use.warmstart.io/{MODEL}"] == "miss"
+    assert _labels(world, b)[f"compile-miss.warmstart.io/{MODEL}"] == "load-failure"
+    assert b.agent.metrics.compile_use.labels(MODEL, "miss", "load-failure")._value.get() == 1
+
+
+def test_without_vllms_log_the_folders_judge_as_before(tmp_path, s3_server):
+    """An agent that reads no pod logs (or a start whose log is gone) keeps the folder judgement, and says so."""
+    world = make_world(s3_server, tmp_path)
+    _first_node_publishes(world)
+    b = world.node("node-b")
+    b.agent.start()
+    world.serve(world.schedule(b))
+    b.agent.tick()
+    (hit,) = _events(b, "compile-hit")
+    assert hit["evidence"] == "folders" and hit["cause"] == "loaded"
+    assert f"compile-miss.warmstart.io/{MODEL}" not in _labels(world, b)
+
+
+def test_a_folder_that_keeps_growing_is_archived_again_at_most_every_ten_minutes(tmp_path, s3_server):
+    """vLLM may write into its folder after start-up: a fuller archive is published, but a folder growing file by
+    file does not upload a new archive at every tick."""
+    world = make_world(s3_server, tmp_path)
+    a, _ = _first_node_publishes(world)
+    folder = a.layout.model_dir(MODEL, a.agent.models[MODEL].model.compile_cache.fingerprint)
+    (folder / "inductor" / "late.py").parent.mkdir(parents=True, exist_ok=True)
+    (folder / "inductor" / "late.py").write_text("# written after the pod was Ready\n")
+    assert MODEL not in a.agent.tick()  # too soon after the last upload
+    published_at = a.agent.models[MODEL].last_publish
+    a.agent.clock = lambda: published_at + FULLER_ARCHIVE_SECONDS
+    assert a.agent.tick()[MODEL].status == "republished"
+    assert MODEL not in a.agent.tick()  # nothing more to add

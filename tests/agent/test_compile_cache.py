@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from node_agent.runtime.archive import REDACTED
-from node_agent.runtime.compile_cache import MANIFEST_VERSION, local_hash_dirs, publish
+from node_agent.runtime.compile_cache import MANIFEST_VERSION, local_hash_dirs, needs_publish, publish
 from node_agent.runtime.s3_store import CacheStore
 from tests.agent.conftest import (
     FACTORS,
@@ -65,7 +65,7 @@ def test_publish_on_one_node_restore_on_another_is_byte_equal(tmp_path, store, c
     assert H100_KEY.names_archive(manifest["archive"], manifest["sha256"])
     assert manifest["hash_dirs"] == ["torch_compile_cache/00000001"]
     assert store.get_json(H100_KEY.last_use_key)["node"] == "node-b"
-    manifest_name = H100_KEY.manifest_key(manifest["hash_dirs"])
+    manifest_name = H100_KEY.manifest_key(manifest["hash_dirs"], manifest["content"])
     assert _objects(store) == sorted([manifest_name, H100_KEY.last_use_key, manifest["archive"]])
     assert list((node_b.state / "tmp").iterdir()) == []
 
@@ -109,7 +109,7 @@ def test_manifest_copied_under_another_key_is_refused(tmp_path, store, clock, lo
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT))
     _publish(store, node_a, clock, log, key=H100_KEY)
     copied = _manifest(store)
-    store.put_json(L40S_KEY.manifest_key(copied["hash_dirs"]), copied)
+    store.put_json(L40S_KEY.manifest_key(copied["hash_dirs"], copied["content"]), copied)
     outcome = _restore(store, node_b, clock, log, key=L40S_KEY)
     assert outcome.status == "miss" and log.counters["manifest-refused"] == 1  # never used, and said why
     _assert_nothing_partial(node_b)
@@ -262,7 +262,7 @@ def test_a_manifest_whose_archive_is_gone_is_a_miss_until_the_pruner_removes_it(
     fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=1)
     blocked = _publish(store, node_b, clock, log, node="node-b")
     assert blocked.status == "failed" and "never replaced" in blocked.reason  # nodes never overwrite manifests
-    pruner_deletes(store, H100_KEY.manifest_key(manifest["hash_dirs"]))  # the pruner's repair
+    pruner_deletes(store, H100_KEY.manifest_key(manifest["hash_dirs"], manifest["content"]))  # the pruner's repair
     assert _publish(store, node_b, clock, log, node="node-b").status == "published"
     assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
 
@@ -464,3 +464,67 @@ def test_a_tampered_archive_fetched_in_ranges_is_never_used(tmp_path, s3_server,
     outcome = _restore(ranged, layout, clock, log)
     assert outcome.status == "failed" and "checksum mismatch" in outcome.reason
     _assert_nothing_partial(layout)
+
+
+# ---- archives that become complete: files, not folder names ----
+
+
+def _add_files(folder, *names: str) -> None:
+    for name in names:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(name.encode() * 10)
+
+
+def test_an_archive_taken_before_vllm_finished_is_followed_by_a_fuller_one(tmp_path, store, clock, log):
+    """vLLM may write into its folder after the pod is Ready: the same hash folders with more files are worth a
+    new manifest, which restores then prefer; the node does not publish again while nothing is added."""
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
+    folder = node_a.model_dir(MODEL, FINGERPRINT)
+    fill_compile_cache(folder, seed=1)
+    assert _publish(store, node_a, clock, log).status == "published"
+    assert not needs_publish(node_a, MODEL, FINGERPRINT, max_files=1000)
+    _add_files(folder, "vllm/torch_compile_cache/00000001/rank_1_0/backbone/computation_graph.py", "inductor/z/k.py")
+    assert needs_publish(node_a, MODEL, FINGERPRINT, max_files=1000)
+    assert _publish(store, node_a, clock, log).status == "republished"
+    assert not needs_publish(node_a, MODEL, FINGERPRINT, max_files=1000)
+    assert sorted(m["files"] for m in _manifests(store)) == [5, 7]  # added beside the first, nothing replaced
+    assert _restore(store, node_b, clock, log, node="node-b").status == "restored"
+    assert read_tree(node_b.model_dir(MODEL, FINGERPRINT)) == read_tree(folder)
+    assert node_b.origin(MODEL, FINGERPRINT)["files"] == 7
+
+
+def test_a_restored_node_that_compiled_what_the_archive_lacked_contributes_it(tmp_path, store, clock, log):
+    node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
+    _publish(store, node_a, clock, log)
+    assert _restore(store, node_b, clock, log, node="node-b").status == "restored"
+    assert not needs_publish(node_b, MODEL, FINGERPRINT, max_files=1000)  # restored as published: nothing to add
+    _add_files(node_b.model_dir(MODEL, FINGERPRINT), "inductor/aotautograd/aq/entry")  # vLLM compiled it here
+    assert needs_publish(node_b, MODEL, FINGERPRINT, max_files=1000)
+    assert _publish(store, node_b, clock, log, node="node-b").status == "republished"
+    assert _publish(store, node_a, clock, log).status == "exists"  # covered: same folders, more files
+    assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
+    assert (node_c.model_dir(MODEL, FINGERPRINT) / "inductor/aotautograd/aq/entry").exists()
+
+
+def test_a_node_with_fewer_files_never_publishes_over_a_fuller_archive(tmp_path, store, clock, log):
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
+    _add_files(node_a.model_dir(MODEL, FINGERPRINT), "inductor/extra/one.py")
+    _publish(store, node_a, clock, log)
+    fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=1)  # the same folders, one file less
+    assert _publish(store, node_b, clock, log, node="node-b").status == "exists"
+    assert len(_manifests(store)) == 1
+
+
+def test_a_manifest_with_a_malformed_file_digest_is_refused(tmp_path, store, clock, log):
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
+    _publish(store, node_a, clock, log)
+    (name,) = store.list_keys(H100_KEY.manifest_prefix)
+    forged = {**store.get_json(name), "content": "../../etc"}
+    pruner_deletes(store, name)
+    store.put_json(H100_KEY.manifest_key(forged["hash_dirs"], forged["content"]), forged)
+    assert _restore(store, node_b, clock, log, node="node-b").status == "miss"
+    assert any(e.get("reason") == "manifest has no valid file digest" for e in log.events)

@@ -217,8 +217,8 @@ def test_metrics_in_the_exposition_format_with_names_and_labels(world):
     tracker.observe([pod], record(pod, "s3"))
     metrics.restored("qwen3-6-35b-a3b", "restored", 15_000_000)
     metrics.published("qwen3-6-35b-a3b", "published", 14_000_000)
-    metrics.judged("qwen3-6-35b-a3b", "hit")
-    metrics.judged("qwen3-6-35b-a3b", "none")  # not a cache use: not counted
+    metrics.judged("qwen3-6-35b-a3b", "hit", "loaded")
+    metrics.judged("qwen3-6-35b-a3b", "none", "none")  # not a cache use: not counted
     metrics.weights_synced("qwen3-6-35b-a3b", "downloaded", 67_000_000_000)
     families = {family.name: family for family in text_string_to_metric_families(metrics.exposition())}
     assert {
@@ -252,7 +252,7 @@ def test_metrics_in_the_exposition_format_with_names_and_labels(world):
     assert _sample(metrics, "warmstart_pod_start_seconds_bucket", {**model, "node_kind": "new", "le": "900.0"}) == 1
     assert _sample(metrics, "warmstart_pod_start_seconds_bucket", {**model, "node_kind": "new", "le": "600.0"}) == 0
     assert _sample(metrics, "warmstart_compile_cache_bytes_total", {**model, "direction": "restored"}) == 15_000_000
-    assert _sample(metrics, "warmstart_compile_cache_use_total", {**model, "outcome": "hit"}) == 1
+    assert _sample(metrics, "warmstart_compile_cache_use_total", {**model, "outcome": "hit", "cause": "loaded"}) == 1
     with pytest.raises(AssertionError):
         _sample(metrics, "warmstart_compile_cache_use_total", {**model, "outcome": "none"})
     assert _sample(metrics, "warmstart_weights_downloaded_bytes_total", model) == 67_000_000_000

@@ -124,7 +124,8 @@ def test_admission_policy_limits_the_agent_to_its_own_node_and_labels(shipped):
     for field in ("annotations", "finalizers", "ownerReferences"):
         assert f"object.metadata.{field}" in expressions
     assert {v["name"]: v["expression"] for v in spec["variables"]}["ours"] == (
-        "['compile-cache.warmstart.io/', 'compile-use.warmstart.io/', 'weights.warmstart.io/']"
+        "['compile-cache.warmstart.io/', 'compile-use.warmstart.io/', 'compile-miss.warmstart.io/', "
+        "'weights.warmstart.io/']"
     )
     bindings = sorted(b["spec"]["policyName"] for b in of_kind(objects, "ValidatingAdmissionPolicyBinding"))
     assert bindings == sorted(policies)

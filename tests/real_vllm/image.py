@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tests.real_vllm.environment import VllmEnvironment, build_driver_stub
 from warmstart.catalog import GpuInstance
-from warmstart.vllm_release import releases
+from warmstart.vllm_release import nearest_older, releases
 
 PROBE = Path(__file__).resolve().with_name("probe.py")
 # Replaced by the launchers' folder and this machine's libraries (the stub); the base image's own are not recorded.
@@ -28,8 +28,10 @@ MACHINE_VARIABLES = ("PATH", "LD_LIBRARY_PATH")
 
 
 def image_env(version: str) -> dict[str, str]:
-    """The release's image ENV, less what this machine supplies."""
-    return {k: v for k, v in releases()[version].image["env"].items() if k not in MACHINE_VARIABLES}
+    """The release's image ENV, less what this machine supplies; for a release the table does not hold (the engine
+    tier's CPU builds between two recorded ones), the nearest older recorded release's, as synth takes its facts."""
+    release = releases().get(version) or nearest_older(version)
+    return {k: v for k, v in release.image["env"].items() if k not in MACHINE_VARIABLES}
 
 
 def gpu_facts(instance: GpuInstance) -> dict:

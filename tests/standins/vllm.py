@@ -230,6 +230,10 @@ def aot_name(known: VllmRelease, parts: dict, env: dict[str, str]) -> str:
     return sha256(str(factors))
 
 
+# What the stand-in writes as vLLM's AOT artifact: any other content is one it cannot load (a corrupt file).
+AOT_ARTIFACT = b"aot" * 1000
+
+
 def compile_or_load(args: dict[str, str], env: dict[str, str], parts: dict) -> dict:
     root = Path(
         env.get("VLLM_CACHE_ROOT") or f"{env.get('XDG_CACHE_HOME') or env.get('HOME', '/root') + '/.cache'}/vllm"
@@ -252,10 +256,18 @@ def compile_or_load(args: dict[str, str], env: dict[str, str], parts: dict) -> d
             )
         except (OSError, ValueError):
             loaded = False
-    if loaded:
+    unloadable = [
+        r for r in range(ranks) if loaded and (aot_dir / f"rank_{r}_0" / "model").read_bytes() != AOT_ARTIFACT
+    ]
+    if loaded and not unloadable:
         log(f"Directly load AOT compilation from path {aot_dir}")
         log("Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 0.512 s")
         return {"hit": True, "cache_dir": str(cache_dir), "aot_dir": str(aot_dir)}
+    if unloadable:  # as vLLM does with an artifact it cannot load: says why, compiles again into the same folders
+        log(
+            f"Compiling model again due to a load failure from {aot_dir}/rank_{unloadable[0]}_0/model, "
+            "reason: invalid load key, 'x'."
+        )
     started = time.monotonic()
     triton = Path(env.get("TRITON_CACHE_DIR") or f"{env.get('HOME', '/root')}/.triton/cache")
     for rank in range(ranks):
@@ -288,7 +300,7 @@ def compile_or_load(args: dict[str, str], env: dict[str, str], parts: dict) -> d
         aot = aot_dir / f"rank_{rank}_0" / "model"
         aot.parent.mkdir(parents=True, exist_ok=True)
         temporary = aot.with_name(f"model.{os.getpid()}.tmp")
-        temporary.write_bytes(b"aot" * 1000)
+        temporary.write_bytes(AOT_ARTIFACT)
         os.replace(temporary, aot)
     seconds = float(env.get("STANDIN_COMPILE_SECONDS", "0"))
     time.sleep(max(0.0, seconds - (time.monotonic() - started)))

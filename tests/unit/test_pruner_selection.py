@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pruner.runtime.selection import Listed, Summary, count_done, parse_active_set_part, select
+from pruner.runtime.selection import Listed, ManifestFacts, Summary, count_done, parse_active_set_part, select
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -132,7 +132,7 @@ def test_unnamed_archives_under_a_manifest_go_and_the_named_one_stays():
 
     def read(manifest):
         reads.append(manifest.key)
-        return KEY_A + ARCHIVE
+        return ManifestFacts(KEY_A + ARCHIVE)
 
     for active in (set(), {KEY_A}):
         decisions, summary = run(listing, active, read_manifest=read)
@@ -142,7 +142,9 @@ def test_unnamed_archives_under_a_manifest_go_and_the_named_one_stays():
 
 def test_a_manifest_naming_an_archive_that_is_not_there_is_removed_with_the_unnamed_ones():
     listing = objects(KEY_A, 3, archives=(ARCHIVE, f"archive-{'b' * 64}-0002.tar.zst"))
-    (decision,), summary = run(listing, read_manifest=lambda m: KEY_A + f"archive-{'c' * 64}-0003.tar.zst")
+    (decision,), summary = run(
+        listing, read_manifest=lambda m: ManifestFacts(KEY_A + f"archive-{'c' * 64}-0003.tar.zst")
+    )
     assert decision.reason == "broken manifest"
     assert [o.key for o in decision.manifests] == [KEY_A + "manifest-0123456789abcdef.json"] and len(decision.rest) == 2
 
@@ -222,9 +224,56 @@ def test_several_manifests_keep_every_archive_they_name_and_a_broken_one_goes():
     names = {"1111111111111111": first, "2222222222222222": second, "3333333333333333": f"archive-{'d' * 64}-1.tar.zst"}
 
     def read(manifest):
-        return KEY_A + names[manifest.key.rsplit("-", 1)[-1].removesuffix(".json")]
+        return ManifestFacts(KEY_A + names[manifest.key.rsplit("-", 1)[-1].removesuffix(".json")])
 
     (decision,), summary = run(listing, {KEY_A}, read_manifest=read)
     assert decision.reason == "broken manifest"
     assert [o.key for o in decision.manifests] == [f"{KEY_A}manifest-3333333333333333.json"]
     assert [o.key for o in decision.rest] == [KEY_A + unnamed]
+
+
+# ---- a key keeps its fullest archive ----
+
+FIRST, FULLER = f"archive-{'a' * 64}-0001.tar.zst", f"archive-{'b' * 64}-0002.tar.zst"
+HASH = frozenset({"torch_compile_cache/torch_aot_compile/abc"})
+
+
+def _two_manifests(fuller_age_days: float, fuller_facts: ManifestFacts):
+    listing = sorted(
+        [
+            Listed(f"{KEY_A}manifest-1111111111111111.json", 500, NOW - 5 * DAY, '"m1"'),
+            Listed(f"{KEY_A}manifest-2222222222222222.json", 500, NOW - fuller_age_days * DAY, '"m2"'),
+            Listed(KEY_A + FIRST, 1000, NOW - 5 * DAY, '"a"'),
+            Listed(KEY_A + FULLER, 1000, NOW - fuller_age_days * DAY, '"b"'),
+            Listed(f"{KEY_A}last-use.json", 60, NOW - 0.1 * DAY, '"l"'),
+        ],
+        key=lambda o: o.key,
+    )
+    facts = {"1111111111111111": ManifestFacts(KEY_A + FIRST, HASH, 40), "2222222222222222": fuller_facts}
+    return listing, lambda manifest: facts[manifest.key.rsplit("-", 1)[-1].removesuffix(".json")]
+
+
+def test_a_manifest_a_fuller_one_covers_goes_with_its_archive_once_the_fuller_one_has_settled():
+    listing, read = _two_manifests(2, ManifestFacts(KEY_A + FULLER, HASH, 57))
+    (decision,), _ = run(listing, {KEY_A}, read_manifest=read)
+    assert decision.reason == "superseded manifest"
+    assert [o.key for o in decision.manifests] == [f"{KEY_A}manifest-1111111111111111.json"]
+    assert [o.key for o in decision.rest] == [KEY_A + FIRST]
+
+
+@pytest.mark.parametrize(
+    "case, age_days, fuller",
+    [
+        ("the fuller one is newer than the orphan age", 0.5, ManifestFacts(KEY_A + FULLER, HASH, 57)),
+        ("as many files", 2, ManifestFacts(KEY_A + FULLER, HASH, 40)),
+        ("fewer files", 2, ManifestFacts(KEY_A + FULLER, HASH, 39)),
+        ("another hash folder, more files", 2, ManifestFacts(KEY_A + FULLER, frozenset({"other"}), 99)),
+    ],
+)
+def test_a_manifest_no_settled_fuller_one_covers_stays(case, age_days, fuller):
+    listing, read = _two_manifests(age_days, fuller)
+    decisions, _ = run(listing, {KEY_A}, read_manifest=read)
+    assert deleted_keys(decisions) == [] or case == "fewer files"
+    if case == "fewer files":  # then the first one is the fuller: the lesser (newer, settled) one goes
+        (decision,) = decisions
+        assert [o.key for o in decision.rest] == [KEY_A + FULLER]

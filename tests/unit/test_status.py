@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from contracts.start_record import StartTimeline
 from tests.synth import ROOT
 from warmstart.__main__ import main
 from warmstart.catalog import default_catalog
@@ -247,3 +248,18 @@ def test_the_readmes_status_samples_are_what_the_commands_print(capsys, monkeypa
     monkeypatch.setenv("FAKE_KUBECTL_STDERR", "error: You must be logged in to the server (Unauthorized)")
     assert main(["status", "--env", "prod", "--kubectl", f"{sys.executable} {FIXTURES / 'failing_kubectl.py'}"]) == 3
     assert _readme_block("status-error-sample") == capsys.readouterr().err
+
+
+def test_status_starts_says_when_vllm_could_not_load_its_compiled_graph():
+    """A start whose compiled artifact failed to load compiled again: shown as a compile miss with vLLM's reason."""
+    from warmstart.status import read_starts, render_starts
+
+    config = load_config(ROOT / "config" / "prod.yaml")
+    (cold, *_) = sorted(read_starts(_recorded("prod-starts.json")), key=lambda t: t.pod)
+    failed = StartTimeline.from_dict(
+        {**cold.to_dict(), "compile_cache": "miss", "compile_load_failure": "'function' object has no attribute 'x'"}
+    )
+    assert failed is not None
+    shown = render_starts(config, [failed])
+    assert "compile miss, load failure: 'function' object has no attribute 'x'" in shown
+    assert StartTimeline.from_dict({**cold.to_dict(), "compile_load_failure": "x" * 254}) is None  # bounded
