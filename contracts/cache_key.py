@@ -22,6 +22,9 @@ ARCHIVE_STEM = "archive-"
 # The most of a manifest any reader takes (the agent's restore, the pruner): any node can write one, and a real one
 # (an archive's name, checksum, factors and hash folders) is a few kilobytes.
 MANIFEST_MAX_BYTES = 2**20
+# The most files a compile cache may hold (agents refuse an archive or manifest beyond it; the pruner takes no
+# manifest claiming more as a fuller one).
+MAX_CACHE_FILES = 200_000
 # The pruner's one-run-at-a-time lock: outside KEY_ROOT, so never listed as a key nor create-only.
 PRUNER_LOCK_KEY = "pruner-lock.json"
 DIGEST_LENGTH = 20  # hex characters of sha256: 80 bits, collisions are not a practical concern
@@ -68,13 +71,16 @@ class CompileCacheKey:
         return f"{self.prefix}{MANIFEST_STEM}"
 
     def manifest_key(self, hash_dirs: list[str], content: str | None = None) -> str:
-        """Manifests are written once and never replaced (the bucket policy allows creating them only): one
-        per set of vLLM hash folders and of the files they hold (`content`, the digest of the archive's file
-        names), so a node whose vLLM made a folder or a file the published cache lacks adds a manifest instead
-        of overwriting one. Manifests from before the file digest are named by their folders alone."""
-        named: list = sorted(hash_dirs) if content is None else [sorted(hash_dirs), content]
-        digest = hashlib.sha256(json.dumps(named).encode()).hexdigest()[:16]
-        return f"{self.manifest_prefix}{digest}.json"
+        """Manifests are written once and never replaced (the bucket policy allows creating them only): the first
+        one of a set of vLLM hash folders is named by the folders (as agents before file digests name and read
+        it), a fuller one also by the files it holds (`content`, the digest of the archive's file names), so a
+        node whose vLLM made a folder or a file the published cache lacks adds a manifest instead of overwriting
+        one."""
+        return f"{self.manifest_prefix}{manifest_digest(hash_dirs, content)}.json"
+
+    def names_manifest(self, name: str, hash_dirs: list[str], content: str | None) -> bool:
+        """Whether `name` is what a manifest of these folders (and files) is stored under: either form."""
+        return name in {self.manifest_key(hash_dirs), *([self.manifest_key(hash_dirs, content)] if content else [])}
 
     @property
     def last_use_key(self) -> str:
@@ -110,6 +116,11 @@ KEY_PATTERN = re.compile(
     rf"^{KEY_ROOT}/(?P<model>[a-z0-9-]+)/(?P<gpu>[a-z0-9.-]+)-(?P<arch>sm_\d+)/tp(?P<tp>\d+)-pp(?P<pp>\d+)/"
     rf"torch(?P<torch>[a-z0-9.-]+)/(?P<digest>[0-9a-f]{{{DIGEST_LENGTH}}})/"
 )
+
+
+def manifest_digest(hash_dirs: list[str], content: str | None = None) -> str:
+    named: list = sorted(hash_dirs) if content is None else [sorted(hash_dirs), content]
+    return hashlib.sha256(json.dumps(named).encode()).hexdigest()[:16]
 
 
 def parse_key_prefix(object_key: str) -> str | None:

@@ -63,11 +63,11 @@ class ModelState:
     model: AgentModel
     key: CompileCacheKey | None = None
     last_touch: float | None = None
-    last_publish: float | None = None  # when this agent last uploaded an archive of the configuration
+    last_count: float | None = None  # when this agent last compared the folder's files with its archive's
 
 
-# A folder that keeps growing (vLLM writing after start-up, file by file) is archived again at most this often:
-# each fuller archive is a whole new upload.
+# How often the agent counts a published or restored folder's files against its archive's (a walk of the folder):
+# a folder that keeps growing is archived again at most this often, each fuller archive being a whole upload.
 FULLER_ARCHIVE_SECONDS = 600
 
 
@@ -199,18 +199,18 @@ class NodeAgent:
             # Publish only once every running pod of this configuration is Ready: one still starting may be
             # compiling into the folder right now.
             settled = all(is_ready(pod) for pod in mine if pod.get("status", {}).get("phase") == "Running")
+            count_files = settled and (
+                state.last_count is None or abs(self.clock() - state.last_count) >= FULLER_ARCHIVE_SECONDS
+            )
             try:
                 publishing = settled and needs_publish(
-                    self.layout,
-                    state.model.name,
-                    fingerprint,
-                    max_files=self.limits.max_files,
-                    count_files=state.last_publish is None
-                    or abs(self.clock() - state.last_publish) >= FULLER_ARCHIVE_SECONDS,
+                    self.layout, state.model.name, fingerprint, max_files=self.limits.max_files, count_files=count_files
                 )
             except OSError as error:  # an unreadable folder: this model waits, the others go on
                 self.log.event("publish-check-failed", model=state.model.name, reason=str(error))
                 continue
+            if count_files or publishing:  # a publish counts the files too
+                state.last_count = self.clock()
             if publishing:
                 outcome = publish(
                     store=self.store,
@@ -225,8 +225,6 @@ class NodeAgent:
                 )
                 outcomes[state.model.name] = outcome
                 self.metrics.published(state.model.name, outcome.status, outcome.bytes)
-                if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED):
-                    state.last_publish = self.clock()
                 if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED, Status.EXISTS, Status.LOST_RACE):
                     value = "published" if outcome.status in (Status.PUBLISHED, Status.REPUBLISHED) else "present"
                     self._label({f"{NODE_LABEL_DOMAIN}/{state.model.name}": value})

@@ -10,7 +10,7 @@ import os
 import re
 import stat
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import zstandard
@@ -37,7 +37,11 @@ class PackedArchive:
     sha256: str
     size: int
     files: int
-    content: str = ""  # content_digest of the packed file names
+    names: list[str] = field(default_factory=list)  # the packed files, relative to the folder
+
+    @property
+    def content(self) -> str:
+        return content_digest(self.names)
 
 
 def content_digest(names: list[str]) -> str:
@@ -155,7 +159,7 @@ def pack(
         sha256=hashing.sha256.hexdigest(),
         size=hashing.size,
         files=files,
-        content=content_digest(packed),
+        names=packed,
     )
 
 

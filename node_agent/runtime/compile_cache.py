@@ -21,13 +21,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeGuard
 
-from contracts.cache_key import MANIFEST_MAX_BYTES, CompileCacheKey
+from contracts.cache_key import MANIFEST_MAX_BYTES, MAX_CACHE_FILES, CompileCacheKey
 from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.archive import (
     FACTORS_FILE,
     FACTORS_MAX_BYTES,
     HashingReader,
     UnsafeArchive,
+    content_digest,
     pack,
     packable_files,
     unpack,
@@ -105,6 +106,31 @@ def local_hash_dirs(layout: NodeCacheLayout, model: str, fingerprint: str) -> li
     return sorted(found)[:MAX_LISTED_HASH_DIRS]
 
 
+def compiled_counts(files: list[str]) -> dict[str, int]:
+    """Files per vLLM hash folder (named as local_hash_dirs names them), from a cache folder's file names. What
+    makes one archive fuller than another: at least as many files in every hash folder. Files outside them
+    (Triton's cache, vLLM's model-info and kernel caches) travel in the archive but grow with traffic, so they
+    decide nothing."""
+    counts: dict[str, int] = {}
+    for name in files:
+        parts = name.split("/")
+        if parts[:2] != [VLLM_FOLDER, _HASH_ROOT[0]] or len(parts) < 4:
+            continue
+        if parts[2] == _AOT_ROOT[1]:
+            if len(parts) < 5:
+                continue
+            folder = "/".join(parts[1:4])
+        else:
+            folder = "/".join(parts[1:3])
+        counts[folder] = counts.get(folder, 0) + 1
+    return counts
+
+
+def fuller(mine: dict[str, int], theirs: dict[str, int]) -> bool:
+    """Whether `mine` holds more files than `theirs` in some hash folder."""
+    return any(count > theirs.get(folder, 0) for folder, count in mine.items())
+
+
 @dataclass(frozen=True)
 class CacheLimits:
     """What any node may have written to S3 is bounded before it is used: a manifest is any node's claim (writes
@@ -112,7 +138,7 @@ class CacheLimits:
     cache (caches.compile_cache_reserve_gb); the rest are far above what vLLM writes."""
 
     max_archive_bytes: int = 10 * 10**9
-    max_files: int = 200_000
+    max_files: int = MAX_CACHE_FILES
     max_manifest_bytes: int = MANIFEST_MAX_BYTES
     max_manifests: int = 64
     max_listed: int = 4096  # object names under a key's manifest prefix (a few dozen bytes each)
@@ -155,7 +181,14 @@ def _check_manifest(manifest: object, key: CompileCacheKey, name: str, limits: C
     content = manifest.get("content")
     if content is not None and not (isinstance(content, str) and re.fullmatch(r"[0-9a-f]{16}", content)):
         return "manifest has no valid file digest"
-    if key.manifest_key(hash_dirs, content) != name:
+    counts = manifest.get("counts", {})
+    if not (
+        isinstance(counts, dict)
+        and all(d in hash_dirs and _whole(n) and 0 <= n <= files for d, n in counts.items())
+        and sum(counts.values()) <= files
+    ):
+        return "manifest has no valid file counts per hash folder"
+    if not key.names_manifest(name, hash_dirs, content):
         return "manifest is stored under another name than its hash folders and files give"
     return None
 
@@ -173,12 +206,24 @@ class Published:
     def files(self) -> int:
         return int(self.manifest.get("files", 1))
 
+    @property
+    def counts(self) -> dict[str, int] | None:
+        """Files per hash folder; None for a manifest from before them."""
+        return self.manifest.get("counts")
+
+    def covers(self, hash_dirs: list[str], counts: dict[str, int], files: int) -> bool:
+        """Holds every one of these hash folders, with at least as many files in each (by its total, for a manifest
+        from before counts per folder)."""
+        if not set(hash_dirs) <= self.hash_dirs:
+            return False
+        return not fuller(counts, self.counts) if self.counts is not None else self.files >= files
+
 
 def published(
     store: CacheStore, key: CompileCacheKey, log: EventLog, model: str, limits: CacheLimits
 ) -> list[Published]:
-    """Every trustworthy manifest of the key, the most complete first (most hash folders, then most files, then
-    newest)."""
+    """Every trustworthy manifest of the key, the most complete first (most hash folders, then most files in them,
+    then most files, then newest)."""
     found = []
     # Any node may create objects under the key: only names of the manifest form are read (a junk object named to
     # sort first hides nothing), at most max_manifests of them.
@@ -198,7 +243,15 @@ def published(
             log.event("manifest-refused", model=model, key=key.prefix, manifest=name, reason=problem)
         elif manifest is not None:
             found.append(Published(name, manifest))
-    return sorted(found, key=lambda p: (-len(p.hash_dirs), -p.files, -float(p.manifest.get("published_at") or 0)))
+    return sorted(
+        found,
+        key=lambda p: (
+            -len(p.hash_dirs),
+            -(sum(p.counts.values()) if p.counts is not None else 0),
+            -p.files,
+            -float(p.manifest.get("published_at") or 0),
+        ),
+    )
 
 
 def restore(
@@ -230,6 +283,7 @@ def restore(
     if not candidates:
         return done(Status.MISS, "no cache published for this key yet")
     temp = None
+    rejected = None  # why the last archive tried was not used (the next manifest may do)
     try:
         for candidate in candidates:
             manifest = candidate.manifest
@@ -242,9 +296,15 @@ def restore(
             except MissingObject:  # written once, removed only by the pruner: the next manifest may do
                 log.event("archive-missing", model=model, key=key.prefix, manifest=candidate.name)
                 continue
-            if actual != manifest["sha256"]:  # the staged folder is never used: it goes with the temp folder
-                return done(Status.FAILED, f"checksum mismatch: expected {manifest['sha256']}, got {actual}")
-            restored_files = packable_files(staged, max_files=limits.max_files)
+            # A rejected folder is never used: it goes with the temp folder, and the next manifest may do.
+            if actual != manifest["sha256"]:
+                rejected = f"checksum mismatch: expected {manifest['sha256']}, got {actual}"
+            else:
+                restored_files = packable_files(staged, max_files=limits.max_files) or []
+                rejected = _holds_what_it_claims(manifest, restored_files)
+            if rejected:
+                log.event("archive-rejected", model=model, key=key.prefix, manifest=candidate.name, reason=rejected)
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             if not rename_no_replace(staged, target):
                 return done(
@@ -262,11 +322,14 @@ def restore(
                     "manifest": candidate.name,
                     "hash_dirs": manifest["hash_dirs"],
                     # What the archive held: a start that compiles files it lacked makes this node's cache fuller.
-                    "files": len(restored_files or []),
+                    "files": len(restored_files),
+                    "counts": compiled_counts(restored_files),
                 },
             )
             break
         else:
+            if rejected:
+                return done(Status.FAILED, rejected)
             return done(
                 Status.MISS,
                 "every published manifest names an archive that is gone (the pruner removes them; "
@@ -282,6 +345,18 @@ def restore(
     if touch:
         touch_last_use(store=store, key=key, node=node, clock=clock, log=log)
     return done(Status.RESTORED, size=manifest["size"])
+
+
+def _holds_what_it_claims(manifest: dict, files: list[str]) -> str | None:
+    """Why an unpacked archive is not what its manifest says it holds (the count and names of its files, per hash
+    folder: what restores rank archives by and publishers compare with), or None."""
+    if "content" not in manifest:
+        return None  # a manifest from before file digests claims only its checksum, checked already
+    if len(files) != manifest["files"] or content_digest(files) != manifest["content"]:
+        return f"the archive holds {len(files)} files, not the {manifest['files']} its manifest names"
+    if "counts" in manifest and compiled_counts(files) != manifest["counts"]:
+        return "the archive's files per hash folder are not those its manifest names"
+    return None
 
 
 def _fetch_and_unpack(store: CacheStore, manifest: dict, temp: Path, staged: Path, limits, progress) -> str:
@@ -321,12 +396,14 @@ def publish(
     log: EventLog,
     limits: CacheLimits = CacheLimits(),
 ) -> Outcome:
-    """Publishes this node's cache unless a published one already holds every vLLM hash folder it has.
+    """Publishes this node's cache unless a published one already holds every vLLM hash folder it has, with as
+    many files in each.
 
     Everything is written once (If-None-Match; the bucket policy refuses anything else): the archive under a
-    name no one else uses, then a manifest named by the set of hash folders it holds. A node whose vLLM made
-    a folder the published cache lacks adds a manifest for its larger set; restores take the largest. Nothing
-    is ever replaced or deleted by a node: a lost race or a broken manifest is the pruner's to collect."""
+    name no one else uses, then a manifest named by the set of hash folders it holds (and, for a fuller one of
+    the same folders, by its files). A node whose vLLM made a folder or files the published cache lacks adds a
+    manifest; restores take the fullest. Nothing is ever replaced or deleted by a node: a lost race or a broken
+    manifest is the pruner's to collect."""
     done = _reporter("publish", model, key, clock, log)
     source = layout.model_dir(model, fingerprint)
     local = local_hash_dirs(layout, model, fingerprint)
@@ -336,13 +413,10 @@ def publish(
         files = packable_files(source, max_files=limits.max_files)
         if files is None:
             return done(Status.FAILED, f"the cache folder holds more than {limits.max_files} files")
+        counts = compiled_counts(files)
         candidates = published(store, key, log, model, limits)
         covering = next(
-            (
-                p
-                for p in candidates
-                if set(local) <= p.hash_dirs and p.files >= len(files) and store.exists(p.manifest["archive"])
-            ),
+            (p for p in candidates if p.covers(local, counts, len(files)) and store.exists(p.manifest["archive"])),
             None,
         )
         if covering is not None:
@@ -355,10 +429,20 @@ def publish(
                     "hash_dirs": sorted(covering.hash_dirs),
                     "seen": local,
                     "files": len(files),
+                    "counts": counts,
                 },
             )
             return done(
-                Status.EXISTS, "a published cache already holds every vLLM hash folder and as many files as this node"
+                Status.EXISTS,
+                "a published cache already holds every vLLM hash folder, with as many files in each as this node",
+            )
+        names = {p.name for p in candidates}
+        name = _manifest_name(key, local, content_digest(files), names)
+        if name in names:
+            return done(
+                Status.FAILED,
+                "the manifest for this node's hash folders and files names an archive that is gone; "
+                "manifests are never replaced, the pruner removes it",
             )
     except Exception as error:
         return done(Status.FAILED, f"manifest check failed: {error}")
@@ -368,13 +452,8 @@ def publish(
         packed = pack(source, temp / "archive.tar.zst", max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
         if packed.files == 0:
             return done(Status.EMPTY, "the cache folder holds no files")
-        name = key.manifest_key(local, packed.content)
-        if any(p.name == name for p in candidates):
-            return done(
-                Status.FAILED,
-                "the manifest for this node's hash folders and files names an archive that is gone; "
-                "manifests are never replaced, the pruner removes it",
-            )
+        if packed.content != content_digest(files):  # vLLM wrote while the agent packed: name what was packed
+            name = _manifest_name(key, local, packed.content, names)
         uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
         store.upload_file_if_absent(packed.path, uploaded)
         document = {
@@ -386,6 +465,7 @@ def publish(
             "size": packed.size,
             "files": packed.files,
             "content": packed.content,
+            "counts": compiled_counts(packed.names),
             "hash_dirs": local,
             "published_by": node,
             "published_at": clock(),
@@ -401,6 +481,7 @@ def publish(
                     "hash_dirs": local,
                     "seen": local,
                     "files": packed.files,
+                    "counts": compiled_counts(packed.names),
                 },
             )
             return done(Status.LOST_RACE, "another node published these hash folders and files first")
@@ -418,6 +499,7 @@ def publish(
                 "hash_dirs": local,
                 "seen": local,
                 "files": packed.files,
+                "counts": compiled_counts(packed.names),
             },
         )
     except Exception as error:
@@ -429,24 +511,31 @@ def publish(
     return done(Status.REPUBLISHED if candidates else Status.PUBLISHED, size=packed.size)
 
 
+def _manifest_name(key: CompileCacheKey, hash_dirs: list[str], content: str, taken: set[str]) -> str:
+    """The first manifest of a set of hash folders is named by them alone (agents before file digests read only
+    that name); a fuller one of the same folders by its files too."""
+    plain = key.manifest_key(hash_dirs)
+    return plain if plain not in taken else key.manifest_key(hash_dirs, content)
+
+
 def needs_publish(
     layout: NodeCacheLayout, model: str, fingerprint: str, *, max_files: int, count_files: bool = True
 ) -> bool:
-    """Nothing recorded yet, vLLM wrote hash folders the record has not seen, or (with `count_files`) the folder
-    holds more files than the archive it came from or went into (vLLM wrote more after the archive was taken, or
-    compiled what a restored archive lacked): a fuller archive is worth publishing. Files, not folder names: an
-    archive taken before vLLM finished has every folder and not every file."""
+    """Nothing recorded yet, vLLM wrote hash folders the record has not seen, or (with `count_files`) a hash
+    folder holds more files than in the archive it came from or went into (vLLM wrote more after the archive was
+    taken, or compiled what a restored archive lacked): a fuller archive is worth publishing. Files, not folder
+    names: an archive taken before vLLM finished has every folder and not every file."""
     origin = layout.origin(model, fingerprint)
     if origin is None:
         return True
     local = local_hash_dirs(layout, model, fingerprint)
     if set(local) - set(origin.get("hash_dirs", [])) and origin.get("seen") != local:
         return True
-    recorded = origin.get("files")
-    if not count_files or not _whole(recorded):
+    recorded = origin.get("counts")
+    if not count_files or not isinstance(recorded, dict):
         return False  # a record from before file counts: the folders decide
     files = packable_files(layout.model_dir(model, fingerprint), max_files=max_files)
-    return files is not None and len(files) > recorded
+    return files is not None and fuller(compiled_counts(files), recorded)
 
 
 def touch_last_use(
@@ -485,6 +574,11 @@ class Observation:
     evidence: str = "folders"  # vllm-log: vLLM's own lines decided; folders: its hash folders did (no log lines)
 
 
+# vllm/compilation/decorators.py (_verify_source_unchanged, 0.21.0-0.34.0): the load failure of an artifact traced
+# from other source files.
+STALE_SOURCE = "Source code has changed since the last compilation"
+
+
 def with_engine_evidence(folders: Observation, vllm: VllmStart | None) -> Observation:
     """The start judged by what vLLM said first, its hash folders only where it said nothing (no log file, or a
     release whose lines the parser does not know). A folder that was there and stayed is not a hit: vLLM may have
@@ -493,13 +587,15 @@ def with_engine_evidence(folders: Observation, vllm: VllmStart | None) -> Observ
     if vllm is None or (vllm.compile_cache is None and vllm.load_failure is None):
         return folders
     if vllm.load_failure is not None:
+        # vLLM refuses an artifact whose traced sources changed (a patched image of the same version) the same way.
+        stale = STALE_SOURCE in vllm.load_failure
         return replace(
             folders,
             outcome="miss",
             source=folders.source if folders.outcome == "hit" else "compiled",
             expected_hit=True,
             reason=f"vLLM could not load the compiled graph and compiled again: {vllm.load_failure}",
-            cause=Cause.LOAD_FAILURE,
+            cause=Cause.HASH_CHANGED if stale else Cause.LOAD_FAILURE,
             evidence="vllm-log",
         )
     if vllm.compile_cache == "miss":

@@ -11,7 +11,14 @@ from datetime import datetime, timedelta
 
 from botocore.exceptions import ClientError
 
-from contracts.cache_key import MANIFEST_MAX_BYTES, PRUNER_LOCK_KEY
+from contracts.cache_key import (
+    KEY_PATTERN,
+    MANIFEST_MAX_BYTES,
+    MANIFEST_STEM,
+    MAX_CACHE_FILES,
+    PRUNER_LOCK_KEY,
+    manifest_digest,
+)
 from pruner.runtime.selection import Listed, ManifestFacts
 
 DELETE_BATCH = 1000  # DeleteObjects' maximum
@@ -26,6 +33,44 @@ _NOT_XML_SAFE = re.compile("[\x00-\x1f\x7f-\x9f\ufffe\uffff]")
 
 def xml_safe(key: str) -> bool:
     return _NOT_XML_SAFE.search(key) is None
+
+
+def _whole(value: object, most: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= most
+
+
+def manifest_facts(name: str, document: dict) -> ManifestFacts:
+    """A manifest's archive and completeness; verified only if it is consistent with the key it is stored under
+    (the key's digest, a name that its hash folders and file digest give) and its counts are in bounds: only such
+    a manifest may make another one superseded. Hash folders, counts or sizes of the wrong shape count as none."""
+    hash_dirs, files, size = document.get("hash_dirs"), document.get("files"), document.get("size")
+    content, counts = document.get("content"), document.get("counts")
+    folders = hash_dirs if isinstance(hash_dirs, list) and all(isinstance(d, str) for d in hash_dirs) else None
+    files_ok = _whole(files, MAX_CACHE_FILES)
+    counts_ok = (
+        isinstance(counts, dict)
+        and folders is not None
+        and all(d in folders and isinstance(n, int) and not isinstance(n, bool) and n >= 0 for d, n in counts.items())
+        and files_ok
+        and sum(counts.values()) <= files  # type: ignore[operator]
+    )
+    match = KEY_PATTERN.match(name)
+    stem = name.rsplit("/", 1)[-1].removeprefix(MANIFEST_STEM).removesuffix(".json")
+    named = folders is not None and stem in {
+        manifest_digest(folders),
+        *([manifest_digest(folders, content)] if isinstance(content, str) else []),
+    }
+    verified = bool(
+        match and document.get("digest") == match.group("digest") and named and files_ok and _whole(size, 2**50)
+    ) and (counts is None or counts_ok)
+    return ManifestFacts(
+        document["archive"],
+        frozenset(folders or ()),
+        files if files_ok else 0,  # type: ignore[arg-type]
+        counts if counts_ok else None,  # type: ignore[arg-type]
+        size if _whole(size, 2**50) else 0,  # type: ignore[arg-type]
+        verified,
+    )
 
 
 def _code(error: ClientError) -> str:
@@ -107,14 +152,7 @@ class PrunerAws:
         if not isinstance(document, dict) or not isinstance(document.get("archive"), str):
             unreadable.append(manifest.key)
             return None
-        archive, hash_dirs, files = document["archive"], document.get("hash_dirs"), document.get("files")
-        return ManifestFacts(
-            archive,
-            frozenset(hash_dirs)
-            if isinstance(hash_dirs, list) and all(isinstance(d, str) for d in hash_dirs)
-            else frozenset(),
-            files if isinstance(files, int) and not isinstance(files, bool) and files > 0 else 0,
-        )
+        return manifest_facts(manifest.key, document)
 
     def delete(self, objects: Iterable[Listed]) -> DeleteResult:
         """Conditional deletes (each object only if its ETag is still the listed one): DeleteObjects in

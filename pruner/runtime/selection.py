@@ -49,15 +49,28 @@ class Listed:
 
 @dataclass(frozen=True)
 class ManifestFacts:
-    """What the pruner reads of a manifest: the archive it names, and how complete that archive is."""
+    """What the pruner reads of a manifest: the archive it names, and how complete that archive is. `verified`:
+    the manifest is consistent with its key and its name (what agents check before they trust one), so its
+    claims may decide that another manifest is superseded."""
 
     archive: str
     hash_dirs: frozenset[str] = frozenset()
     files: int = 0
+    counts: dict[str, int] | None = None  # files per hash folder (None: a manifest from before them)
+    size: int = 0
+    verified: bool = False
 
     def covered_by(self, other: ManifestFacts) -> bool:
-        """`other` holds every hash folder of this one and more files: restores take it instead."""
-        return self.hash_dirs <= other.hash_dirs and other.files > self.files
+        """`other`, a verified manifest, holds every hash folder of this one, with at least as many files in each
+        and more in one (by the totals where either has no counts): restores take it instead."""
+        if not (other.verified and self.hash_dirs <= other.hash_dirs):
+            return False
+        if self.counts is None or other.counts is None:
+            return other.files > self.files
+        mine, theirs = self.counts, other.counts
+        return all(theirs.get(d, 0) >= n for d, n in mine.items()) and any(
+            n > mine.get(d, 0) for d, n in theirs.items()
+        )
 
 
 # Reads a listed manifest (only if unchanged since listing) and returns what it names, or None when it is gone,
@@ -138,7 +151,12 @@ def decide(
         return Decision(prefix, "broken manifest", broken, orphans)
     if orphans:
         return Decision(prefix, "orphaned archives", [], orphans)
-    superseded = _superseded([m for m in manifests if m.key in facts], facts, old)
+    sizes = {a.key: a.size for a in archives}
+    superseded = _superseded(
+        [m for m in manifests if m.key in facts],
+        facts,
+        lambda m: old(m) and sizes.get(facts[m.key].archive) == facts[m.key].size,
+    )
     if superseded:
         still_named = {facts[m.key].archive for m in manifests if m.key in facts and m not in superseded}
         gone = {facts[m.key].archive for m in superseded} - still_named
@@ -147,13 +165,16 @@ def decide(
 
 
 def _superseded(
-    manifests: list[Listed], facts: dict[str, ManifestFacts], old: Callable[[Listed], bool]
+    manifests: list[Listed], facts: dict[str, ManifestFacts], settled: Callable[[Listed], bool]
 ) -> list[Listed]:
-    """Manifests a fuller one covers (every hash folder, more files) that has itself been there past the orphan
-    age: restores have taken the fuller one since, so the lesser one and its archive are in no one's use. A
-    restore still reading the lesser archive fails cleanly and takes the next manifest."""
+    """Manifests a fuller one covers (every hash folder, as many files in each and more in one) that has itself
+    been there past the orphan age with its archive listed at the size it names (`settled`): restores have taken
+    the fuller one since, so the lesser one and its archive are in no one's use. A restore still reading the
+    lesser archive fails cleanly and takes the next manifest."""
     return [
-        m for m in manifests if any(n is not m and old(n) and facts[m.key].covered_by(facts[n.key]) for n in manifests)
+        m
+        for m in manifests
+        if any(n is not m and settled(n) and facts[m.key].covered_by(facts[n.key]) for n in manifests)
     ]
 
 

@@ -323,10 +323,13 @@ def test_a_folder_that_keeps_growing_is_archived_again_at_most_every_ten_minutes
     world = make_world(s3_server, tmp_path)
     a, _ = _first_node_publishes(world)
     folder = a.layout.model_dir(MODEL, a.agent.models[MODEL].model.compile_cache.fingerprint)
-    (folder / "inductor" / "late.py").parent.mkdir(parents=True, exist_ok=True)
-    (folder / "inductor" / "late.py").write_text("# written after the pod was Ready\n")
+    hash_dir = local_hash_dirs(a.layout, MODEL, a.agent.models[MODEL].model.compile_cache.fingerprint)[0]
+    late = folder / "vllm" / hash_dir / "inductor_cache" / "late.py"
+    late.parent.mkdir(parents=True, exist_ok=True)
+    late.write_text("# written after the pod was Ready\n")
     assert MODEL not in a.agent.tick()  # too soon after the last upload
-    published_at = a.agent.models[MODEL].last_publish
-    a.agent.clock = lambda: published_at + FULLER_ARCHIVE_SECONDS
+    counted_at = a.agent.models[MODEL].last_count
+    assert counted_at is not None
+    a.agent.clock = lambda: counted_at + FULLER_ARCHIVE_SECONDS
     assert a.agent.tick()[MODEL].status == "republished"
     assert MODEL not in a.agent.tick()  # nothing more to add

@@ -65,7 +65,7 @@ def test_publish_on_one_node_restore_on_another_is_byte_equal(tmp_path, store, c
     assert H100_KEY.names_archive(manifest["archive"], manifest["sha256"])
     assert manifest["hash_dirs"] == ["torch_compile_cache/00000001"]
     assert store.get_json(H100_KEY.last_use_key)["node"] == "node-b"
-    manifest_name = H100_KEY.manifest_key(manifest["hash_dirs"], manifest["content"])
+    manifest_name = H100_KEY.manifest_key(manifest["hash_dirs"])
     assert _objects(store) == sorted([manifest_name, H100_KEY.last_use_key, manifest["archive"]])
     assert list((node_b.state / "tmp").iterdir()) == []
 
@@ -260,11 +260,14 @@ def test_a_manifest_whose_archive_is_gone_is_a_miss_until_the_pruner_removes_it(
     assert outcome.status == "miss" and "gone" in outcome.reason  # a miss, never a failure forever
     _assert_nothing_partial(node_b)
     fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=1)
-    blocked = _publish(store, node_b, clock, log, node="node-b")
-    assert blocked.status == "failed" and "never replaced" in blocked.reason  # nodes never overwrite manifests
-    pruner_deletes(store, H100_KEY.manifest_key(manifest["hash_dirs"], manifest["content"]))  # the pruner's repair
-    assert _publish(store, node_b, clock, log, node="node-b").status == "published"
-    assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
+    # Nodes never overwrite a manifest: B's goes beside the broken one, under its files' digest.
+    assert _publish(store, node_b, clock, log, node="node-b").status == "republished"
+    assert H100_KEY.manifest_key(manifest["hash_dirs"]) in store.list_keys(H100_KEY.manifest_prefix)
+    assert _restore(store, node_c, clock, log, node="node-c").status == "restored"  # past the broken one
+    node_d = node_layout(tmp_path, "d")
+    fill_compile_cache(node_d.model_dir(MODEL, FINGERPRINT), seed=1)
+    blocked = _publish(store, node_d, clock, log, node="node-d")
+    assert blocked.status == "exists"  # B's covers it
 
 
 def test_an_archive_removed_between_upload_and_manifest_is_put_back(tmp_path, store, clock, log):
@@ -500,18 +503,19 @@ def test_a_restored_node_that_compiled_what_the_archive_lacked_contributes_it(tm
     _publish(store, node_a, clock, log)
     assert _restore(store, node_b, clock, log, node="node-b").status == "restored"
     assert not needs_publish(node_b, MODEL, FINGERPRINT, max_files=1000)  # restored as published: nothing to add
-    _add_files(node_b.model_dir(MODEL, FINGERPRINT), "inductor/aotautograd/aq/entry")  # vLLM compiled it here
+    # vLLM compiled it here, into the hash folder (its Inductor cache lives there from 0.21.0 on)
+    _add_files(node_b.model_dir(MODEL, FINGERPRINT), "vllm/torch_compile_cache/00000001/inductor_cache/aq/entry")
     assert needs_publish(node_b, MODEL, FINGERPRINT, max_files=1000)
     assert _publish(store, node_b, clock, log, node="node-b").status == "republished"
     assert _publish(store, node_a, clock, log).status == "exists"  # covered: same folders, more files
     assert _restore(store, node_c, clock, log, node="node-c").status == "restored"
-    assert (node_c.model_dir(MODEL, FINGERPRINT) / "inductor/aotautograd/aq/entry").exists()
+    assert (node_c.model_dir(MODEL, FINGERPRINT) / "vllm/torch_compile_cache/00000001/inductor_cache/aq/entry").exists()
 
 
 def test_a_node_with_fewer_files_never_publishes_over_a_fuller_archive(tmp_path, store, clock, log):
     node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
     fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
-    _add_files(node_a.model_dir(MODEL, FINGERPRINT), "inductor/extra/one.py")
+    _add_files(node_a.model_dir(MODEL, FINGERPRINT), "vllm/torch_compile_cache/00000001/rank_1_0/extra.py")
     _publish(store, node_a, clock, log)
     fill_compile_cache(node_b.model_dir(MODEL, FINGERPRINT), seed=1)  # the same folders, one file less
     assert _publish(store, node_b, clock, log, node="node-b").status == "exists"
@@ -528,3 +532,32 @@ def test_a_manifest_with_a_malformed_file_digest_is_refused(tmp_path, store, clo
     store.put_json(H100_KEY.manifest_key(forged["hash_dirs"], forged["content"]), forged)
     assert _restore(store, node_b, clock, log, node="node-b").status == "miss"
     assert any(e.get("reason") == "manifest has no valid file digest" for e in log.events)
+
+
+def test_files_outside_the_hash_folders_make_no_archive_fuller(tmp_path, store, clock, log):
+    """Triton's cache and vLLM's kernel caches grow with traffic: they travel in the archives, but a node whose
+    only new files are there publishes nothing (an upload per new kernel would never end)."""
+    node_a = node_layout(tmp_path, "a")
+    folder = node_a.model_dir(MODEL, FINGERPRINT)
+    fill_compile_cache(folder, seed=1)
+    _publish(store, node_a, clock, log)
+    _add_files(folder, "triton/NEW/kernel.json", "vllm/deep_gemm/kernel.so")
+    assert not needs_publish(node_a, MODEL, FINGERPRINT, max_files=1000)
+
+
+def test_an_archive_that_does_not_hold_what_its_manifest_says_is_skipped_for_the_next(tmp_path, store, clock, log):
+    """A manifest's file count decides which archive restores take first: one that claims more than its archive
+    holds is refused after the download, and the next manifest restores."""
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
+    folder = node_a.model_dir(MODEL, FINGERPRINT)
+    fill_compile_cache(folder, seed=1)
+    _publish(store, node_a, clock, log)
+    (genuine,) = _manifests(store)
+    claimed = {**genuine, "files": genuine["files"] + 50, "counts": {d: n + 50 for d, n in genuine["counts"].items()}}
+    claimed["content"] = "f" * 16
+    store.put_json(H100_KEY.manifest_key(claimed["hash_dirs"], claimed["content"]), claimed)
+    assert _restore(store, node_b, clock, log, node="node-b").status == "restored"
+    assert [e["reason"] for e in log.events if e["event"] == "archive-rejected"] == [
+        f"the archive holds {genuine['files']} files, not the {genuine['files'] + 50} its manifest names"
+    ]
+    assert read_tree(node_b.model_dir(MODEL, FINGERPRINT)) == read_tree(folder)

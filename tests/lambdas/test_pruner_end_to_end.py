@@ -369,7 +369,8 @@ def test_a_key_keeps_its_fullest_archive_and_a_new_node_restores_it(s3_server, t
     folder = node_a.model_dir(MODEL, FINGERPRINT)
     fill_compile_cache(folder, seed=1)
     assert publish_as(store, node_a, time.time, log).status == "published"
-    (folder / "inductor" / "late.py").write_text("# written after the first archive\n")
+    late = folder / "vllm" / "torch_compile_cache" / "00000001" / "rank_0_0" / "late.py"
+    late.write_text("# written after the first archive\n")
     assert publish_as(store, node_a, time.time, log).status == "republished"
     before = all_keys(store._s3, bucket)
     manifests = sorted(k for k in before if "/manifest-" in k)
@@ -390,4 +391,4 @@ def test_a_key_keeps_its_fullest_archive_and_a_new_node_restores_it(s3_server, t
     assert fuller in after and store.get_json(fuller)["archive"] in after
     assert_no_manifest_without_archive(store._s3, bucket)
     assert restore_as(store, node_b, time.time, log).status == "restored"
-    assert (node_b.model_dir(MODEL, FINGERPRINT) / "inductor" / "late.py").exists()
+    assert (node_b.model_dir(MODEL, FINGERPRINT) / late.relative_to(folder)).exists()

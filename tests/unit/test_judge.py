@@ -116,3 +116,9 @@ def test_vllms_reason_is_cut_to_a_bounded_length():
     start = _said(LOAD_FAILURE_LINE.replace("'finalize_loading'", "x" * 10_000))
     assert start.load_failure is not None and len(start.load_failure) == MAX_REASON_CHARS
     assert _said("Compiling model again due to a load failure from /p, reason: ").load_failure == "no reason given"
+
+
+def test_an_artifact_traced_from_other_sources_is_a_changed_hash_not_a_broken_file(tmp_path):
+    line = LOAD_FAILURE_LINE.split("reason: ")[0] + "reason: Source code has changed since the last compilation."
+    judged = with_engine_evidence(_folders([A], [A], tmp_path), _said(line))
+    assert (judged.outcome, judged.cause) == ("miss", Cause.HASH_CHANGED)

@@ -238,6 +238,11 @@ FIRST, FULLER = f"archive-{'a' * 64}-0001.tar.zst", f"archive-{'b' * 64}-0002.ta
 HASH = frozenset({"torch_compile_cache/torch_aot_compile/abc"})
 
 
+def settled(archive: str, files: int, *, hash_dirs=HASH, counts=None, size=1000, verified=True) -> ManifestFacts:
+    """A manifest's facts as the reader gives them (`size`: what it names; both archives are listed at 1000)."""
+    return ManifestFacts(KEY_A + archive, hash_dirs, files, counts, size, verified)
+
+
 def _two_manifests(fuller_age_days: float, fuller_facts: ManifestFacts):
     listing = sorted(
         [
@@ -249,12 +254,12 @@ def _two_manifests(fuller_age_days: float, fuller_facts: ManifestFacts):
         ],
         key=lambda o: o.key,
     )
-    facts = {"1111111111111111": ManifestFacts(KEY_A + FIRST, HASH, 40), "2222222222222222": fuller_facts}
+    facts = {"1111111111111111": settled(FIRST, 40), "2222222222222222": fuller_facts}
     return listing, lambda manifest: facts[manifest.key.rsplit("-", 1)[-1].removesuffix(".json")]
 
 
 def test_a_manifest_a_fuller_one_covers_goes_with_its_archive_once_the_fuller_one_has_settled():
-    listing, read = _two_manifests(2, ManifestFacts(KEY_A + FULLER, HASH, 57))
+    listing, read = _two_manifests(2, settled(FULLER, 57))
     (decision,), _ = run(listing, {KEY_A}, read_manifest=read)
     assert decision.reason == "superseded manifest"
     assert [o.key for o in decision.manifests] == [f"{KEY_A}manifest-1111111111111111.json"]
@@ -264,10 +269,12 @@ def test_a_manifest_a_fuller_one_covers_goes_with_its_archive_once_the_fuller_on
 @pytest.mark.parametrize(
     "case, age_days, fuller",
     [
-        ("the fuller one is newer than the orphan age", 0.5, ManifestFacts(KEY_A + FULLER, HASH, 57)),
-        ("as many files", 2, ManifestFacts(KEY_A + FULLER, HASH, 40)),
-        ("fewer files", 2, ManifestFacts(KEY_A + FULLER, HASH, 39)),
-        ("another hash folder, more files", 2, ManifestFacts(KEY_A + FULLER, frozenset({"other"}), 99)),
+        ("the fuller one is newer than the orphan age", 0.5, settled(FULLER, 57)),
+        ("as many files", 2, settled(FULLER, 40)),
+        ("fewer files", 2, settled(FULLER, 39)),
+        ("another hash folder, more files", 2, settled(FULLER, 99, hash_dirs=frozenset({"other"}))),
+        ("not consistent with its key or name", 2, settled(FULLER, 57, verified=False)),
+        ("its archive is not the size it names", 2, settled(FULLER, 57, size=999)),
     ],
 )
 def test_a_manifest_no_settled_fuller_one_covers_stays(case, age_days, fuller):
@@ -277,3 +284,41 @@ def test_a_manifest_no_settled_fuller_one_covers_stays(case, age_days, fuller):
     if case == "fewer files":  # then the first one is the fuller: the lesser (newer, settled) one goes
         (decision,) = decisions
         assert [o.key for o in decision.rest] == [KEY_A + FULLER]
+
+
+def test_with_counts_per_hash_folder_more_files_elsewhere_cover_nothing():
+    """An archive with more files in total but fewer in one hash folder (a rank missing) is not fuller."""
+    lesser = settled(FIRST, 40, counts={"torch_compile_cache/torch_aot_compile/abc": 30})
+    more_but_short = settled(FULLER, 57, counts={"torch_compile_cache/torch_aot_compile/abc": 29})
+    really_fuller = settled(FULLER, 41, counts={"torch_compile_cache/torch_aot_compile/abc": 31})
+    assert not lesser.covered_by(more_but_short) and lesser.covered_by(really_fuller)
+    assert not really_fuller.covered_by(lesser)
+
+
+def test_only_a_manifest_consistent_with_its_key_and_name_may_supersede_another():
+    """Any node can write a manifest: the pruner reads hash folders, counts and size, and takes them as a fuller
+    archive's only where the manifest is what an agent would trust by its key and name."""
+    from pruner.runtime.aws import manifest_facts
+    from tests.agent.conftest import H100_KEY
+
+    folders = ["torch_compile_cache/torch_aot_compile/abc"]
+    document = {
+        "archive": H100_KEY.prefix + FULLER,
+        "digest": H100_KEY.digest,
+        "hash_dirs": folders,
+        "files": 57,
+        "size": 1000,
+        "content": "0123456789abcdef",
+        "counts": {folders[0]: 50},
+    }
+    assert manifest_facts(H100_KEY.manifest_key(folders), document).verified
+    assert manifest_facts(H100_KEY.manifest_key(folders, "0123456789abcdef"), document).verified
+    forged = [
+        (H100_KEY.manifest_key(["other"]), document),  # stored under another set's name
+        (H100_KEY.manifest_key(folders), {**document, "digest": "0" * 20}),  # another configuration's
+        (H100_KEY.manifest_key(folders), {**document, "files": 10**9}),  # beyond what agents accept
+        (H100_KEY.manifest_key(folders), {**document, "counts": {folders[0]: 58}}),  # more than its files
+        (H100_KEY.manifest_key(folders), {**document, "counts": {"elsewhere": 1}}),  # a folder it does not hold
+        (H100_KEY.manifest_key(folders), {**document, "size": True}),
+    ]
+    assert [manifest_facts(name, doc).verified for name, doc in forged] == [False] * len(forged)
