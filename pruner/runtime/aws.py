@@ -67,7 +67,7 @@ def manifest_facts(name: str, document: dict) -> ManifestFacts:
         document["archive"],
         frozenset(folders or ()),
         files if files_ok else 0,  # type: ignore[arg-type]
-        counts if counts_ok else None,  # type: ignore[arg-type]
+        counts if counts_ok else None,
         size if _whole(size, 2**50) else 0,  # type: ignore[arg-type]
         verified,
     )
