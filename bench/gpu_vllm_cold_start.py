@@ -36,65 +36,29 @@ from model_workload.runtime.vllm_entry import vllm_hash_dirs  # noqa: E402
 from node_agent.runtime.compile_cache import VLLM_FOLDER  # noqa: E402
 from node_agent.runtime.vllm_log import parse_start  # noqa: E402
 from tests.engine.server import ServerRun  # noqa: E402
+from tests.engine.tiny_model import CONFIG as TINY_LLAMA  # noqa: E402
+from tests.engine.tiny_model import write as write_model  # noqa: E402
 from warmstart.vllm_release import NEWEST, SUPPORTED  # noqa: E402
 from warmstart.workload import VLLM_PORT  # noqa: E402
 
 CASES = ("cold", "warm_node", "restored", "node_copy")
 PROMPT_TOKENS = [1, 15, 27, 99]  # the model has no tokenizer
 NODE_OF_CASE = {"cold": "node-a", "warm_node": "node-a", "restored": "node-b", "node_copy": "node-c"}
+# A small Llama, larger than the engine tier's (a GPU's compile then takes a measurable time); no tokenizer.
 CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
+    **TINY_LLAMA,
     "hidden_size": 512,
     "intermediate_size": 1536,
     "num_hidden_layers": 4,
     "num_attention_heads": 8,
     "num_key_value_heads": 8,
+    "head_dim": 64,
     "vocab_size": 4096,
-    # The rendered --max-model-len (8192 in the shipped configs) must fit the model.
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "torch_dtype": "bfloat16",
-    "tie_word_embeddings": False,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
 }
 
 
 def make_model(folder: Path) -> int:
-    """Random weights under the Hugging Face Llama parameter names, in two safetensors shards."""
-    import torch
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(0)
-    h, i, v = CONFIG["hidden_size"], CONFIG["intermediate_size"], CONFIG["vocab_size"]
-
-    def weight(*shape):
-        return (torch.randn(*shape, generator=generator) * 0.02).to(torch.bfloat16)
-
-    tensors = {
-        "model.embed_tokens.weight": weight(v, h),
-        "model.norm.weight": torch.ones(h, dtype=torch.bfloat16),
-        "lm_head.weight": weight(v, h),
-    }
-    for layer in range(CONFIG["num_hidden_layers"]):
-        base = f"model.layers.{layer}"
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            tensors[f"{base}.self_attn.{name}.weight"] = weight(h, h)
-        tensors[f"{base}.mlp.gate_proj.weight"] = weight(i, h)
-        tensors[f"{base}.mlp.up_proj.weight"] = weight(i, h)
-        tensors[f"{base}.mlp.down_proj.weight"] = weight(h, i)
-        tensors[f"{base}.input_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-        tensors[f"{base}.post_attention_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-    names = sorted(tensors)
-    half = len(names) // 2
-    save_file({n: tensors[n] for n in names[:half]}, str(folder / "model-00001-of-00002.safetensors"))
-    save_file({n: tensors[n] for n in names[half:]}, str(folder / "model-00002-of-00002.safetensors"))
-    (folder / "config.json").write_text(json.dumps(CONFIG, indent=2))
-    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
-    return sum(p.stat().st_size for p in folder.iterdir())
+    return write_model(folder, CONFIG, with_tokenizer=False)
 
 
 def bench_config(config_path: Path, models_bucket: str, compile_bucket: str, version: str):

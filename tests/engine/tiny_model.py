@@ -66,12 +66,13 @@ def tokenizer(folder: Path) -> None:
     )
 
 
-def weights(folder: Path) -> None:
+def weights(folder: Path, config: dict) -> None:
+    """Random bf16 weights under the Hugging Face Llama parameter names, in two safetensors shards."""
     import torch
     from safetensors.torch import save_file
 
     generator = torch.Generator().manual_seed(0)
-    h, i, v = CONFIG["hidden_size"], CONFIG["intermediate_size"], CONFIG["vocab_size"]
+    h, i, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
 
     def weight(*shape):
         return (torch.randn(*shape, generator=generator) * 0.02).to(torch.bfloat16)
@@ -80,10 +81,14 @@ def weights(folder: Path) -> None:
         return torch.ones(n, dtype=torch.bfloat16)
 
     tensors = {"model.embed_tokens.weight": weight(v, h), "model.norm.weight": ones(h), "lm_head.weight": weight(v, h)}
-    for layer in range(CONFIG["num_hidden_layers"]):
+    kv = config.get("num_key_value_heads", config["num_attention_heads"]) * config.get(
+        "head_dim", h // config["num_attention_heads"]
+    )
+    for layer in range(config["num_hidden_layers"]):
         base = f"model.layers.{layer}"
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            tensors[f"{base}.self_attn.{name}.weight"] = weight(h, h)
+        for name, rows in (("q_proj", h), ("k_proj", kv), ("v_proj", kv)):
+            tensors[f"{base}.self_attn.{name}.weight"] = weight(rows, h)
+        tensors[f"{base}.self_attn.o_proj.weight"] = weight(h, h)
         tensors[f"{base}.mlp.gate_proj.weight"] = weight(i, h)
         tensors[f"{base}.mlp.up_proj.weight"] = weight(i, h)
         tensors[f"{base}.mlp.down_proj.weight"] = weight(h, i)
@@ -95,12 +100,16 @@ def weights(folder: Path) -> None:
     save_file({n: tensors[n] for n in names[half:]}, str(folder / "model-00002-of-00002.safetensors"))
 
 
-def write(folder: Path) -> None:
+def write(folder: Path, config: dict = CONFIG, *, with_tokenizer: bool = True) -> int:
+    """The model in `folder`; its size in bytes. Without the tokenizer (bench/gpu_vllm_cold_start.py's larger
+    model, prompted with token ids) it needs no `tokenizers` package."""
     folder.mkdir(parents=True, exist_ok=True)
-    weights(folder)
-    tokenizer(folder)
-    (folder / "config.json").write_text(json.dumps(CONFIG, indent=2))
+    weights(folder, config)
+    if with_tokenizer:
+        tokenizer(folder)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
+    return sum(p.stat().st_size for p in folder.iterdir())
 
 
 if __name__ == "__main__":
