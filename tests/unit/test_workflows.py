@@ -39,8 +39,8 @@ def zizmor(folder: Path) -> list[dict]:
     return json.loads(done.stdout or "[]")
 
 
-def test_there_are_workflows_for_pull_requests_and_deploys():
-    assert [p.name for p in WORKFLOWS] == ["ci.yml", "deploy.yml"]
+def test_there_are_workflows_for_pull_requests_deploys_and_the_slow_tiers():
+    assert [p.name for p in WORKFLOWS] == ["ci.yml", "deploy.yml", "tiers.yml"]
 
 
 def test_the_workflows_match_the_schema_and_pass_the_audits():
