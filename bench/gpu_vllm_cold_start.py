@@ -121,6 +121,7 @@ def run_case(case: str, world, node, config, env, args, vllm_env, instance) -> d
 
 def run(args: argparse.Namespace) -> dict:
     from tests.agent.cluster_world import World
+    from tests.engine.chain import upload_model
     from tests.real_vllm import pods
     from tests.real_vllm.environment import VllmEnvironment, environment
     from tests.s3_server import SeaweedS3
@@ -134,14 +135,7 @@ def run(args: argparse.Namespace) -> dict:
         models_bucket, compile_bucket = server.new_bucket(), server.new_bucket()
         config = bench_config(args.config, models_bucket, compile_bucket, args.vllm)
         model = config.models[0]
-        client = server.client()
-        for path in sorted((work / "model").iterdir()):
-            client.put_object(
-                Bucket=models_bucket,
-                Key=f"{model.name}/{path.name}",
-                Body=path.read_bytes(),
-                ChecksumAlgorithm="CRC64NVME",
-            )
+        upload_model(server, models_bucket, f"{model.name}/", work / "model")
         instance = candidate_instances(model, config, default_catalog())[0]
         world = World(server=server, scratch=work / "cluster", config=config, image_env={})
         nodes = {name: world.node(name, config, instance.instance_type) for name in sorted(set(NODE_OF_CASE.values()))}

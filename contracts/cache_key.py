@@ -79,8 +79,8 @@ class CompileCacheKey:
         return f"{self.manifest_prefix}{manifest_digest(hash_dirs, content)}.json"
 
     def names_manifest(self, name: str, hash_dirs: list[str], content: str | None) -> bool:
-        """Whether `name` is what a manifest of these folders (and files) is stored under: either form."""
-        return name in {self.manifest_key(hash_dirs), *([self.manifest_key(hash_dirs, content)] if content else [])}
+        """Whether `name` is what a manifest of these folders (and files) is stored under in this key."""
+        return name.startswith(self.manifest_prefix) and manifest_named(name, hash_dirs, content)
 
     @property
     def last_use_key(self) -> str:
@@ -121,6 +121,31 @@ KEY_PATTERN = re.compile(
 def manifest_digest(hash_dirs: list[str], content: str | None = None) -> str:
     named: list = sorted(hash_dirs) if content is None else [sorted(hash_dirs), content]
     return hashlib.sha256(json.dumps(named).encode()).hexdigest()[:16]
+
+
+def manifest_named(name: str, hash_dirs: list[str], content: object) -> bool:
+    """Whether a manifest object's name is one its hash folders give, alone or with its file digest (either form:
+    the first manifest of a set of folders is named by them alone)."""
+    stem = name.rsplit("/", 1)[-1].removeprefix(MANIFEST_STEM).removesuffix(".json")
+    return stem in {
+        manifest_digest(hash_dirs),
+        *([manifest_digest(hash_dirs, content)] if isinstance(content, str) else []),
+    }
+
+
+def counts_fit(counts: object, hash_dirs: list[str], files: int) -> bool:
+    """A manifest's files per hash folder: only folders it holds, whole counts, no more files in all than it has."""
+    return (
+        isinstance(counts, dict)
+        and all(d in hash_dirs and isinstance(n, int) and not isinstance(n, bool) and n >= 0 for d, n in counts.items())
+        and sum(counts.values()) <= files
+    )
+
+
+def holds_more(mine: dict[str, int], theirs: dict[str, int]) -> bool:
+    """Whether `mine` holds more files than `theirs` in some hash folder: an archive that does not is covered by
+    one holding every folder of it."""
+    return any(count > theirs.get(folder, 0) for folder, count in mine.items())
 
 
 def parse_key_prefix(object_key: str) -> str | None:

@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeGuard
 
-from contracts.cache_key import MANIFEST_MAX_BYTES, MAX_CACHE_FILES, CompileCacheKey
+from contracts.cache_key import MANIFEST_MAX_BYTES, MAX_CACHE_FILES, CompileCacheKey, counts_fit, holds_more
 from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.archive import (
     FACTORS_FILE,
@@ -126,11 +126,6 @@ def compiled_counts(files: list[str]) -> dict[str, int]:
     return counts
 
 
-def fuller(mine: dict[str, int], theirs: dict[str, int]) -> bool:
-    """Whether `mine` holds more files than `theirs` in some hash folder."""
-    return any(count > theirs.get(folder, 0) for folder, count in mine.items())
-
-
 @dataclass(frozen=True)
 class CacheLimits:
     """What any node may have written to S3 is bounded before it is used: a manifest is any node's claim (writes
@@ -181,12 +176,7 @@ def _check_manifest(manifest: object, key: CompileCacheKey, name: str, limits: C
     content = manifest.get("content")
     if content is not None and not (isinstance(content, str) and re.fullmatch(r"[0-9a-f]{16}", content)):
         return "manifest has no valid file digest"
-    counts = manifest.get("counts", {})
-    if not (
-        isinstance(counts, dict)
-        and all(d in hash_dirs and _whole(n) and 0 <= n <= files for d, n in counts.items())
-        and sum(counts.values()) <= files
-    ):
+    if not counts_fit(manifest.get("counts", {}), hash_dirs, files):
         return "manifest has no valid file counts per hash folder"
     if not key.names_manifest(name, hash_dirs, content):
         return "manifest is stored under another name than its hash folders and files give"
@@ -216,7 +206,7 @@ class Published:
         from before counts per folder)."""
         if not set(hash_dirs) <= self.hash_dirs:
             return False
-        return not fuller(counts, self.counts) if self.counts is not None else self.files >= files
+        return not holds_more(counts, self.counts) if self.counts is not None else self.files >= files
 
 
 def published(
@@ -454,6 +444,7 @@ def publish(
             return done(Status.EMPTY, "the cache folder holds no files")
         if packed.content != content_digest(files):  # vLLM wrote while the agent packed: name what was packed
             name = _manifest_name(key, local, packed.content, names)
+        packed_counts = compiled_counts(packed.names)
         uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
         store.upload_file_if_absent(packed.path, uploaded)
         document = {
@@ -465,7 +456,7 @@ def publish(
             "size": packed.size,
             "files": packed.files,
             "content": packed.content,
-            "counts": compiled_counts(packed.names),
+            "counts": packed_counts,
             "hash_dirs": local,
             "published_by": node,
             "published_at": clock(),
@@ -481,7 +472,7 @@ def publish(
                     "hash_dirs": local,
                     "seen": local,
                     "files": packed.files,
-                    "counts": compiled_counts(packed.names),
+                    "counts": packed_counts,
                 },
             )
             return done(Status.LOST_RACE, "another node published these hash folders and files first")
@@ -499,7 +490,7 @@ def publish(
                 "hash_dirs": local,
                 "seen": local,
                 "files": packed.files,
-                "counts": compiled_counts(packed.names),
+                "counts": packed_counts,
             },
         )
     except Exception as error:
@@ -535,7 +526,7 @@ def needs_publish(
     if not count_files or not isinstance(recorded, dict):
         return False  # a record from before file counts: the folders decide
     files = packable_files(layout.model_dir(model, fingerprint), max_files=max_files)
-    return files is not None and fuller(compiled_counts(files), recorded)
+    return files is not None and holds_more(compiled_counts(files), recorded)
 
 
 def touch_last_use(
@@ -584,7 +575,7 @@ def with_engine_evidence(folders: Observation, vllm: VllmStart | None) -> Observ
     release whose lines the parser does not know). A folder that was there and stayed is not a hit: vLLM may have
     found the artifact and failed to load it (a corrupt file, a torch error, vLLM's CPU backend on every start),
     then compiled again into the same folder, so nothing new appears."""
-    if vllm is None or (vllm.compile_cache is None and vllm.load_failure is None):
+    if vllm is None or vllm.compile_cache is None:  # a load failure line is a compile line too (a miss)
         return folders
     if vllm.load_failure is not None:
         # vLLM refuses an artifact whose traced sources changed (a patched image of the same version) the same way.

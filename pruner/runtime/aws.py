@@ -14,10 +14,10 @@ from botocore.exceptions import ClientError
 from contracts.cache_key import (
     KEY_PATTERN,
     MANIFEST_MAX_BYTES,
-    MANIFEST_STEM,
     MAX_CACHE_FILES,
     PRUNER_LOCK_KEY,
-    manifest_digest,
+    counts_fit,
+    manifest_named,
 )
 from pruner.runtime.selection import Listed, ManifestFacts
 
@@ -47,19 +47,9 @@ def manifest_facts(name: str, document: dict) -> ManifestFacts:
     content, counts = document.get("content"), document.get("counts")
     folders = hash_dirs if isinstance(hash_dirs, list) and all(isinstance(d, str) for d in hash_dirs) else None
     files_ok = _whole(files, MAX_CACHE_FILES)
-    counts_ok = (
-        isinstance(counts, dict)
-        and folders is not None
-        and all(d in folders and isinstance(n, int) and not isinstance(n, bool) and n >= 0 for d, n in counts.items())
-        and files_ok
-        and sum(counts.values()) <= files  # type: ignore[operator]
-    )
+    counts_ok = folders is not None and files_ok and counts_fit(counts, folders, files)  # type: ignore[arg-type]
     match = KEY_PATTERN.match(name)
-    stem = name.rsplit("/", 1)[-1].removeprefix(MANIFEST_STEM).removesuffix(".json")
-    named = folders is not None and stem in {
-        manifest_digest(folders),
-        *([manifest_digest(folders, content)] if isinstance(content, str) else []),
-    }
+    named = folders is not None and manifest_named(name, folders, content)
     verified = bool(
         match and document.get("digest") == match.group("digest") and named and files_ok and _whole(size, 2**50)
     ) and (counts is None or counts_ok)

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from itertools import groupby
 
 from contracts.active_set_format import MAX_ACTIVE_SET_PARTS
-from contracts.cache_key import ARCHIVE_STEM, MANIFEST_STEM, parse_key_prefix
+from contracts.cache_key import ARCHIVE_STEM, MANIFEST_STEM, holds_more, parse_key_prefix
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,7 @@ class ManifestFacts:
             return False
         if self.counts is None or other.counts is None:
             return other.files > self.files
-        mine, theirs = self.counts, other.counts
-        return all(theirs.get(d, 0) >= n for d, n in mine.items()) and any(
-            n > mine.get(d, 0) for d, n in theirs.items()
-        )
+        return not holds_more(self.counts, other.counts) and holds_more(other.counts, self.counts)
 
 
 # Reads a listed manifest (only if unchanged since listing) and returns what it names, or None when it is gone,

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from contracts.pod_labels import VLLM_CONTAINER
+from model_workload.runtime.vllm_entry import vllm_hash_dirs
 from node_agent.runtime.compile_cache import VLLM_FOLDER
 from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.vllm_log import VllmStart, container_log_path, parse_start
@@ -221,7 +222,7 @@ class EngineCluster:
         pod = self.schedule(node)
         folder = self.config_folder(node)
         cache_root = pod.volumes["compile-cache"] / "cache" / VLLM_FOLDER
-        before, files_before = _hash_dirs(cache_root), snapshot(folder)
+        before, files_before = vllm_hash_dirs(cache_root), snapshot(folder)
         pods.run_init_containers(pod, self.cluster_env)
         created = time.time()
         server = ServerRun(run_container(pod, pods.main_container(pod), self.cluster_env, background=True))
@@ -249,18 +250,12 @@ class EngineCluster:
             lines=list(server.lines),
             entry=[text for _, text in server.lines if text.startswith("warmstart:")],
             hash_dirs_before=before,
-            hash_dirs_after=_hash_dirs(cache_root),
+            hash_dirs_after=vllm_hash_dirs(cache_root),
             files_before=files_before,
             files_after=snapshot(folder),
             judged=judged,
         )
         return start, (server if keep_serving else None)
-
-
-def _hash_dirs(cache_root: Path) -> list[str]:
-    from model_workload.runtime.vllm_entry import vllm_hash_dirs
-
-    return vllm_hash_dirs(cache_root)
 
 
 def _ready(pod: PodRun, created: float, ready: float) -> dict:
