@@ -12,7 +12,8 @@ from pathlib import Path
 from aws_cdk import App
 
 from stacks.compose import compose_environment
-from warmstart.loader import ConfigError, load_config
+from warmstart.config_file import ConfigError
+from warmstart.loader import load_config
 from warmstart.notes import config_notes
 from warmstart.scale import template_problems
 

@@ -26,7 +26,7 @@ from node_agent.runtime.archive import unpack  # noqa: E402
 from node_agent.runtime.compile_cache import publish, restore  # noqa: E402
 from node_agent.runtime.layout import NodeCacheLayout  # noqa: E402
 from node_agent.runtime.log import EventLog  # noqa: E402
-from node_agent.runtime.s3_store import CacheStore  # noqa: E402
+from node_agent.runtime.s3.compile_store import CacheStore  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
 
 # Pairs per archive size: a 15 MB restore takes a tenth of a second and moves by a third from pair to pair on

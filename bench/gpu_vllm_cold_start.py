@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from model_workload.runtime.vllm_entry import vllm_hash_dirs  # noqa: E402
-from node_agent.runtime.compile_cache import VLLM_FOLDER  # noqa: E402
+from node_agent.runtime.compile_manifest import VLLM_FOLDER  # noqa: E402
 from node_agent.runtime.vllm_log import parse_start  # noqa: E402
 from tests.engine.server import ServerRun  # noqa: E402
 from tests.engine.tiny_model import CONFIG as TINY_LLAMA  # noqa: E402

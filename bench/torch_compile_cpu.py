@@ -31,7 +31,7 @@ from contracts.cache_key import ModelFactors, compile_cache_key  # noqa: E402
 from node_agent.runtime.compile_cache import publish, restore  # noqa: E402
 from node_agent.runtime.layout import NodeCacheLayout  # noqa: E402
 from node_agent.runtime.log import EventLog  # noqa: E402
-from node_agent.runtime.s3_store import CacheStore  # noqa: E402
+from node_agent.runtime.s3.compile_store import CacheStore  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
 
 # Nine pairs: the fewest whose median has a 95% interval that is not min-max (report.median_interval).

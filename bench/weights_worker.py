@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from node_agent.runtime.collector import built_then_frozen  # noqa: E402
 from node_agent.runtime.log import EventLog  # noqa: E402
-from node_agent.runtime.s3_store import WeightsSource, s3_client  # noqa: E402
+from node_agent.runtime.s3.client import s3_client
+from node_agent.runtime.s3.weights_download import WeightsSource
 from node_agent.runtime.weights import WeightsCache, WeightsLayout  # noqa: E402
 
 

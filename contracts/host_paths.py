@@ -1,5 +1,5 @@
 """Host paths that reach the node's folders by a way `readOnly` does not close, as the host-path admission policy
-(node_agent/host_path_policy.py, in CEL) and the existing-cluster preflight (warmstart/host_root_mounts.py) read
+(node_agent/host_path_policy.py, in CEL) and the existing-cluster preflight (warmstart_cli/host_root_mounts.py) read
 them: regular expressions in the RE2 subset both CEL and Python accept."""
 
 # /proc spellings of another folder: a process's root, working folder, open files (the links lead anywhere).

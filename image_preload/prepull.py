@@ -8,10 +8,10 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from construct_kit.source import applies_objects, cluster_ref
 from contracts.agent_settings import AGENT_NAMESPACE
 from image_preload.prepull_chart import GATE_START_SECONDS, ImageCacheChart
 from node_agent.image import AgentImage
-from stacks.components.source import applies_objects, cluster_ref
 
 # The kubectl provider's handler runs for at most 15 minutes (aws-cdk-lib 2.275 aws-eks-v2 KubectlProvider), and
 # KubernetesObjectValue polls inside one invocation (after `aws eks update-kubeconfig`): its wait ends by 13.

@@ -25,13 +25,13 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from construct_kit.lambda_packaging import function_code
+from construct_kit.log_retention import retention_days
+from construct_kit.nag import acknowledge, arn_wildcard, logical_id, managed, wildcard
 from image_preload.runtime.snapshot.build import BUILDER_TAG, ENVIRONMENT_TAG
 from image_preload.snapshot_permissions import WorkflowScope, resource_statements, workflow_statements
 from image_preload.snapshot_workflow import Builder, BuildStates
-from lambdas.packaging import function_code
-from stacks.components.log_retention import retention_days
-from stacks.components.nag import acknowledge, arn_wildcard, logical_id, managed, wildcard
-from warmstart.config import ImageSnapshot as SnapshotSettings
+from warmstart.config.caches import ImageSnapshot as SnapshotSettings
 from warmstart.image_preload import builder_commands, snapshot_parameter_name
 
 RUNTIME = Path(__file__).resolve().parent / "runtime" / "snapshot"

@@ -15,7 +15,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from image_preload.runtime.snapshot.build import IMAGE_SET_TAG
-from warmstart.config import ImageSnapshot as SnapshotSettings
+from warmstart.config.caches import ImageSnapshot as SnapshotSettings
 
 OS_DEVICE, DATA_DEVICE = "/dev/xvda", "/dev/xvdb"
 # The builder only needs SSM's agent (control container, on by default) and a root shell on the host for ctr

@@ -16,7 +16,8 @@ from constructs import Construct
 
 from contracts.gpu_pool import gpu_node_class_name, gpu_node_pool_name
 from contracts.pod_labels import GPU_POOL_LABEL, POOL_TAINTS, gpu_pool_selector, pool_tolerations
-from warmstart.config import AutoModeCompute, GpuPool, ImagePreload, KarpenterCompute
+from warmstart.config.caches import ImagePreload
+from warmstart.config.compute import AutoModeCompute, GpuPool, KarpenterCompute
 
 
 def pool_k8s_tolerations() -> list[k8s.Toleration]:

@@ -9,9 +9,10 @@ import cdk8s
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from model_workload.chart import SERVICE_ACCOUNT, VllmAutoscaler, VllmModel
-from stacks.components.pod_identity import ModelReader
-from stacks.components.source import applies_objects, cluster_ref
+from construct_kit.pod_identity import ModelReader
+from construct_kit.source import applies_objects, cluster_ref
+from model_workload.chart import VllmAutoscaler, VllmModel
+from model_workload.pod_spec import SERVICE_ACCOUNT
 from warmstart.autoscaling import ScalingPolicy
 from warmstart.workload import ModelPlan
 

@@ -9,13 +9,13 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from construct_kit.nag import acknowledge, wildcard
+from construct_kit.pod_identity import PodIdentity, model_read_statements
+from construct_kit.source import applies_objects
 from contracts.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
 from contracts.cache_key import KEY_ROOT
 from node_agent.chart import MetricsScrapers, NodeAgentChart, NodeFolders
 from node_agent.image import AgentImage
-from stacks.components.nag import acknowledge, wildcard
-from stacks.components.pod_identity import PodIdentity, model_read_statements
-from stacks.components.source import applies_objects
 from warmstart.scale import prefix_groups
 
 

@@ -8,7 +8,7 @@ from aws_cdk import IgnoreMode
 from aws_cdk import aws_ecr_assets as ecr_assets
 from constructs import Construct
 
-from stacks.components.source import REPOSITORY_ROOT, only
+from construct_kit.source import REPOSITORY_ROOT, only
 
 # What the image runs, nothing else of the repository (a change elsewhere does not rebuild it).
 IMAGE_SOURCE = (

@@ -17,14 +17,13 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from contracts.active_set_format import active_set_part_name
+from construct_kit.lambda_packaging import function_code
+from construct_kit.log_retention import retention_days
+from construct_kit.nag import acknowledge, arn_wildcard, wildcard
+from contracts.active_set_format import STANDARD_LIMIT, active_set_part_name
 from contracts.cache_key import KEY_ROOT, PRUNER_LOCK_KEY
-from lambdas.packaging import function_code
 from pruner.runtime.settings import PrunerEnvironment
-from stacks.components.log_retention import retention_days
-from stacks.components.nag import acknowledge, arn_wildcard, wildcard
-from warmstart.active_set import STANDARD_LIMIT
-from warmstart.config import PruningPolicy
+from warmstart.config.operations import PruningPolicy
 
 FUNCTION_SOURCE = ("pruner/runtime", "contracts")
 METRIC_NAMESPACE = "Warmstart/CompileCachePruner"

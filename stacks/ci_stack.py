@@ -3,8 +3,8 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from stacks.components.ci_access import GithubCiAccess
-from warmstart.config import EnvironmentConfig
+from construct_kit.ci_access import GithubCiAccess
+from warmstart.config.environment import EnvironmentConfig
 
 
 class CiAccessStack(Stack):

@@ -5,19 +5,19 @@ from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from construct_kit.buckets import ArtifactBuckets
+from construct_kit.network import ClusterNetwork, ImportedVpc
+from construct_kit.serving_metrics import ServingMetrics
+from construct_kit.source import applies_objects
+from gpu_compute import gpu_compute
 from image_preload.prepull import ImageCache
 from kube.system import SystemNamespace
 from node_agent.chart import MetricsScrapers, NodeFolders
 from node_agent.construct import NodeAgent
 from node_agent.image import AgentImage
-from stacks.components.buckets import ArtifactBuckets
-from stacks.components.compute import gpu_compute
-from stacks.components.network import ClusterNetwork, ImportedVpc
-from stacks.components.serving_metrics import ServingMetrics
-from stacks.components.source import applies_objects
 from warmstart.agent_config import agent_settings, metrics_scraper_cidrs
 from warmstart.catalog import default_catalog
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.node_caches import serving_images
 from warmstart.workload import compile_cache_root, pod_records_root, weights_root
 

@@ -16,7 +16,7 @@ from stacks.network_stack import NetworkStack, owns_network_resources
 from stacks.pruner_stack import PrunerStack
 from warmstart.autoscaling import scaling_policy
 from warmstart.catalog import default_catalog
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.workload import plan_model
 
 # What DefaultStackSynthesizer reads the bootstrap qualifier from (aws-cdk-lib, cx-api BOOTSTRAP_QUALIFIER_CONTEXT).

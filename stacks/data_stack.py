@@ -3,8 +3,8 @@ from __future__ import annotations
 from aws_cdk import Stack
 from constructs import Construct
 
-from stacks.components.buckets import ArtifactBuckets
-from warmstart.config import BucketsConfig
+from construct_kit.buckets import ArtifactBuckets
+from warmstart.config.operations import BucketsConfig
 
 
 class DataStack(Stack):

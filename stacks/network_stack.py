@@ -3,9 +3,9 @@ from __future__ import annotations
 from aws_cdk import Stack
 from constructs import Construct
 
-from stacks.components.nag import acknowledge
-from stacks.components.network import ImportedVpc, WarmstartVpc
-from warmstart.config import NetworkConfig
+from construct_kit.nag import acknowledge
+from construct_kit.network import ImportedVpc, WarmstartVpc
+from warmstart.config.network import NetworkConfig
 
 
 def owns_network_resources(network: NetworkConfig) -> bool:

@@ -3,11 +3,11 @@ from __future__ import annotations
 from aws_cdk import Stack
 from constructs import Construct
 
+from construct_kit.alerts import AlertTopic
 from pruner.construct import CompileCachePruner
-from stacks.components.alerts import AlertTopic
 from warmstart.active_set import active_set_documents, active_set_parameter_name
 from warmstart.catalog import default_catalog
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 
 
 class PrunerStack(Stack):

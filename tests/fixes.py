@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from warmstart.catalog import Catalog
 from warmstart.checks.fix import apply_fix
-from warmstart.checks.problem import Problem
-from warmstart.loader import ConfigError, parse_config
+from warmstart.config_file import ConfigError
+from warmstart.loader import parse_config
+from warmstart.problem import Problem
 
 
 def refusals(document: dict, catalog: Catalog | None = None) -> list[Problem]:

@@ -162,7 +162,7 @@ class SeaweedS3:
 
     def agent_client(self, *, connections: int):
         """The node agent's own S3 client (its timeouts, retries, pool, loader and checksum settings), pointed here."""
-        from node_agent.runtime.s3_store import s3_client
+        from node_agent.runtime.s3.client import s3_client
 
         return s3_client(
             "us-east-1",

@@ -7,7 +7,7 @@ import copy
 import yaml
 
 from tests.synth import ROOT
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.loader import parse_config
 
 

@@ -11,7 +11,7 @@ from aws_cdk import App
 from aws_cdk.assertions import Template
 
 from stacks.compose import EnvironmentStacks, compose_environment
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.loader import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ class Synthesized:
         applies them (cluster.existing.kubernetes_objects: gitops), what `make synth` renders to dist/<env>/."""
         if self.config.cluster.applies_kubernetes_objects:
             return self.applied_manifests()
-        from kube.render import render_workloads
+        from render import render_workloads
 
         files = render_workloads(self.config, self.outdir / "dist")
         return [m for path in files for m in yaml.safe_load_all(path.read_text()) if m]

@@ -11,7 +11,7 @@ from contracts.agent_settings import (
     WeightsSettings,
 )
 from warmstart.catalog import Catalog
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.node_caches import weights_cached
 from warmstart.sizing import candidate_instances, nvme_mount
 from warmstart.workload import plan_model, weights_root

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 
 from warmstart.catalog import Catalog
-from warmstart.config import Autoscaling, EnvironmentConfig, ModelSpec
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config.models import Autoscaling, ModelSpec
 
 # What the custom metrics API calls each target (prometheus-adapter renames vLLM's "vllm:" series).
 METRICS = {
@@ -22,7 +23,7 @@ METRICS = {
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm_kv_cache_usage_perc"),
 }
 DEFAULT_TARGETS = {"waiting_requests": 5.0, "kv_cache_usage": 0.8}
-# Where the environment's Prometheus and prometheus-adapter run (stacks/components/serving_metrics.py).
+# Where the environment's Prometheus and prometheus-adapter run (construct_kit/serving_metrics.py).
 MONITORING_NAMESPACE = "warmstart-monitoring"
 # The prometheus chart's labels on its server's pods: an autoscaled model's pods admit these, not the namespace.
 PROMETHEUS_SERVER_LABELS = {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/component": "server"}

@@ -19,7 +19,8 @@ import math
 from dataclasses import dataclass
 
 from warmstart.catalog import Catalog, GpuInstance
-from warmstart.config import EnvironmentConfig, ModelSpec, StartEstimate
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config.models import ModelSpec, StartEstimate
 from warmstart.workload import PROBE_PERIOD_SECONDS, plan_model
 
 PHASES = ("node", "image", "restore", "weights", "compile", "engine", "ready")

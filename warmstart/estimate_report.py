@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from warmstart.catalog import Catalog
 from warmstart.checks.environment import check_environment
 from warmstart.checks.fix import Edit, Fix, apply_fix
-from warmstart.config import EnvironmentConfig, KarpenterCompute
+from warmstart.config.compute import KarpenterCompute
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.estimate import CASES, MEASURED, PHASES, PUBLISHED, ModelEstimate, estimate_model
 from warmstart.node_os import alias_for_kubernetes, snapshot_aliases
 

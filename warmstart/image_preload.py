@@ -23,7 +23,9 @@ import json
 import re
 import shlex
 
-from warmstart.config import GIB, EnvironmentConfig, KarpenterCompute
+from warmstart.config.base import GIB
+from warmstart.config.compute import KarpenterCompute
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.node_caches import serving_images
 from warmstart.node_os import release
 from warmstart.workload import images_gb

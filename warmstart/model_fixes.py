@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from warmstart.checks.fix import UNSET, Ask, Edit, Fix, Refused, join, removing, setting, together
+from warmstart.checks.fix import UNSET, Ask, Edit, Fix, join, removing, setting, together
+from warmstart.problem import Refused
 
 # Where the shipped examples are (the repository's config/), to take a required setting's value from.
 EXAMPLES = [Path(__file__).resolve().parents[1] / "config" / f"{name}.yaml" for name in ("dev", "prod", "existing")]

@@ -4,7 +4,8 @@ and each model's plan reads the same answers."""
 
 from __future__ import annotations
 
-from warmstart.config import EnvironmentConfig, ModelSpec
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config.models import ModelSpec
 
 
 def compile_cached(model: ModelSpec, config: EnvironmentConfig) -> bool:

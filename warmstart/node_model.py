@@ -31,7 +31,7 @@ from pathlib import Path
 
 from contracts.agent_settings import AGENT_MEMORY_GIB
 from warmstart.catalog import GpuInstance
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.node_caches import runs_node_agent, serving_images
 from warmstart.node_os.base import NodeOs
 

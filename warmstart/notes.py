@@ -4,7 +4,8 @@ cannot know the future); `make synth`, `warmstart plan` and `make deploy`'s pref
 
 from __future__ import annotations
 
-from warmstart.config import EnvironmentConfig, KarpenterCompute
+from warmstart.config.compute import KarpenterCompute
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.vllm_release import NEWEST, SUPPORTED, facts_for, serving_release, serving_version, version_key
 
 

@@ -16,7 +16,8 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from warmstart.catalog import Catalog
-from warmstart.config import EnvironmentConfig, ModelSpec
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config.models import ModelSpec
 from warmstart.node_model import DaemonSetPod, NodeShape, Resources, node_shape
 from warmstart.sizing import SizingError, candidate_instances, default_requests, tensor_parallel_size
 

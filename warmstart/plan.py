@@ -7,7 +7,8 @@ import json
 from contracts.cache_key import compile_cache_key
 from warmstart.autoscaling import scaling_policy
 from warmstart.catalog import Catalog
-from warmstart.config import GIB, EnvironmentConfig
+from warmstart.config.base import GIB
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.image_preload import (
     data_volume_need_gb,
     image_route,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from warmstart.checks.problem import Problem
+from warmstart.problem import Problem
 
 # CloudFormation user guide, "CloudFormation quotas" (read 2026-11): a template uploaded through S3 (as the CDK
 # CLI does) up to 1 MB; per template 500 resources, 200 parameters, 200 outputs.

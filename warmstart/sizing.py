@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 
 from warmstart.catalog import Catalog, GpuInstance
-from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute, ModelSpec
+from warmstart.config.base import GIB
+from warmstart.config.compute import AutoModeCompute, KarpenterCompute
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config.models import ModelSpec
 
 
 class SizingError(ValueError):

@@ -270,7 +270,7 @@ def nearest_older(version: str) -> VllmRelease:
 
 
 class _Serving(Protocol):
-    """What a model says of its serving image (warmstart.config.ModelSpec, frozen)."""
+    """What a model says of its serving image (warmstart.config.models.ModelSpec, frozen)."""
 
     @property
     def image(self) -> str: ...

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from contracts.cache_key import ModelFactors
 from contracts.node_layout import COMPILE_CACHE_CONTENT, model_cache_folder
 from warmstart.catalog import Catalog
-from warmstart.config import GIB, EnvironmentConfig, ModelSpec
+from warmstart.config.base import GIB
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config.models import ModelSpec
 from warmstart.node_caches import compile_cached, serving_images, weights_cached
 from warmstart.placement import rollout_placement
 from warmstart.sizing import candidate_instances, default_requests, nvme_mount, tensor_parallel_size

@@ -1,2 +1,2 @@
 """The node agent process (`python -m node_agent.runtime`): thin `__main__`, pure logic with the clock and
-clients passed in, `s3_store.py` the one module that talks to boto3."""
+clients passed in, the `s3` package the only code that talks to botocore."""

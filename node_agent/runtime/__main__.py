@@ -20,7 +20,9 @@ from node_agent.runtime.liveness import Liveness, keep_heartbeat
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecords
-from node_agent.runtime.s3_store import CacheStore, WeightsSource, s3_client
+from node_agent.runtime.s3.client import s3_client
+from node_agent.runtime.s3.compile_store import CacheStore
+from node_agent.runtime.s3.weights_download import WeightsSource
 from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.storage import check_host_folder
 from node_agent.runtime.weights import WeightsCache, WeightsLayout

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,20 +26,10 @@ from contracts.agent_settings import (
 )
 from contracts.cache_key import CompileCacheKey, ModelFactors, compile_cache_key
 from contracts.node_layout import AGENT_STATE_FOLDER
-from contracts.pod_labels import MODEL_LABEL, vllm_pod_selector
-from node_agent.runtime.compile_cache import (
-    CacheLimits,
-    Observation,
-    Outcome,
-    Status,
-    judge,
-    local_hash_dirs,
-    needs_publish,
-    publish,
-    restore,
-    touch_last_use,
-    with_engine_evidence,
-)
+from contracts.pod_labels import vllm_pod_selector
+from node_agent.runtime.compile_cache import Outcome, Status, needs_publish, publish, restore, touch_last_use
+from node_agent.runtime.compile_judgement import Observation, judge, with_engine_evidence
+from node_agent.runtime.compile_manifest import CacheLimits, local_hash_dirs
 from node_agent.runtime.fs import remove_tree, write_atomic
 from node_agent.runtime.kube import KubeApi, host_paths, is_ready
 from node_agent.runtime.layout import NodeCacheLayout
@@ -48,7 +37,8 @@ from node_agent.runtime.liveness import Liveness
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord, PodRecords
-from node_agent.runtime.s3_store import CacheStore
+from node_agent.runtime.pod_trust import PodTrust, model_of, uid_of
+from node_agent.runtime.s3.compile_store import CacheStore
 from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.vllm_log import VllmStart
 from node_agent.runtime.weights import WeightsCache, WeightsLimits
@@ -69,14 +59,6 @@ class ModelState:
 # How often the agent counts a published or restored folder's files against its archive's (a walk of the folder):
 # a folder that keeps growing is archived again at most this often, each fuller archive being a whole upload.
 FULLER_ARCHIVE_SECONDS = 600
-
-
-def _uid(pod: dict) -> str:
-    return pod.get("metadata", {}).get("uid", "")
-
-
-def _model_of(pod: dict) -> str | None:
-    return pod.get("metadata", {}).get("labels", {}).get(MODEL_LABEL)
 
 
 class NodeAgent:
@@ -117,12 +99,7 @@ class NodeAgent:
         # uid -> when the agent first saw the pod stream from S3: per pod, not per container start, so a pod
         # that crash-loops holds downloads back once, for the startup bound, not forever.
         self._streaming_since: dict[str, float] = {}
-        self._refusals_logged: set[tuple[str, str, str]] = set()
-        # UIDs of pods that are not warmstart's workloads: a model's labels outside its namespace, or no vLLM pod
-        # at all (a pod elsewhere that mounted its own record folder). What they write is refused.
-        self._impostors: set[str] = set()
-        self._checked_unlisted: set[str] = set()  # record UIDs looked up since the last pod list
-        self._strangers_lock = threading.Lock()  # the compile loop and the weights loop both list and look up
+        self.trust = PodTrust(settings=settings, node=node, kube=kube, log=log, metrics=self.metrics, records=records)
 
     # ---- compile cache ----
 
@@ -179,11 +156,11 @@ class NodeAgent:
         for name, outcome in list(self._unwritten_markers.items()):
             self._finish(self.models[name], outcome)
         outcomes: dict[str, Outcome] = {}
-        records = self._read_records()
+        records = self.trust.read_records()
         pods = self._vllm_pods()
         if pods is None:
             return outcomes
-        records = self._speaking_for_themselves(records, pods)
+        records = self.trust.speaking_for_themselves(records, pods)
         self._observe(pods, records)
         self._track_pods(pods, records)
         if self.starts is not None:
@@ -237,45 +214,10 @@ class NodeAgent:
 
     # ---- what the pods wrote (untrusted: node_agent/runtime/pod_records.py) ----
 
-    def _read_records(self) -> dict[str, PodRecord]:
-        """The pods' records; each refused file is logged once (per folder and reason) and counted each time."""
-        if self.records is None:
-            return {}
-        read = self.records.scan()
-        for folder, reason in read.refused:
-            self._refused("pod-record", folder, reason)
-        return read.records
-
-    def _refused(self, source: str, item: str, reason: str) -> None:
-        self.metrics.refused(source)
-        if len(self._refusals_logged) > 10_000:  # pods come and go: the memory of what was logged stays bounded
-            self._refusals_logged.clear()
-        if (source, item, reason) not in self._refusals_logged:
-            self._refusals_logged.add((source, item, reason))
-            self.log.event("input-refused", source=source, item=item, reason=reason)
-
-    def _speaking_for_themselves(self, records: dict[str, PodRecord], pods: list[dict]) -> dict[str, PodRecord]:
-        """A listed pod's record counts only for the model the API server says the pod serves (its folder says
-        which pod it is; the record may not speak for another model). A record of a pod that is on the node but
-        is not a vLLM pod of a model's namespace is refused. A record of a pod not listed at all (one that
-        started after the list) counts as it is: it can only keep copies in use, never remove or plant one."""
-        models = {_uid(pod): _model_of(pod) for pod in pods}
-        self._find_strangers(set(records) - set(models))
-        trusted = {}
-        for uid, record in records.items():
-            if uid in self._impostors:
-                self._refused("pod-record", uid, "its pod is not a vLLM pod of its model's namespace")
-                continue
-            if uid in models and models[uid] != record.model:
-                self._refused("pod-record", uid, "names another model than its pod serves")
-                continue
-            trusted[uid] = record
-        return trusted
-
     def _serves(self, pod: dict, state: ModelState) -> bool:
         """A vLLM pod of this model whose compile-cache volume is this configuration's folder."""
         folder = posixpath.join(state.model.name, state.model.compile_cache.fingerprint)
-        return _model_of(pod) == state.model.name and any(
+        return model_of(pod) == state.model.name and any(
             path.rstrip("/").endswith("/" + folder) for path in host_paths(pod)
         )
 
@@ -284,7 +226,7 @@ class NodeAgent:
     def _observe(self, pods: list[dict], records: dict[str, PodRecord]) -> list[Observation]:
         """Each container start of a vLLM pod, judged once when the pod is Ready."""
         observations = []
-        ready = {_uid(pod): pod for pod in pods if is_ready(pod)}
+        ready = {uid_of(pod): pod for pod in pods if is_ready(pod)}
         for uid, record in records.items():
             if uid not in ready or record.phase != "started" or not record.fingerprint:
                 continue
@@ -359,7 +301,7 @@ class NodeAgent:
     def _track_pods(self, pods: list[dict], records: dict[str, PodRecord]) -> None:
         """Readiness as of this pod list (a pod gone stays known as gone while its record is left), and when
         each pod was first seen streaming from S3."""
-        listed = {_uid(pod): "ready" if is_ready(pod) else "starting" for pod in pods}
+        listed = {uid_of(pod): "ready" if is_ready(pod) else "starting" for pod in pods}
         self._pod_states = listed | {uid: "gone" for uid in self._pod_states if uid not in listed and uid in records}
         self._streaming_since = {uid: since for uid, since in self._streaming_since.items() if uid in records}
         self._streaming(records)
@@ -369,38 +311,9 @@ class NodeAgent:
         Ready (as of the last pod list; one not listed yet counts), each for at most the startup bound from
         when the agent first saw it. Read from the records at each call, so a pod that just started holds
         downloads back at once."""
-        records = self._read_records()
-        self._find_strangers({uid for uid in records if self._pod_states.get(uid) not in ("ready", "starting")})
-        return self._streaming({uid: r for uid, r in records.items() if uid not in self._impostors})
-
-    def _find_strangers(self, uids: set[str]) -> None:
-        """Records whose pod the vLLM list lacks: a pod of the node outside every model's namespace is not a
-        warmstart workload (a team's pod may mount its own record folder where Pod Security lets it), and its
-        records are refused from then on. A pod of a model's namespace keeps its say even without the vLLM labels
-        (relabelled out of a Service, it may still read a copy). Looked up once per UID between two pod lists; a
-        pod that is not on the node at all started after the list (or is gone) and keeps the benefit of the doubt."""
-        with self._strangers_lock:
-            unknown = uids - self._impostors - self._checked_unlisted
-            if not unknown:
-                return
-            self._checked_unlisted |= unknown
-        namespaces = {m.name for m in self.settings.models}
-        try:
-            on_node = self.kube.pods_on_node(self.node)
-        except Exception as error:
-            self.log.event("pods-unreadable", reason=str(error))
-            return
-        others = {_uid(pod) for pod in on_node if pod.get("metadata", {}).get("namespace") not in namespaces}
-        for uid in sorted(unknown & others):
-            self._mark_impostor(uid, "mounts a record folder outside every model's namespace")
-
-    def _mark_impostor(self, uid: str, reason: str) -> None:
-        """A pod that is not warmstart's workload: what it writes is refused from now on."""
-        with self._strangers_lock:
-            if len(self._impostors) > 10_000:  # bounded, like the refusal log
-                self._impostors.clear()
-            self._impostors.add(uid)
-        self._refused("pod", uid, reason)
+        records = self.trust.read_records()
+        self.trust.find_strangers({uid for uid in records if self._pod_states.get(uid) not in ("ready", "starting")})
+        return self._streaming({uid: r for uid, r in records.items() if not self.trust.is_impostor(uid)})
 
     def _streaming(self, records: dict[str, PodRecord]) -> set[str]:
         now = self.monotonic()
@@ -469,8 +382,8 @@ class NodeAgent:
 
         def in_use(model: str, key: str) -> bool:
             if model not in current:
-                return any(_model_of(pod) == model for pod in pods)
-            records = self._speaking_for_themselves(self._read_records(), pods)
+                return any(model_of(pod) == model for pod in pods)
+            records = self.trust.speaking_for_themselves(self.trust.read_records(), pods)
             return any(record.may_read(model, key) for record in records.values())
 
         return in_use
@@ -485,7 +398,7 @@ class NodeAgent:
         if pods is None:
             return []
         configured = {m.name for m in self.settings.models}
-        running = {_model_of(pod) for pod in pods}
+        running = {model_of(pod) for pod in pods}
         mounted = {path.rstrip("/") for pod in pods for path in host_paths(pod)}
         removed = []
         try:
@@ -523,7 +436,7 @@ class NodeAgent:
                 if model not in configured:
                     self.weights.forget_model(model)
         if self.records is not None:
-            live = {_uid(pod) for pod in pods}
+            live = {uid_of(pod) for pod in pods}
             self.records.forget_gone(before, live)
             observed = self.layout.observed_dir()
             if observed.exists():
@@ -535,23 +448,13 @@ class NodeAgent:
     # ---- Kubernetes helpers ----
 
     def _vllm_pods(self) -> list[dict] | None:
-        """The node's vLLM pods, each in its model's own namespace (a model's namespace is its name). A pod that
-        carries a model's labels in another namespace is nobody's: it is left out of every decision (use, publish,
-        cleanup), and what it writes is refused."""
+        """The node's vLLM pods, each in its model's own namespace (node_agent/runtime/pod_trust.py)."""
         try:
             listed = self.kube.pods_on_node(self.node, VLLM_POD_SELECTOR)
         except Exception as error:
             self.log.event("pods-unreadable", reason=str(error))
             return None
-        with self._strangers_lock:
-            self._checked_unlisted.clear()
-        pods = []
-        for pod in listed:
-            if pod.get("metadata", {}).get("namespace") == _model_of(pod):
-                pods.append(pod)
-            else:
-                self._mark_impostor(_uid(pod), "carries a model's labels outside that model's namespace")
-        return pods
+        return self.trust.own_pods(listed)
 
     def _label(self, labels: dict[str, str | None]) -> None:
         try:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 # A loop may go this long without a beat beyond its period before it counts as stuck. Every AWS call ends
-# within (connect + read timeout) x attempts, under two minutes (node_agent/runtime/s3_store.py), and every
+# within (connect + read timeout) x attempts, under two minutes (node_agent/runtime/s3/client.py), and every
 # Kubernetes call within 10 s, so a loop that has not beaten for 10 minutes is waiting on nothing that ends.
 STALL_SECONDS = 600
 HEARTBEAT_INTERVAL_SECONDS = 20

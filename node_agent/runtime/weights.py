@@ -6,7 +6,7 @@ names the current complete copy and when the agent last confirmed it against S3;
 uses the local copy only while that pointer is fresh, and streams from S3 otherwise.
 
 A copy is published as soon as every byte is verified, before the disk has all of it (whole blocks go to the disk
-as they arrive, s3_store.FileWriter; files' tails and the folder's metadata are still in the page cache), so a
+as they arrive, direct_io.FileWriter; files' tails and the folder's metadata are still in the page cache), so a
 pod need not wait for the sync. Its marker is then `<key>.published`, naming the boot: trusted in that boot
 only (a crash or a reboot may lose unsynced bytes), and unknown to agents and entry steps of earlier versions, which
 read `<key>.complete` alone. The agent then syncs the filesystem through a descriptor opened before the first
@@ -32,7 +32,7 @@ from pathlib import Path
 from contracts.file_identity import identities, record_identities
 from node_agent.runtime.fs import current_boot_id, remove_tree, rename_no_replace, syncfs, write_atomic
 from node_agent.runtime.log import EventLog
-from node_agent.runtime.s3_store import ListedObject, WeightsSource
+from node_agent.runtime.s3.weights_download import ListedObject, WeightsSource
 from node_agent.runtime.untrusted import Refused, finite, parse_json, read_capped
 
 STATE = ".warmstart"

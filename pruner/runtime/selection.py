@@ -17,13 +17,12 @@ first and the rest only once they are gone, so a run cut short never leaves a ma
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
 
-from contracts.active_set_format import MAX_ACTIVE_SET_PARTS
+from contracts.active_set_format import parse_part
 from contracts.cache_key import ARCHIVE_STEM, MANIFEST_STEM, holds_more, parse_key_prefix
 
 
@@ -237,18 +236,5 @@ def count_done(decision: Decision, deleted: set[str], summary: Summary) -> None:
 
 
 def parse_active_set_part(raw: str, parameter: str) -> tuple[frozenset[str], int]:
-    """One parameter of the stack's published set: its keys, and how many parts the whole set has (the first
-    part says so; warmstart.active_set splits a set larger than one SSM parameter). Anything unexpected raises
-    (the run then deletes nothing)."""
-    document = json.loads(raw)
-    version = document.get("version") if isinstance(document, dict) else None
-    if isinstance(version, bool) or version != 1 or not isinstance(document.get("keys"), list):
-        raise ValueError(f"{parameter}: not an active set of version 1")
-    parts = document.get("parts", 1)
-    if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= MAX_ACTIVE_SET_PARTS:
-        raise ValueError(f"{parameter}: malformed part count {parts!r}")
-    keys = document["keys"]
-    bad = [k for k in keys if not isinstance(k, str) or parse_key_prefix(k) != k]
-    if bad:
-        raise ValueError(f"{parameter}: malformed keys {bad[:3]}")
-    return frozenset(keys), parts
+    """One parameter of the stack's published set (contracts/active_set_format.py), each key a whole key prefix."""
+    return parse_part(raw, parameter, lambda key: parse_key_prefix(key) == key)

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import yaml
 
-from kube.render import render_workloads
 from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.kube import KubeApi
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.pod_records import PodRecords
-from node_agent.runtime.s3_store import CacheStore, WeightsSource
+from node_agent.runtime.s3.compile_store import CacheStore
+from node_agent.runtime.s3.weights_download import WeightsSource
 from node_agent.runtime.weights import WeightsCache, WeightsLayout
+from render import render_workloads
 from tests.agent.fake_kube import FakeCluster
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
 from tests.standins.container_env import KUBERNETES_SERVICE, with_cluster_ips
@@ -28,7 +29,7 @@ from tests.standins.kubelet import PodRun, StandInNode, run_pod, start_pod
 from tests.synth import ROOT
 from warmstart.agent_config import agent_settings
 from warmstart.catalog import default_catalog
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.loader import load_config
 from warmstart.vllm_release import NEWEST, releases
 from warmstart.workload import compile_cache_root, pod_records_root, weights_root

@@ -10,7 +10,7 @@ import pytest
 from contracts.cache_key import ModelFactors, compile_cache_key
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
-from node_agent.runtime.s3_store import CacheStore
+from node_agent.runtime.s3.compile_store import CacheStore
 
 FACTORS = ModelFactors(
     model="qwen3-6-35b-a3b",

@@ -10,9 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-from model_workload.chart import WEIGHTS_MOUNT
+from model_workload.pod_spec import WEIGHTS_MOUNT
 from node_agent.runtime.agent import FULLER_ARCHIVE_SECONDS
-from node_agent.runtime.compile_cache import local_hash_dirs
+from node_agent.runtime.compile_manifest import local_hash_dirs
 from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.vllm_log import container_log_path
 from tests.agent.cluster_world import MODEL, make_world, with_model, write_model

@@ -8,10 +8,11 @@ import threading
 import pytest
 
 from node_agent.runtime.archive import REDACTED
-from node_agent.runtime.compile_cache import MANIFEST_VERSION, local_hash_dirs, needs_publish, publish
-from node_agent.runtime.s3_store import CacheStore
+from node_agent.runtime.compile_cache import needs_publish, publish
+from node_agent.runtime.compile_manifest import MANIFEST_VERSION, local_hash_dirs
+from node_agent.runtime.s3.compile_store import CacheStore
+from tests.agent.compile_world import FINGERPRINT, MODEL
 from tests.agent.conftest import (
-    FACTORS,
     H100_KEY,
     L40S_KEY,
     fill_compile_cache,
@@ -23,19 +24,16 @@ from tests.agent.conftest import (
 )
 from tests.s3_server import SeaweedS3
 
-FINGERPRINT = FACTORS.fingerprint()
-MODEL = FACTORS.model
-
-
 _publish, _restore = publish_as, restore_as
 
 
-def _manifests(store: CacheStore, key=H100_KEY) -> list[dict]:
+def _manifests(store: CacheStore, key=H100_KEY) -> list[dict | None]:
     return [store.get_json(name) for name in store.list_keys(key.manifest_prefix)]
 
 
 def _manifest(store: CacheStore, key=H100_KEY) -> dict:
     (manifest,) = _manifests(store, key)
+    assert manifest is not None
     return manifest
 
 

@@ -9,7 +9,7 @@ from contracts.agent_settings import AgentSettings
 from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.kube import KubeApi
 from node_agent.runtime.pod_records import PodRecords
-from node_agent.runtime.s3_store import CacheStore
+from node_agent.runtime.s3.compile_store import CacheStore
 from tests.agent.conftest import Clock, fill_compile_cache, node_layout, read_tree
 from tests.agent.fake_kube import FakeCluster, pod_uid, vllm_pod
 from tests.synth import ROOT
@@ -126,7 +126,7 @@ def test_api_outage_at_start_still_releases_waiting_pods(tmp_path, s3_server, bu
 
 
 def _weights_agent(tmp_path, s3_server, clock, log, settings, cluster, node="node-a"):
-    from node_agent.runtime.s3_store import WeightsSource
+    from node_agent.runtime.s3.weights_download import WeightsSource
     from node_agent.runtime.weights import WeightsCache, WeightsLayout
 
     client = s3_server.client()
@@ -157,6 +157,7 @@ def _weights_world(tmp_path, s3_server, clock, log, body: bytes):
     settings = _settings(bucket).model_copy(update={"model_bucket": bucket})
     client = s3_server.client()
     for model in settings.weights_models:
+        assert model.weights is not None
         _upload(client, bucket, model.weights.prefix, body)
     cluster = FakeCluster()
     cluster.add_node("node-a", "p5.48xlarge")

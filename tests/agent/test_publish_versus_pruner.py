@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from node_agent.runtime.s3_store import CacheStore
+from node_agent.runtime.s3.compile_store import CacheStore
 from pruner.runtime.aws import PrunerAws
 from pruner.runtime.pruner import Settings, run
 from tests.agent.conftest import (

@@ -16,65 +16,32 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from node_agent.runtime import s3_store as s3_store_module
+from node_agent.runtime import direct_io as direct_io_module
 from node_agent.runtime import weights as weights_module
-from node_agent.runtime.s3_store import (
+from node_agent.runtime.direct_io import (
     DIRECT_ALIGN,
     WRITE_SLICE_BYTES,
-    CacheStore,
-    DirectIoAlignment,
     FileWriter,
-    Unverifiable,
-    WeightsSource,
     direct_alignment,
     open_direct,
     write_from_slices,
     write_slices,
 )
+from node_agent.runtime.fs import DirectIoAlignment
+from node_agent.runtime.s3.checksums import Unverifiable
+from node_agent.runtime.s3.compile_store import CacheStore
+from node_agent.runtime.s3.weights_download import WeightsSource
 from node_agent.runtime.weights import WeightsCache, WeightsLayout, weights_key
+from tests.agent.weights_world import (
+    MODEL,
+    PREFIX,
+    S3_URI,
+    _cache_in_boot,
+    _published_never_synced,
+    never_in_use,
+    upload_model,
+)
 from tests.s3_server import SeaweedS3
-
-PREFIX = "llama/"
-MODEL = "llama"
-S3_URI = "s3://models/llama/"
-MULTIPART = TransferConfig(multipart_threshold=5 * 2**20, multipart_chunksize=5 * 2**20)
-
-
-def upload_model(server: SeaweedS3, bucket: str, *, seed: int = 1, big_mb: int = 12) -> dict[str, bytes]:
-    """Large files with each kind of integrity data S3 can hold, and many small ones."""
-    rng = random.Random(seed)
-    with_checksums, plain = server.client(), server.client(default_checksums=False)
-    files: dict[str, bytes] = {}
-
-    def put(name: str, data: bytes, *, algorithm: str | None, multipart: bool) -> None:
-        files[name] = data
-        key = PREFIX + name
-        extra = {"ChecksumAlgorithm": algorithm} if algorithm else {}
-        client = with_checksums if algorithm else plain
-        if multipart:
-            path = Path(os.environ.get("TMPDIR", "/tmp")) / f"upload-{os.getpid()}-{rng.random()}"
-            path.write_bytes(data)
-            try:
-                client.upload_file(str(path), bucket, key, ExtraArgs=extra, Config=MULTIPART)
-            finally:
-                path.unlink()
-        else:
-            client.put_object(Bucket=bucket, Key=key, Body=data, **extra)
-
-    put("model-00001.safetensors", rng.randbytes(big_mb * 2**20 + 123), algorithm="CRC64NVME", multipart=True)
-    put("model-00002.safetensors", rng.randbytes(big_mb * 2**20 + 7), algorithm="CRC32C", multipart=True)
-    put("model-00003.safetensors", rng.randbytes(big_mb * 2**20), algorithm=None, multipart=True)
-    put("model-00004.safetensors", rng.randbytes(3 * 2**20), algorithm=None, multipart=False)
-    put("config.json", b'{"architectures": ["LlamaForCausalLM"]}', algorithm="CRC32", multipart=False)
-    put("empty.txt", b"", algorithm=None, multipart=False)
-    for index in range(40):
-        put(
-            f"tokenizer/part-{index:02d}.json",
-            rng.randbytes(rng.randint(100, 20_000)),
-            algorithm="CRC64NVME",
-            multipart=False,
-        )
-    return files
 
 
 def read_tree(folder: Path) -> dict[str, bytes]:
@@ -90,19 +57,9 @@ def download_copy(tmp_path: Path, client, bucket: str, *, part_bytes: int, threa
     return destination, source.download_all(source.list(PREFIX), destination, PREFIX)
 
 
-@pytest.fixture
-def model_bucket(s3_server):
-    bucket = s3_server.new_bucket()
-    return bucket, upload_model(s3_server, bucket)
-
-
 def make_cache(root: Path, client, bucket, clock, log, **kwargs) -> WeightsCache:
     source = WeightsSource(client, bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
     return WeightsCache(source=source, layout=WeightsLayout(root), clock=clock, log=log, reserve_bytes=0, **kwargs)
-
-
-def never_in_use(model, key):
-    return False
 
 
 def assert_nothing_partial(cache: WeightsCache, key: str | None = None):
@@ -293,7 +250,7 @@ class _HeadOnly:
 
 
 def test_an_object_that_cannot_be_verified_is_refused():
-    from node_agent.runtime.s3_store import ListedObject
+    from node_agent.runtime.s3.weights_download import ListedObject
 
     source = WeightsSource(_HeadOnly(), "bucket")
     with pytest.raises(Unverifiable, match="checksum-algorithm"):
@@ -301,7 +258,7 @@ def test_an_object_that_cannot_be_verified_is_refused():
 
 
 def test_weights_key_covers_names_sizes_and_etags():
-    from node_agent.runtime.s3_store import ListedObject
+    from node_agent.runtime.s3.weights_download import ListedObject
 
     base = [ListedObject("p/a", 1, "e1"), ListedObject("p/b", 2, "e2")]
     assert weights_key(base, "p/") == weights_key(list(reversed(base)), "p/")
@@ -433,9 +390,9 @@ def test_confirm_retires_a_copy_when_s3_moved_on(tmp_path, s3_server, model_buck
 
 
 def test_a_paused_download_waits_and_then_completes(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
-    from node_agent.runtime import s3_store
+    from node_agent.runtime.s3 import weights_download
 
-    monkeypatch.setattr(s3_store, "PAUSE_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(weights_download, "PAUSE_POLL_SECONDS", 0.05)
     bucket, files = model_bucket
     cache = make_cache(tmp_path / "weights", s3_server.client(), bucket, clock, log)
     paused = {"until": time.monotonic() + 1.0, "asked": 0}
@@ -528,7 +485,7 @@ def test_the_agents_client_looks_in_s3s_model_folder_alone(s3_server, model_buck
     rules: the calls below use them)."""
     import botocore.loaders
 
-    from node_agent.runtime.s3_store import S3OnlyLoader
+    from node_agent.runtime.s3.client import S3OnlyLoader
 
     listed_folders = []
     real_listdir = os.listdir
@@ -560,7 +517,7 @@ def test_the_agents_loader_reads_every_model_file_as_botocores_does_into_plain_d
 
     import botocore.loaders
 
-    from node_agent.runtime.s3_store import PlainJSONFileLoader, S3OnlyLoader
+    from node_agent.runtime.s3.client import PlainJSONFileLoader, S3OnlyLoader
 
     ours, botocores = S3OnlyLoader(), botocore.loaders.Loader()
     for name in ("endpoints", "partitions", "sdk-default-configuration", "_retry"):
@@ -584,7 +541,7 @@ def test_the_agents_client_reads_aws_data_path_as_botocore_does(monkeypatch, tmp
     """A model folder given in AWS_DATA_PATH (botocore's own setting) is searched first, as botocore's loader would."""
     import botocore.session
 
-    from node_agent.runtime.s3_store import S3OnlyLoader
+    from node_agent.runtime.s3.client import S3OnlyLoader
 
     monkeypatch.setenv("AWS_DATA_PATH", f"{tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}")
     loader = S3OnlyLoader.for_session(botocore.session.get_session())
@@ -646,7 +603,8 @@ def test_a_server_that_ignores_the_range_writes_nothing_past_it(tmp_path):
 
     from botocore.response import StreamingBody
 
-    from node_agent.runtime.s3_store import ListedObject, _Check
+    from node_agent.runtime.s3.checksums import Check
+    from node_agent.runtime.s3.weights_download import ListedObject
 
     data = bytes(range(256)) * 4096  # 1 MiB
     item = ListedObject("model/a.safetensors", len(data), "etag")
@@ -661,23 +619,13 @@ def test_a_server_that_ignores_the_range_writes_nothing_past_it(tmp_path):
     path.write_bytes(bytes(2**18) + neighbour)
     writer = FileWriter(os.open(path, os.O_RDWR), open_direct(path))
     try:
-        check = _Check("crc", "CRC64NVME", "unused", [])
+        check = Check("crc", "CRC64NVME", "unused", [])
         with pytest.raises(OSError, match="more bytes than asked"):
             source._fetch((item, 0, 2**18 - 1, False), {item: check}, {item: writer}, None)
     finally:
         writer.close()
     written = path.read_bytes()
     assert written[: 2**18] == data[: 2**18] and written[2**18 :] == neighbour
-
-
-# -- published from the page cache, then made durable --
-
-
-def _cache_in_boot(root: Path, client, bucket, clock, log, boot_id: str | None) -> WeightsCache:
-    source = WeightsSource(client, bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
-    return WeightsCache(
-        source=source, layout=WeightsLayout(root, boot_id=boot_id), clock=clock, log=log, reserve_bytes=0
-    )
 
 
 def _marker(path: Path) -> dict | None:
@@ -720,19 +668,6 @@ def test_a_copy_is_published_before_the_disk_has_it_and_then_marked_complete(
     assert (final["files"], final["bytes"]) == (published["files"], published["bytes"]) == (len(files), outcome.bytes)
     assert not layout.published_marker(MODEL, outcome.key).exists()
     assert read_tree(layout.key_dir(MODEL, outcome.key)) == files
-
-
-def _published_never_synced(root: Path, s3_server, bucket, clock, log, monkeypatch) -> tuple[WeightsCache, str]:
-    """A copy as an agent leaves it that published it and died before its sync: `<key>.published` (naming
-    boot-a, as the agent wrote it) and no `<key>.complete`."""
-    monkeypatch.setattr(weights_module, "syncfs", lambda descriptor: None)
-    cache = _cache_in_boot(root, s3_server.client(), bucket, clock, log, "boot-a")
-    key = cache.sync(MODEL, S3_URI, PREFIX, never_in_use).key
-    complete = cache.layout.complete_marker(MODEL, key)
-    assert json.loads(complete.read_text())["boot_id"] == "boot-a"
-    cache.layout.published_marker(MODEL, key).write_text(complete.read_text())
-    complete.unlink()
-    return cache, key
 
 
 def test_a_published_copy_is_trusted_in_its_own_boot_only(tmp_path, s3_server, model_bucket, clock, log, monkeypatch):
@@ -948,7 +883,7 @@ def test_a_download_keeps_to_the_reported_alignment_or_asks_for_no_direct_write(
             direct.append((offset, len(data)))
         return real_pwrite(descriptor, data, offset)
 
-    monkeypatch.setattr(s3_store_module, "direct_io_alignment", lambda descriptor: reported)
+    monkeypatch.setattr(direct_io_module, "direct_io_alignment", lambda descriptor: reported)
     monkeypatch.setattr(os, "open", open_)
     monkeypatch.setattr(os, "pwrite", pwrite)
     destination, page_cache_bytes = download_copy(
@@ -1014,7 +949,7 @@ def test_every_file_has_its_blocks_allocated_before_its_first_write(tmp_path, s3
     """Writes into allocated blocks skip delayed allocation's per-page reservations, and a full disk fails the
     download instead of the writeback after publication (fs.allocate)."""
     bucket, files = model_bucket
-    events, real_pwrite, real_allocate = [], os.pwrite, s3_store_module.allocate
+    events, real_pwrite, real_allocate = [], os.pwrite, direct_io_module.allocate
 
     def allocate(descriptor, size):
         events.append(("allocate", os.readlink(f"/proc/self/fd/{descriptor}"), size))
@@ -1024,7 +959,7 @@ def test_every_file_has_its_blocks_allocated_before_its_first_write(tmp_path, s3
         events.append(("write", os.readlink(f"/proc/self/fd/{descriptor}"), len(data)))
         return real_pwrite(descriptor, data, offset)
 
-    monkeypatch.setattr(s3_store_module, "allocate", allocate)
+    monkeypatch.setattr(direct_io_module, "allocate", allocate)
     monkeypatch.setattr(os, "pwrite", pwrite)
     destination, _ = download_copy(tmp_path, s3_server.client(), bucket, part_bytes=4 * 2**20, threads=4)
     assert read_tree(destination) == files
@@ -1045,7 +980,7 @@ def test_a_full_disk_fails_the_download_at_allocation(tmp_path, s3_server, model
     def full(descriptor, size):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(s3_store_module, "allocate", full)
+    monkeypatch.setattr(direct_io_module, "allocate", full)
     with pytest.raises(OSError, match="No space left"):
         download_copy(tmp_path, s3_server.client(), bucket, part_bytes=4 * 2**20, threads=2)
 

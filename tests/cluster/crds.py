@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -48,7 +49,7 @@ def _structural(schema: object) -> object:
         return [_structural(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    converted = {}
+    converted: dict[str, Any] = {}
     for key, value in schema.items():
         if key in ("$schema", "$id", "$comment", "not") or (key == "additionalProperties" and value is False):
             continue
@@ -86,6 +87,7 @@ def _key_rules(names: dict) -> list[dict]:
 def auto_mode_node_class_crd() -> dict:
     schema = json.loads((SCHEMAS / "eks.amazonaws.com_v1_nodeclass.json").read_text())
     properties = _structural(schema["properties"])
+    assert isinstance(properties, dict)
     properties["metadata"] = {"type": "object"}  # a CRD may constrain only name and generateName there
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

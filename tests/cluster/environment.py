@@ -6,7 +6,7 @@ import time
 
 import yaml
 
-from kube.render import render_workloads
+from render import render_workloads
 from tests.cluster.api import Api, in_order
 
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "Job")

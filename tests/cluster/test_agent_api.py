@@ -65,7 +65,7 @@ def real_side(prod, control_plane_built, tmp_path_factory) -> Iterator[RealSide]
     try:
         admin = Api(plane)
         objects = agent_objects(prod)
-        for obj in in_order(o for o in objects if o["kind"] != "DaemonSet"):
+        for obj in in_order([o for o in objects if o["kind"] != "DaemonSet"]):
             answer = admin.apply(obj)
             assert answer.ok and not answer.warnings, f"{obj['kind']} {obj['metadata']['name']}: {answer.message}"
         (daemon_set,) = [o for o in objects if o["kind"] == "DaemonSet"]

@@ -20,7 +20,7 @@ import yaml
 
 from contracts.agent_settings import AGENT_NAMESPACE
 from contracts.pod_labels import MODEL_LABEL, vllm_pod_selector
-from kube.render import render_workloads
+from render import render_workloads
 from tests.cluster.add_ons import add_on_daemonsets
 from tests.cluster.api import Api
 from tests.cluster.crds import crds_for
@@ -31,7 +31,7 @@ from tests.placement_cases import CASES
 from tests.synth import SHIPPED_ENVIRONMENTS, settings_of
 from warmstart.catalog import default_catalog
 from warmstart.checks.fix import apply_fix
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.loader import parse_config
 from warmstart.node_model import node_shape, warmstart_pods
 from warmstart.placement import Placement, needed_placement

@@ -71,7 +71,7 @@ def _outcome(api: Api, namespace: str, name: str) -> tuple[str | None, str]:
 
 def _decided(api: Api, namespace: str, name: str) -> tuple[str | None, str]:
     wait_until(
-        lambda: (lambda node, why: node or why)(*_outcome(api, namespace, name)),
+        lambda: any(_outcome(api, namespace, name)),
         timeout=60,
         what=f"{namespace}/{name} scheduled or refused",
     )

@@ -6,7 +6,7 @@ The first real-server run found the compute-mode switch refused: one NodePool na
 classes differ in group and kind. Each mode now has its own NodePool (kube/gpu_nodes.gpu_node_pool_name), and the
 last test shows the refusal the old name would still meet. Both pools then coexist (CDK's kubectl prune leaves
 custom resources alone), which is what a side-by-side migration needs and why `make deploy` refuses an in-place
-mode switch (warmstart.preflight.compute_mode_problem, tests/infra/test_deploy_preflight.py).
+mode switch (warmstart_cli.preflight.compute_mode_problem, tests/infra/test_deploy_preflight.py).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _first_model(change: Callable[[dict], None]) -> Callable[[dict], None]:
 
 
 # Each change a user makes to a deployed environment that touches what the server stores.
-CHANGES: dict[str, dict[str, Callable[[dict], None]]] = {
+CHANGES: dict[str, dict[str, Callable[[dict], object]]] = {
     "prod": {
         "compute mode karpenter -> auto": _to_auto,
         "tensor parallel size": _first_model(lambda m: m.update(tensor_parallel_size=4)),

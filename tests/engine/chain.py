@@ -23,7 +23,7 @@ from pathlib import Path
 
 from contracts.pod_labels import VLLM_CONTAINER
 from model_workload.runtime.vllm_entry import vllm_hash_dirs
-from node_agent.runtime.compile_cache import VLLM_FOLDER
+from node_agent.runtime.compile_manifest import VLLM_FOLDER
 from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.vllm_log import VllmStart, container_log_path, parse_start
 from tests.agent.cluster_world import Node, World
@@ -34,7 +34,7 @@ from tests.real_vllm.image import image_for_node
 from tests.s3_server import SeaweedS3
 from tests.standins.kubelet import PodRun, run_container, start_pod
 from warmstart.catalog import default_catalog
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.loader import parse_config, read_yaml
 from warmstart.sizing import candidate_instances
 from warmstart.vllm_release import release

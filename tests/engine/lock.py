@@ -22,6 +22,7 @@ import sys
 import tempfile
 import venv
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.real_vllm import dockerfile
@@ -62,7 +63,7 @@ def torch_requirements(version: str) -> tuple[str, list[str]]:
     return pins[0], family
 
 
-def _compile(uv: Path, wanted: list[str], *, overrides: list[str] = (), constraints: list[str] = ()) -> str:
+def _compile(uv: Path, wanted: list[str], *, overrides: Sequence[str] = (), constraints: Sequence[str] = ()) -> str:
     """uv pip compile of `wanted` for the serving image's Python and platform; the resolved pins."""
     with tempfile.TemporaryDirectory() as scratch:
         files = {}

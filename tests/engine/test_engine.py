@@ -19,11 +19,12 @@ import pytest
 from contracts.agent_settings import COMPILE_MISS_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN
 from contracts.start_record import StartTimeline
 from node_agent.runtime.archive import packable_files
-from node_agent.runtime.compile_cache import Cause, Status
+from node_agent.runtime.compile_cache import Status
+from node_agent.runtime.compile_judgement import Cause
 from tests.engine.chain import EngineCluster, Start, kernels, summary
 from tests.engine.conftest import cpu_environment, tiny_model
 from tests.engine.versions import selected
-from warmstart.status import render_starts
+from warmstart_cli.status import render_starts
 
 pytestmark = pytest.mark.engine
 

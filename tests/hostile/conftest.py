@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from model_workload.runtime.vllm_entry import RECORD_FILE, RECORD_VERSION
+from tests.admission_policy import pod, policy, roots  # noqa: F401 - fixtures of the admission tests
 from tests.agent.cluster_world import MODEL, Node, World, make_world
 from tests.agent.conftest import clock, log  # noqa: F401 - fixtures of the weights copy's tests
 from tests.agent.fake_kube import pod_uid, vllm_pod
-from tests.agent.test_weights import model_bucket  # noqa: F401 - a fixture
-from tests.infra.test_host_path_policy import pod, policy, roots  # noqa: F401 - fixtures of the admission tests
+from tests.agent.weights_world import model_bucket  # noqa: F401 - a fixture
 
 
 @dataclass
@@ -30,7 +30,9 @@ class HostileNode:
 
     @property
     def records_root(self) -> Path:
-        return self.node.agent.records.folder
+        records = self.node.agent.records
+        assert records is not None
+        return records.folder
 
     def pod_folder(self, uid: str) -> Path:
         """The folder kubelet made for pod `uid` (what its container mounts at /warmstart-pods)."""

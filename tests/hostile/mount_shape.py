@@ -100,7 +100,9 @@ def build_and_try(workdir: Path) -> dict[str, bool]:
     os.chmod(host / SOCKET, 0o660)
     engine.listen(16)
     program = image / "touch"  # a setuid-root program an image may ship
-    shutil.copy(shutil.which("touch"), program)
+    touch = shutil.which("touch")
+    assert touch is not None, "touch(1) is needed to make the setuid program"
+    shutil.copy(touch, program)
     os.chmod(program, 0o4755)
     views = {"readOnly": workdir / "view", "recursiveReadOnly": workdir / "rview"}
     for folder in views.values():

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.infra.test_host_path_policy import MODEL, OTHER, _host, _plain_pod, admitted
+from tests.admission_policy import MODEL, OTHER, _host, _plain_pod, admitted
 
 UID = "5c1e8a52-3f0d-4b7e-9a61-0d2c4e6f8a10"
 NODE_EXPORTER_USER = {"runAsUser": 65534, "runAsGroup": 65534, "runAsNonRoot": True, "fsGroup": 65534}
@@ -199,8 +199,8 @@ def test_at_the_mount_level_what_the_policy_admits_can_neither_write_nor_reach_t
 
 def test_the_preflight_reads_a_read_only_mount_as_the_policy_does(policy, roots):
     """The existing-cluster preflight lists the running workloads whose pods the policy would refuse
-    (warmstart/host_root_mounts.py): the same verdict as the policy's CEL on every shape above."""
-    from warmstart.host_root_mounts import refused_mounts
+    (warmstart_cli/host_root_mounts.py): the same verdict as the policy's CEL on every shape above."""
+    from warmstart_cli.host_root_mounts import refused_mounts
 
     root_list = [r.rstrip("/") + "/" for r in roots.values()]
     no_escalation = {"allowPrivilegeEscalation": False}

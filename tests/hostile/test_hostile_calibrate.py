@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import time
 
+from tests.builders import start_record
 from tests.synth import ROOT
-from tests.unit.test_estimate import _start
-from warmstart.__main__ import main
 from warmstart.loader import load_config
+from warmstart_cli.__main__ import main
 
 
 def _calibrate(path) -> int:
@@ -21,7 +21,7 @@ def test_a_compile_median_that_rounds_to_zero_is_no_measurement(tmp_path, capsys
     model = load_config(ROOT / "config" / "dev.yaml").models[0].name
     phases = {"image": 1.0, "engine": 40.0}
     records = [
-        _start(model, new_node=False, compile_cache=cache, phases={**phases, "compile": seconds})
+        start_record(model, new_node=False, compile_cache=cache, phases={**phases, "compile": seconds})
         for cache, seconds in (("miss", 0.04), ("hit", 0.04), ("miss", 0.03), ("hit", 0.0))
     ]
     path = tmp_path / "records.json"

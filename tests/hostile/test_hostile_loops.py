@@ -92,7 +92,7 @@ def test_a_long_download_keeps_its_loop_alive_with_every_buffer(tmp_path, s3_ser
         beats.append(loop)
         original(loop)
 
-    liveness.beat = counting  # type: ignore[method-assign]
+    liveness.beat = counting
     assert node.agent.weights_tick()[MODEL] == "downloaded"
     assert beats.count("weights_tick") >= 3  # one per buffer of the download
     assert liveness.stuck() == []

@@ -12,11 +12,12 @@ import time
 from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.__main__ import repeat
 from node_agent.runtime.archive import FACTORS_FILE, FACTORS_MAX_BYTES, pack
-from node_agent.runtime.compile_cache import VLLM_FOLDER, published, why_hash_differs
+from node_agent.runtime.compile_judgement import why_hash_differs
+from node_agent.runtime.compile_manifest import VLLM_FOLDER, published
 from node_agent.runtime.fs import remove_tree
 from node_agent.runtime.liveness import Liveness
 from node_agent.runtime.log import EventLog
-from node_agent.runtime.s3_store import CacheStore
+from node_agent.runtime.s3.compile_store import CacheStore
 from tests.agent.cluster_world import MODEL
 from tests.hostile.conftest import tree_state
 
@@ -131,9 +132,9 @@ def test_a_loop_that_fails_every_round_stops_beating():
 
 def test_a_download_held_back_for_a_streaming_pod_is_still_alive(hostile, monkeypatch):
     """Holding back for a pod that streams from S3 can last the startup bound: the loop beats meanwhile."""
-    from node_agent.runtime import s3_store
+    from node_agent.runtime.s3 import weights_download
 
-    monkeypatch.setattr(s3_store, "PAUSE_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(weights_download, "PAUSE_POLL_SECONDS", 0.01)
     agent = hostile.node.agent
     held = iter(range(5))
     beats: list[int] = []

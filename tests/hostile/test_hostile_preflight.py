@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.synth import ROOT
-from warmstart.existing_cluster_objects import karpenter_findings, network_policy_findings
 from warmstart.loader import load_config
+from warmstart_cli.existing_cluster_objects import karpenter_findings, network_policy_findings
 
 CONFIG = load_config(ROOT / "config" / "existing.yaml")
 
@@ -16,7 +16,7 @@ CONFIG = load_config(ROOT / "config" / "existing.yaml")
 @pytest.mark.parametrize("values", ["[" * 100_000, "{a: " * 50_000, "enableNetworkPolicy: 'true'\n" + "#" * 2**17])
 def test_configuration_values_past_any_reader_are_not_a_setting(values):
     found, _ = network_policy_findings(CONFIG, {"configurationValues": values}, None)
-    assert len(found) == 1 and "does not enforce NetworkPolicy" in found[0].what
+    assert len(found) == 1 and "does not enforce NetworkPolicy" in found[0].message
 
 
 def test_the_clusters_text_reaches_a_finding_escaped():
@@ -28,6 +28,6 @@ def test_the_clusters_text_reaches_a_finding_escaped():
         "spec": {"template": {"spec": {"containers": [container]}}},
     }
     found, _ = karpenter_findings(CONFIG, {"items": [deployment]})
-    text = " ".join(f"{f.what} {f.fix}" for f in found)
+    text = " ".join(f"{f.message} {f.fix}" for f in found)
     assert len(found) == 2 and all(c.isprintable() for c in text)
     assert "\\x1b[2J\\x1b[Hother\\x0afake finding" in text and "1.14.1\\x1b[31m" in text

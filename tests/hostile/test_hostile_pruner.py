@@ -12,7 +12,7 @@ from contracts.cache_key import PRUNER_LOCK_KEY
 from pruner.runtime.aws import PrunerAws
 from pruner.runtime.pruner import LOCK_LIFETIME, ActiveSetUnavailable, run
 from tests.lambdas.helpers import PARAMETER, StandInSsm, all_keys, fast_client
-from tests.lambdas.test_pruner_end_to_end import _small_world, full_key, settings
+from tests.lambdas.pruner_world import _small_world, full_key, settings
 
 
 @pytest.mark.parametrize(

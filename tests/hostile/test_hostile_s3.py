@@ -15,10 +15,13 @@ import time
 import pytest
 import zstandard
 
-from node_agent.runtime import s3_store
-from node_agent.runtime.compile_cache import MANIFEST_VERSION
+from node_agent.runtime import untrusted
+from node_agent.runtime.compile_manifest import MANIFEST_VERSION
 from node_agent.runtime.liveness import STALL_SECONDS
-from node_agent.runtime.s3_store import CacheStore, s3_client
+from node_agent.runtime.s3 import client as s3c
+from node_agent.runtime.s3.client import s3_client
+from node_agent.runtime.s3.compile_store import CacheStore
+from node_agent.runtime.s3.weights_download import WeightsSource
 from tests.agent.cluster_world import MODEL, PREFIX
 from tests.hostile.conftest import peak_memory
 
@@ -141,11 +144,11 @@ def test_an_object_key_that_climbs_out_of_the_copy_is_refused(tmp_path):
     with Stubber(client) as stub:
         stub.add_response("list_objects_v2", listing, {"Bucket": "b", "Prefix": "m/"})
         with pytest.raises(Refused, match="no file path below"):
-            s3_store.WeightsSource(client, "b").list("m/")
+            WeightsSource(client, "b").list("m/")
     for key in ("m/a/../b", "m/./a", "m//a", "m/", "other/a", "m/" + "a" * 300):
         with pytest.raises(Refused):
-            s3_store.relative_key(key, "m/")
-    assert s3_store.relative_key("m/shards/model-00001.safetensors", "m/") == "shards/model-00001.safetensors"
+            untrusted.relative_key(key, "m/")
+    assert untrusted.relative_key("m/shards/model-00001.safetensors", "m/") == "shards/model-00001.safetensors"
 
 
 def test_a_prefix_larger_than_the_config_allows_is_not_copied(hostile):
@@ -178,8 +181,8 @@ def test_a_silent_s3_endpoint_ends_each_call_within_its_bound(monkeypatch):
     except Exception as error:  # a read timeout, as botocore names it
         assert "timeout" in type(error).__name__.lower() or "timed out" in str(error).lower(), error
     elapsed = time.monotonic() - started
-    assert s3_store.READ_TIMEOUT_SECONDS - 1 <= elapsed < s3_store.READ_TIMEOUT_SECONDS + 10
-    worst = s3_store.ATTEMPTS * (s3_store.CONNECT_TIMEOUT_SECONDS + s3_store.READ_TIMEOUT_SECONDS) + 30  # + backoff
+    assert s3c.READ_TIMEOUT_SECONDS - 1 <= elapsed < s3c.READ_TIMEOUT_SECONDS + 10
+    worst = s3c.ATTEMPTS * (s3c.CONNECT_TIMEOUT_SECONDS + s3c.READ_TIMEOUT_SECONDS) + 30  # + backoff
     assert worst < STALL_SECONDS
     listener.close()
 

@@ -9,7 +9,7 @@ import json
 
 from tests.synth import ROOT
 from warmstart.loader import load_config
-from warmstart.status import read_starts, render_starts
+from warmstart_cli.status import read_starts, render_starts
 
 FIXTURES = ROOT / "tests" / "fixtures" / "status"
 # Clear the screen, home the cursor, print a fake line; a bidi override; a line separator; a C1 control.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 
 from node_agent.runtime import weights as weights_module
-from tests.agent.test_weights import MODEL, PREFIX, S3_URI, _cache_in_boot, _published_never_synced, never_in_use
+from tests.agent.weights_world import MODEL, PREFIX, S3_URI, _cache_in_boot, _published_never_synced, never_in_use
 from tests.hostile.conftest import tree_state
 
 

@@ -6,6 +6,7 @@ Policy"). No optional types are used, so the expressions are also valid on the o
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import cel
 import pytest
@@ -52,7 +53,7 @@ def admitted(
     request: dict | None = None,
 ) -> bool:
     extra = {"authentication.kubernetes.io/node-name": [node_claim]} if node_claim else {}
-    context = {
+    context: dict[str, Any] = {
         "object": new,
         "oldObject": old,
         "request": {"userInfo": {"username": user, "extra": extra}, **(request or {})},

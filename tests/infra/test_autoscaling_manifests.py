@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from stacks.components.serving_metrics import ADAPTER_CHART_VERSION, PROMETHEUS_CHART_VERSION, adapter_rules
+from construct_kit.serving_metrics import ADAPTER_CHART_VERSION, PROMETHEUS_CHART_VERSION, adapter_rules
 from tests.manifest_validation import validate_manifest
 from tests.manifests import helm_charts, of_kind
 from warmstart.autoscaling import scaling_policy

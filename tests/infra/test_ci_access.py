@@ -8,7 +8,7 @@ from aws_cdk.assertions import Template
 
 from stacks.ci_stack import CiAccessStack
 from tests.synth import cdk_context
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 
 TOKEN = "token.actions.githubusercontent.com"
 
@@ -49,8 +49,8 @@ def test_dev_deploys_from_its_github_environment(dev):
 
 
 def test_without_an_environment_the_branch_is_trusted():
-    from stacks.components.ci_access import deploy_subject
-    from warmstart.config import GithubAccess
+    from construct_kit.ci_access import deploy_subject
+    from warmstart.config.operations import GithubAccess
 
     assert deploy_subject(GithubAccess(repository="acme/x", branch="release")) == "repo:acme/x:ref:refs/heads/release"
 

@@ -12,11 +12,12 @@ import pytest
 from aws_cdk import App, Environment, Stack
 from aws_cdk.assertions import Template
 
+from construct_kit.network import WarmstartVpc
+from gpu_compute import gpu_compute
 from image_preload.snapshot import ImageSnapshotBuild
-from stacks.components.compute import gpu_compute
-from stacks.components.network import WarmstartVpc
 from tests.synth import ROOT, cdk_context
-from warmstart.config import COMPUTE_MODES, EnvironmentConfig
+from warmstart.config.compute import COMPUTE_MODES
+from warmstart.config.environment import EnvironmentConfig
 
 MODEL = {
     "name": "m",
@@ -112,7 +113,9 @@ def test_only_the_compute_package_decides_the_mode_below_app():
 
 
 def construct_files() -> list[Path]:
-    decided_in = ROOT / "stacks" / "components" / "compute"
-    return [p for p in (ROOT / "stacks" / "components").glob("*.py")] + [
+    decided_in = ROOT / "gpu_compute"
+    found = [p for p in (ROOT / "construct_kit").glob("*.py")] + [
         p for p in decided_in.glob("*.py") if p.name not in ("__init__.py", "auto_mode.py", "karpenter.py")
     ]
+    assert len(found) > 10  # the folders are where the layout says (an empty glob would pass anything)
+    return found

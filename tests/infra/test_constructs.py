@@ -9,12 +9,12 @@ import json
 from aws_cdk import App, Environment, Stack
 from aws_cdk.assertions import Match, Template
 
+from construct_kit.buckets import ArtifactBuckets
+from construct_kit.pod_identity import model_read_statements
 from pruner.construct import CompileCachePruner
 from pruner.runtime.settings import PrunerEnvironment
-from stacks.components.buckets import ArtifactBuckets
-from stacks.components.pod_identity import model_read_statements
 from tests.synth import cdk_context
-from warmstart.config import BucketsConfig, ModelBucket, PruningPolicy
+from warmstart.config.operations import BucketsConfig, ModelBucket, PruningPolicy
 
 KMS_KEY = "arn:aws:kms:us-east-1:210987654321:key/0123abcd-0123-4567-89ab-0123456789ab"
 

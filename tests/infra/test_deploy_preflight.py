@@ -90,7 +90,7 @@ def preflight(
     env = {**os.environ, "PATH": os.pathsep.join(folders), "FAKE_ACCOUNT": account, "FAKE_DOCKER": docker or ""}
     env["FAKE_AUTO_MODE"] = auto_mode
     env["FAKE_SSM"] = ssm
-    command = [sys.executable, "-m", "warmstart", "preflight", "--config", str(config or ROOT / "config/dev.yaml")]
+    command = [sys.executable, "-m", "warmstart_cli", "preflight", "--config", str(config or ROOT / "config/dev.yaml")]
     return subprocess.run([*command, *args], capture_output=True, text=True, env=env, cwd=ROOT)
 
 
@@ -188,7 +188,7 @@ def test_the_bootstrap_target_is_the_configs_account_and_region(fake_bin):
 
 def test_a_floating_agent_image_is_refused_at_synth(tmp_path):
     path = with_agent_image(tmp_path, "123456789012.dkr.ecr.us-west-2.amazonaws.com/agent:v1.2.0")
-    from warmstart.loader import ConfigError
+    from warmstart.config_file import ConfigError
 
     with pytest.raises(ConfigError) as error:
         load_config(path)

@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from kube.render import KUSTOMIZATION, render_workloads, write_kustomization
+from render import KUSTOMIZATION, render_workloads, write_kustomization
 from tests.manifests import of_kind
 
 # What only a created VPC or cluster has.

@@ -209,7 +209,7 @@ def test_no_pod_gets_service_link_variables(shipped, tmp_path):
     """kubelet adds <SERVICE>_PORT=tcp://... for every Service of the namespace unless the pod turns service links
     off; the model's Service is named vllm, so every vLLM pod would get VLLM_PORT (and crash in vLLM 0.21.0). Every
     pod template warmstart applies, through CDK or as a plain manifest in dist/, turns them off."""
-    from kube.render import render_workloads
+    from render import render_workloads
 
     rendered = [o for path in render_workloads(shipped.config, tmp_path) for o in yaml.safe_load_all(path.read_text())]
     specs = _pod_specs(shipped.manifests()) + _pod_specs(rendered)

@@ -8,70 +8,15 @@ from __future__ import annotations
 
 import copy
 
-import cel
 import pytest
 import yaml
 
 from contracts.pod_labels import model_labels
-from kube.render import render_workloads
-from node_agent.host_path_policy import POLICY_NAME
+from render import render_workloads
+from tests.admission_policy import MODEL, OTHER, _host, _plain_pod, admitted
 from tests.manifests import of_kind
-from warmstart.workload import compile_cache_root, pod_records_root, weights_root
 
-MODEL = "llama-3-3-70b"
-OTHER = "team-a"  # a namespace warmstart did not create
 FINGERPRINT = "0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def policy(prod) -> dict:
-    (found,) = [
-        p for p in of_kind(prod.manifests(), "ValidatingAdmissionPolicy") if p["metadata"]["name"] == POLICY_NAME
-    ]
-    return found["spec"]
-
-
-@pytest.fixture(scope="module")
-def pod(prod, tmp_path_factory) -> dict:
-    """The llama pod as the Deployment creates it (its template)."""
-    out = tmp_path_factory.mktemp("dist")
-    (path,) = [p for p in render_workloads(prod.config, out) if p.stem == MODEL]
-    (deployment,) = [o for o in yaml.safe_load_all(path.read_text()) if o["kind"] == "Deployment"]
-    template = deployment["spec"]["template"]
-    return {"metadata": {**template["metadata"], "namespace": MODEL}, "spec": template["spec"]}
-
-
-@pytest.fixture(scope="module")
-def roots(prod) -> dict:
-    return {
-        "compile": compile_cache_root(prod.config),
-        "weights": weights_root(prod.config),
-        "records": pod_records_root(prod.config),
-    }
-
-
-def admitted(policy: dict, pod: dict, namespace: str = MODEL, labels: dict | None = None) -> bool:
-    """Whether the API server would admit the pod; the namespace's labels are the chart's for a model's namespace
-    unless given."""
-    if labels is None:
-        labels = model_labels(namespace) if namespace == MODEL else {}
-    namespace_object = {"metadata": {"name": namespace, **({"labels": labels} if labels else {})}}
-    context = cel.Context(
-        variables={
-            "object": pod,
-            "request": {"namespace": namespace, "operation": "CREATE"},
-            "namespaceObject": namespace_object,
-        },
-        functions={"replace": lambda text, old, new: text.replace(old, new)},
-    )
-    if not all(cel.evaluate(c["expression"], context) for c in policy.get("matchConditions", [])):
-        return True
-    variables: dict = {}
-    for variable in policy["variables"]:
-        context.add_variable("variables", variables)
-        variables[variable["name"]] = cel.evaluate(variable["expression"], context)
-    context.add_variable("variables", variables)
-    return all(cel.evaluate(v["expression"], context) for v in policy["validations"])
 
 
 def _with(pod: dict, *, volume: dict, mount: dict, container: str = "containers", env: list | None = None) -> dict:
@@ -81,18 +26,6 @@ def _with(pod: dict, *, volume: dict, mount: dict, container: str = "containers"
     intruder = {"name": "sidecar", "image": "busybox", "volumeMounts": [mount], **({"env": env} if env else {})}
     changed["spec"].setdefault(container, []).append(intruder)
     return changed
-
-
-def _host(name: str, path: str) -> dict:
-    return {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
-
-
-def _plain_pod(*, volume: dict | None = None, mount: dict | None = None, env: list | None = None) -> dict:
-    """A pod of another team's namespace."""
-    container = {"name": "app", "image": "busybox", **({"volumeMounts": [mount]} if mount else {})}
-    if env:
-        container["env"] = env
-    return {"metadata": {"name": "app"}, "spec": {"containers": [container], "volumes": [volume] if volume else []}}
 
 
 def test_every_pod_warmstart_renders_is_admitted(policy, pod, prod, tmp_path):
@@ -200,7 +133,8 @@ def test_a_folder_holding_the_roots_is_for_the_nodes_root_only_outside_warmstart
 
 
 def test_kubectl_debug_node_is_admitted_with_the_sysadmin_profile(policy):
-    """The README's own check of the NVMe array: `kubectl debug node/<node> --profile=sysadmin` makes this pod
+    """The deploy guide's check of the NVMe array (docs/deploy.md): `kubectl debug node/<node>
+    --profile=sysadmin` makes this pod
     (kubectl v1.35) in the default namespace, privileged: the node's root, which the policy leaves be. The legacy
     profile's pod (root, not privileged, `/` mounted) is refused: what it can do, any root pod could."""
     debug = {

@@ -34,12 +34,19 @@ def test_each_acknowledgment_is_recorded_with_a_reason(shipped):
 
 
 def construct_sources() -> list[Path]:
-    """Every module that defines CDK constructs: the shared ones under stacks/ and each component folder's."""
+    """Every module that defines CDK constructs: the stacks, the construct kit and each component folder's."""
     components = [path.parent for path in ROOT.glob("*/construct.py")]
     assert {p.name for p in components} >= {"node_agent", "pruner", "model_workload"}
     found = [
         p
-        for folder in [ROOT / "stacks", *components, ROOT / "image_preload", ROOT / "lambdas"]
+        for folder in [
+            ROOT / "stacks",
+            ROOT / "construct_kit",
+            ROOT / "gpu_compute",
+            *components,
+            ROOT / "image_preload",
+            ROOT / "lambdas",
+        ]
         for p in folder.rglob("*.py")
     ]
     assert found
@@ -48,8 +55,8 @@ def construct_sources() -> list[Path]:
 
 def test_each_construct_acknowledges_its_own_findings_through_one_helper():
     """No module acknowledges for another construct (the old central module reached into their internals), and
-    acknowledgments go through stacks/components/nag.py, which always carries a reason."""
-    helper = ROOT / "stacks" / "components" / "nag.py"
+    acknowledgments go through construct_kit/nag.py, which always carries a reason."""
+    helper = ROOT / "construct_kit" / "nag.py"
     assert "reason=reason" in helper.read_text()
     for path in construct_sources():
         text = path.read_text()
@@ -60,7 +67,7 @@ def test_each_construct_acknowledges_its_own_findings_through_one_helper():
 
 def test_no_cdk_generated_logical_id_is_written_in_the_code():
     """A logical ID such as ControlPlaneClusterKubectlProviderHandler4C29DBB3 changes when aws-cdk-lib renames a
-    construct; findings name them through stacks.components.nag.logical_id instead."""
+    construct; findings name them through construct_kit.nag.logical_id instead."""
     for path in construct_sources():
         assert not re.search(r"[A-Za-z]+[0-9A-F]{8}\b", path.read_text()), path
 

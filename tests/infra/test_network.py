@@ -1,6 +1,6 @@
 from aws_cdk.assertions import Match
 
-from stacks.components.network import subnet_masks
+from construct_kit.network import subnet_masks
 
 
 def test_s3_is_reached_through_a_gateway_endpoint_on_every_private_route_table(created):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from warmstart.existing_cluster_objects import gpu_node_label_sets, runs_on, tolerates_pool_taints
-from warmstart.existing_daemonsets import pod_requests
 from warmstart.node_model import MIB_PER_GIB, Resources, warmstart_pods
+from warmstart_cli.existing_cluster_objects import gpu_node_label_sets, runs_on, tolerates_pool_taints
+from warmstart_cli.existing_daemonsets import pod_requests
 
 
 def test_every_daemonset_on_a_gpu_node_is_in_the_node_model(every_env):

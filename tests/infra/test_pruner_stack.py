@@ -99,7 +99,7 @@ def test_alarms_can_go_to_an_existing_topic_instead(dev):
     from aws_cdk.assertions import Template
 
     from stacks.pruner_stack import PrunerStack
-    from warmstart.config import Alerts
+    from warmstart.config.operations import Alerts
 
     arn = "arn:aws:sns:us-west-2:123456789012:platform-oncall"
     config = dev.config.model_copy(update={"alerts": Alerts(topic_arn=arn)})

@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from kube.render import render_workloads
+from render import render_workloads
 from tests.manifest_validation import validate_manifest
 from tests.manifests import of_kind
 from tests.synth import SHIPPED_ENVIRONMENTS
@@ -303,7 +303,7 @@ def test_without_the_weights_cache_pods_have_no_weights_mount(dev):
 
 
 def test_the_entry_config_map_carries_the_entry_step_the_loopback_endpoint_and_the_plugin(shipped, dist):
-    from model_workload.chart import ENTRY_FILES, entry_key
+    from model_workload.pod_spec import ENTRY_FILES, entry_key
 
     for name, objects in dist[shipped.name].items():
         if name.endswith("-autoscaler.yaml"):

@@ -9,46 +9,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from contracts.cache_key import PRUNER_LOCK_KEY
 from pruner.runtime.aws import PrunerAws
-from pruner.runtime.pruner import ActiveSetUnavailable, Settings, run
+from pruner.runtime.pruner import ActiveSetUnavailable, run
 from tests.lambdas.helpers import PARAMETER, StandInSsm, all_keys, assert_no_manifest_without_archive, fast_client
+from tests.lambdas.pruner_world import _small_world, full_key, key, put_all, settings
 from tests.s3_server import SeaweedS3
-
-
-def key(group: str, index: int) -> str:
-    return f"compile-cache/{group}/h100-sm_90/tp2-pp1/torch2.11.0/{index:020x}/"
-
-
-def put_all(client, bucket: str, keys: list[str]) -> None:
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=k, Body=b"{}"), keys))
-
-
-def settings(retention: timedelta, orphan_age: timedelta, **overrides) -> Settings:
-    return Settings(
-        **{
-            "active_set_parameters": (PARAMETER,),
-            "retention": retention,
-            "orphan_age": orphan_age,
-            "max_deletions": 100_000,
-            "dry_run": False,
-            **overrides,
-        }
-    )
-
-
-def full_key(prefix: str) -> list[str]:
-    return [
-        f"{prefix}archive-{'b' * 64}-0001.tar.zst",
-        f"{prefix}last-use.json",
-        f"{prefix}manifest-0123456789abcdef.json",
-    ]
 
 
 def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothing(s3_server):
@@ -95,13 +65,6 @@ def test_25000_objects_exactly_the_stale_ones_go_and_a_second_run_deletes_nothin
     far_future = run(aws, rules, lambda: now + timedelta(days=3650), emitted.append)
     assert {o for p in active_old for o in full_key(p)} <= all_keys(client, bucket)
     assert far_future.kept_active == 1000
-
-
-def _small_world(client, bucket, keys_per_group=40):
-    active = [key("active", i) for i in range(keys_per_group)]
-    stale = [key("stale", i) for i in range(keys_per_group)]
-    put_all(client, bucket, [o for p in active + stale for o in full_key(p)])
-    return active, stale
 
 
 @pytest.mark.parametrize("parameters", [{}, {PARAMETER: "{not json"}, {PARAMETER: '{"version": 1, "keys": 3}'}])
@@ -358,9 +321,9 @@ def test_a_key_keeps_its_fullest_archive_and_a_new_node_restores_it(s3_server, t
     after the first was taken). Once the fuller one has been there past the orphan age, the lesser manifest and its
     archive go; the fuller one stays and a new node restores it."""
     from node_agent.runtime.log import EventLog
-    from node_agent.runtime.s3_store import CacheStore
+    from node_agent.runtime.s3.compile_store import CacheStore
+    from tests.agent.compile_world import FINGERPRINT, MODEL
     from tests.agent.conftest import H100_KEY, fill_compile_cache, node_layout, publish_as, restore_as
-    from tests.agent.test_compile_cache import FINGERPRINT, MODEL
 
     bucket = s3_server.new_bucket()
     store = CacheStore(s3_server.client(), bucket)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.loader import parse_config, read_yaml
 from warmstart.vllm_release import releases
 

@@ -12,7 +12,7 @@ from tests.real_vllm.image import image_for_node
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.standins.kubelet import PodRun, run_container, start_pod
 from warmstart.catalog import GpuInstance
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 
 REPORT_PREFIX = "REAL-VLLM-REPORT "
 

@@ -41,6 +41,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 
 def install_platform(gpu: dict) -> None:
@@ -175,7 +176,7 @@ def hashes(config) -> dict:
     model_cls, architecture = ModelRegistry.resolve_model_cls(
         config.model_config.architectures, model_config=config.model_config
     )
-    compiled = decorated_model_class(model_cls)
+    compiled: Any = decorated_model_class(model_cls)  # a model class (nn.Module), or None
     aot = None
     if compiled is not None:
         factors = [*aot_compile_hash_factors(config), _model_hash_key(compiled.forward)]

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 
 # Spellings every getter is called with: numbers, words of both meanings in the usual cases, empty, text.
 SPELLINGS = [
@@ -112,7 +113,7 @@ def _choices(getter) -> dict | None:
             return {"kind": "unchecked", "why": f"its choices come from a call that failed here: {error}"}
     return {
         "kind": "choices",
-        "choices": sorted(str(c) for c in choices),
+        "choices": sorted(str(c) for c in choices or ()),
         "case_sensitive": bool(closure.get("case_sensitive", True)),
         "list": CHOICE_GETTERS[code.co_name],
     }
@@ -149,7 +150,7 @@ def _kind(name: str, getter) -> dict:
     return {"kind": "other", "accepts": accepted}
 
 
-def _parses(kind: type, text: str) -> bool:
+def _parses(kind: Callable[[str], object], text: str) -> bool:
     try:
         kind(text)
     except ValueError:
@@ -175,7 +176,10 @@ def _deprecated_module_server() -> bool:
     import importlib.util
 
     spec = importlib.util.find_spec("vllm.entrypoints.openai.api_server")
-    return spec is not None and "deprecated" in spec.loader.get_source(spec.name).split('if __name__ == "__main__"')[-1]
+    if spec is None or spec.loader is None:
+        return False
+    source = spec.loader.get_source(spec.name) or ""  # type: ignore[attr-defined]  # a source loader's
+    return "deprecated" in source.split('if __name__ == "__main__"')[-1]
 
 
 def evaluate(pairs: list[list[str]]) -> list[dict]:

@@ -3,7 +3,8 @@ vLLM tier's lock for it (tests/real_vllm/locks/vllm-<version>.txt) when there is
 
     python -m tests.real_vllm.record_facts 0.34.0 [--override flashinfer-python==0.7.4 ...]
 
-Adding a supported vLLM release is this command and the two files it writes (README, "Supported vLLM releases").
+Adding a supported vLLM release is this command and the two files it writes (docs/vllm-workload.md, "Supported
+vLLM releases").
 Nothing is typed in; each fact is read from its source:
 - PyPI's release list (the simple JSON API): the wheel and sdist, their upload times (the release date), the Run:ai
   Model Streamer releases and theirs;

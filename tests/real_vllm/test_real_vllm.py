@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from contracts.node_layout import COMPILE_CACHE_CONTENT
-from model_workload.chart import WEIGHTS_MOUNT
-from node_agent.runtime.compile_cache import VLLM_FOLDER
+from model_workload.pod_spec import WEIGHTS_MOUNT
+from node_agent.runtime.compile_manifest import VLLM_FOLDER
 from tests.agent.cluster_world import World
 from tests.real_vllm import cases as case_set
 from tests.real_vllm import pods
@@ -407,7 +407,7 @@ def _unmeant_values(known) -> list[tuple[str, object, bool | None]]:
 
 
 def _with_vllm_env(version: str, env: dict) -> dict:
-    from tests.unit.test_config import raw
+    from tests.builders import raw
 
     document = raw("dev")
     document["models"][0]["image"] = releases()[version].image["reference"]
@@ -417,7 +417,8 @@ def _with_vllm_env(version: str, env: dict) -> dict:
 
 
 def _refusals(document: dict) -> list:
-    from warmstart.loader import ConfigError, parse_config
+    from warmstart.config_file import ConfigError
+    from warmstart.loader import parse_config
 
     try:
         parse_config(document)

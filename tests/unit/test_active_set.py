@@ -1,8 +1,8 @@
 import json
 
 from contracts.cache_key import parse_key_prefix
+from tests.builders import only_problem, raw
 from tests.synth import ROOT
-from tests.unit.test_config import only_problem, raw
 from warmstart.active_set import active_keys, active_set_documents
 from warmstart.catalog import default_catalog
 from warmstart.loader import load_config, parse_config
@@ -63,9 +63,9 @@ def test_extra_active_set_names_are_checked():
 
 
 def test_a_large_active_set_is_split_into_parameters_the_pruner_reads_whole():
-    from contracts.active_set_format import active_set_part_name
+    from contracts.active_set_format import ADVANCED_LIMIT, active_set_part_name
     from pruner.runtime.selection import parse_active_set_part
-    from warmstart.active_set import ADVANCED_LIMIT, active_set_documents
+    from warmstart.active_set import active_set_documents
 
     document = raw("prod")
     document["compute"]["gpu_pool"]["instance_types"] = ["p5.48xlarge", "p5e.48xlarge", "p6-b200.48xlarge"]

@@ -69,7 +69,7 @@ def test_agent_requirements_cover_every_import_at_the_project_versions():
 def test_the_entry_step_needs_only_the_standard_library():
     """It runs inside the serving image (vLLM's), from a ConfigMap: none of our packages are there. vLLM's plugin
     imports vLLM, the image's own, only once vLLM calls it (its module is imported to find the hook)."""
-    from model_workload.chart import ENTRY_FILES
+    from model_workload.pod_spec import ENTRY_FILES
 
     scripts = [path for path in ENTRY_FILES.values() if path.suffix == ".py"]
     plugin = ROOT / "model_workload" / "runtime" / "node_copy_loader.py"

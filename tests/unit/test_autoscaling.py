@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.builders import only_problem, raw
 from tests.synth import ROOT
-from tests.unit.test_config import only_problem, raw
 from warmstart.autoscaling import ScalingPolicy, recommend, scale_down_window, scaling_policy, simulate
 from warmstart.catalog import default_catalog
 from warmstart.loader import load_config, parse_config

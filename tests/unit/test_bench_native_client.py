@@ -14,7 +14,7 @@ from awscrt.s3 import S3ResponseError
 
 from bench import native_client_worker
 from bench.native_client_worker import NativeClient, direct_io_fallbacks, listed_keys
-from node_agent.runtime.s3_store import open_direct
+from node_agent.runtime.direct_io import open_direct
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 
 

@@ -20,14 +20,14 @@ def test_the_worker_starts_from_bytecode_its_warm_up_compiled_as_the_image_has_i
     in_repository = _bytecode_beside(ROOT / "node_agent")
 
     subprocess.run(worker, env=env, check=True)
-    compiled = tmp_path / "bytecode" / str(ROOT).lstrip("/") / "node_agent" / "runtime"
-    s3_store = next(compiled.glob("s3_store.*.pyc"))
+    compiled = tmp_path / "bytecode" / str(ROOT).lstrip("/") / "node_agent" / "runtime" / "s3"
+    weights_download_bytecode = next(compiled.glob("weights_download.*.pyc"))
     written = _bytecode_beside(tmp_path / "bytecode")
     assert len(written) > 100  # the packages it imports too (botocore, urllib3, awscrt)
 
     subprocess.run(worker, env=env, check=True)
     assert _bytecode_beside(tmp_path / "bytecode") == written
-    assert s3_store.exists()
+    assert weights_download_bytecode.exists()
     assert _bytecode_beside(ROOT / "node_agent") == in_repository  # the repository left alone
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from tests.synth import ROOT
 from warmstart.catalog import default_catalog
 from warmstart.checks.environment import TOPICS
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FIELDS, RULES, Needs, Rule, run_rules
 from warmstart.loader import load_config
+from warmstart.problem import Problem
 
 
 def _rule(name: str, needs: Needs, problems: list[Problem], ran: list[str]) -> Rule:
@@ -27,7 +27,7 @@ def test_a_rule_runs_only_when_what_it_needs_holds():
         _rule("field", Needs.NOTHING, [pool_problem], ran),
         _rule("needs a valid config", Needs.VALID_CONFIG, [], ran),
     ]
-    assert run_rules(rules, config=None, catalog=None) == [pool_problem]  # type: ignore[arg-type]
+    assert run_rules(rules, config=None, catalog=None) == [pool_problem]
     assert ran == ["field"]
 
 
@@ -39,7 +39,7 @@ def test_any_problem_holds_back_the_rules_that_need_a_valid_config_only():
         _rule("needs the pool", Needs.POOL_FACTS, [], ran),
         _rule("needs a valid config", Needs.VALID_CONFIG, [], ran),
     ]
-    assert run_rules(rules, config=None, catalog=None) == [other]  # type: ignore[arg-type]
+    assert run_rules(rules, config=None, catalog=None) == [other]
     assert ran == ["field", "needs the pool"]
 
 

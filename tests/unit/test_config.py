@@ -5,27 +5,14 @@ import copy
 import pytest
 import yaml
 
+from tests.builders import only_problem, problems, raw
 from tests.fixes import refused
 from tests.synth import ROOT, SHIPPED_ENVIRONMENTS
 from warmstart.catalog import Catalog
-from warmstart.config import AutoModeCompute, KarpenterCompute
-from warmstart.loader import ConfigError, load_config, parse_config
+from warmstart.config.compute import AutoModeCompute, KarpenterCompute
+from warmstart.config_file import ConfigError
+from warmstart.loader import load_config, parse_config
 from warmstart.sizing import tensor_parallel_size
-
-
-def raw(name: str = "dev") -> dict:
-    return yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
-
-
-def problems(document: dict) -> list:
-    """The refusals, each fix applied and checked (tests/fixes.py)."""
-    return refused(document)
-
-
-def only_problem(document: dict):
-    found = problems(document)
-    assert len(found) == 1, [str(p) for p in found]
-    return found[0]
 
 
 @pytest.mark.parametrize("name", SHIPPED_ENVIRONMENTS)
@@ -397,7 +384,7 @@ def test_client_namespaces_must_be_namespace_names():
 
 def test_the_compute_modes_are_read_from_the_union_once():
     """The loader's messages and the compute constructs know the modes from the config's union only."""
-    from warmstart.config import COMPUTE_MODES, AutoModeCompute, KarpenterCompute
+    from warmstart.config.compute import COMPUTE_MODES, AutoModeCompute, KarpenterCompute
 
     assert COMPUTE_MODES == {"auto": AutoModeCompute, "karpenter": KarpenterCompute}
     pool = {"instance_types": ["p5.48xlarge"]}

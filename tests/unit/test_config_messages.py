@@ -10,13 +10,14 @@ import sys
 import pytest
 import yaml
 
+from tests.builders import only_problem, raw
 from tests.fixes import refused
 from tests.synth import ROOT, cdk_context
-from tests.unit.test_config import only_problem, raw
-from warmstart.__main__ import main
-from warmstart.config import EnvironmentConfig
-from warmstart.loader import PATTERN_WORDS, parse_config
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config_messages import PATTERN_WORDS
+from warmstart.loader import parse_config
 from warmstart.naming import bucket_name_problems, moving_reference
+from warmstart_cli.__main__ import main
 
 
 def _dump(document) -> str:
@@ -236,7 +237,7 @@ def test_model_uri_buckets_follow_the_same_rules():
 
 
 def _problems(document):
-    from tests.unit.test_config import problems
+    from tests.builders import problems
 
     return problems(document)
 
@@ -581,7 +582,8 @@ def test_yaml_merge_keys_and_anchors_load_as_pyyaml_reads_them(tmp_path):
     ],
 )
 def test_a_key_given_twice_is_refused_through_merges_too(tmp_path, models, said):
-    from warmstart.loader import ConfigError, load_config
+    from warmstart.config_file import ConfigError
+    from warmstart.loader import load_config
 
     with pytest.raises(ConfigError) as caught:
         load_config(_with_merged_models(tmp_path, models))
@@ -668,7 +670,8 @@ def test_values_yaml_turns_into_numbers_are_refused_with_the_literal_as_written(
 ):
     """The message echoes the text as written (not the number YAML 1.1 made of it) and the fix quotes that text,
     which the rule then accepts."""
-    from warmstart.loader import ConfigError, load_config
+    from warmstart.config_file import ConfigError
+    from warmstart.loader import load_config
 
     text = (ROOT / "config" / "dev.yaml").read_text()
     assert line in text

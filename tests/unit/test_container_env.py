@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from kube.render import render_workloads
+from render import render_workloads
 from tests.standins.container_env import (
     KUBERNETES_SERVICE,
     expand,

@@ -11,12 +11,11 @@ import struct
 import pytest
 import yaml
 
-from contracts.start_record import StartTimeline
+from tests.builders import start_record
 from tests.synth import ROOT
-from warmstart.__main__ import main
-from warmstart.calibrate import calibrate, calibrated_config, read_records
 from warmstart.catalog import default_catalog
-from warmstart.config import EnvironmentConfig, ModelSpec, StartEstimate
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config.models import ModelSpec, StartEstimate
 from warmstart.estimate import (
     CASES,
     MODELLED,
@@ -33,6 +32,8 @@ from warmstart.estimate import (
 from warmstart.estimate_report import advise, render_estimates
 from warmstart.loader import load_config
 from warmstart.workload import plan_model
+from warmstart_cli.__main__ import main
+from warmstart_cli.calibrate import calibrate, calibrated_config, read_records
 
 DEFAULTS = StartEstimate()
 CATALOG = default_catalog()
@@ -207,7 +208,7 @@ def test_the_shipped_configs_show_a_saving_and_what_still_dominates():
 
 
 def test_the_chart_is_a_png_whose_title_carries_the_inputs(tmp_path):
-    from warmstart.estimate_plot import chart_title, plot_estimates
+    from warmstart_cli.estimate_plot import chart_title, plot_estimates
 
     config = load_config(ROOT / "config" / "prod.yaml")
     estimates = estimate_environment(config, CATALOG, nodes=2)
@@ -220,49 +221,23 @@ def test_the_chart_is_a_png_whose_title_carries_the_inputs(tmp_path):
     assert width >= 700 and height >= 500
 
 
-# ---- calibration from a cluster's starts ----
-
-
-def _start(model: str, *, new_node: bool, compile_cache: str, phases: dict, image: str = "pulled") -> dict:
-    created = 1_000_000.0
-    total = sum(v for v in phases.values() if v)
-    return StartTimeline(
-        model=model,
-        namespace=model,
-        pod=f"{model}-{len(phases)}-{total:.0f}",
-        uid="u",
-        node="ip-10-0-0-1",
-        start=0,
-        outcome="ready",
-        created=created,
-        ready=created + total,
-        new_node=new_node,
-        image=image,
-        restore="restored" if new_node else None,
-        weights_source="s3",
-        compile_cache=compile_cache,
-        vllm_log_format="0.21",
-        phases=phases,
-    ).to_dict()
-
-
 def test_calibration_fits_the_clusters_rates_and_shows_them_beside_the_starts(tmp_path, capsys):
     dev = load_config(ROOT / "config" / "dev.yaml")
     name = dev.models[0].name  # 10 GB, 3 streams on g6e.2xlarge (5 Gbit/s)
     records = [
-        _start(
+        start_record(
             name,
             new_node=True,
             compile_cache="hit",
             phases={"node": 80, "scheduling": 4, "image": 100, "weights": 40, "compile": 9, "engine": 50, "other": 6},
         ),
-        _start(
+        start_record(
             name,
             new_node=True,
             compile_cache="miss",
             phases={"node": 90, "scheduling": 2, "image": 80, "weights": 40, "compile": 70, "engine": 40, "other": 6},
         ),
-        _start(
+        start_record(
             name,
             new_node=False,
             compile_cache="hit",
@@ -291,7 +266,7 @@ def test_calibration_fits_the_clusters_rates_and_shows_them_beside_the_starts(tm
 
 def test_calibration_reads_the_agents_config_maps_as_kubectl_prints_them(tmp_path):
     dev = load_config(ROOT / "config" / "dev.yaml")
-    record = _start(dev.models[0].name, new_node=True, compile_cache="hit", phases={"node": 60, "engine": 30})
+    record = start_record(dev.models[0].name, new_node=True, compile_cache="hit", phases={"node": 60, "engine": 30})
     config_maps = {"items": [{"data": {"starts.json": json.dumps([record, {"version": 99}])}}]}
     assert len(read_records(_write(tmp_path, config_maps))) == 1
 
@@ -310,7 +285,9 @@ def _write(tmp_path, document) -> object:
 
 
 def _good(**changes) -> dict:
-    record = _start("qwen3-4b", new_node=True, compile_cache="hit", phases={"node": 40, "image": 50, "engine": 30})
+    record = start_record(
+        "qwen3-4b", new_node=True, compile_cache="hit", phases={"node": 40, "image": 50, "engine": 30}
+    )
     return {**record, **changes}
 
 

@@ -7,9 +7,9 @@ import copy
 import pytest
 import yaml
 
+from tests.builders import only_problem, problems
+from tests.builders import raw as config_document
 from tests.synth import ROOT, config_of
-from tests.unit.test_config import only_problem, problems
-from tests.unit.test_config import raw as config_document
 from warmstart.loader import parse_config
 
 
@@ -90,7 +90,7 @@ def test_malformed_aws_ids_are_refused_in_words(path, value, field):
     node[path[-1]] = value
     problem = only_problem(document)
     assert problem.field == field
-    assert "of the form" not in problem.message  # said in words (warmstart/loader.py PATTERN_WORDS)
+    assert "of the form" not in problem.message  # said in words (warmstart/config_messages.py PATTERN_WORDS)
 
 
 def test_a_subnet_listed_twice_or_in_another_region_is_refused():

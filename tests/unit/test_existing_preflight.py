@@ -8,15 +8,16 @@ import base64
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kube.gpu_nodes import device_plugin_placement
 from tests.synth import config_of
-from warmstart.existing_cluster_objects import image_tag, runs_on
-from warmstart.existing_preflight import read_existing, route_table_of_each_subnet
 from warmstart.loader import load_config
-from warmstart.preflight import check
+from warmstart_cli.existing_cluster_objects import image_tag, runs_on
+from warmstart_cli.existing_preflight import read_existing, route_table_of_each_subnet
+from warmstart_cli.preflight import check
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = load_config(ROOT / "config" / "existing.yaml")
@@ -44,7 +45,7 @@ def cluster(**changes) -> dict:
         "computeConfig": {"enabled": False},
     }
     for path, value in changes.items():
-        node = described
+        node: Any = described
         keys = path.split("__")
         for key in keys[:-1]:
             node = node[key]
@@ -222,7 +223,7 @@ NOT_FOUND = (
 
 def findings(config=CONFIG, **answers) -> tuple[list[str], list[str]]:
     found, notes = read_existing(config, Account(**answers))
-    return [f"{f.what} | {f.fix}" for f in found], notes
+    return [f"{f.message} | {f.fix}" for f in found], notes
 
 
 def test_a_cluster_and_vpc_as_the_config_says_pass():
@@ -641,7 +642,7 @@ def test_the_clusters_own_daemonsets_on_warmstarts_nodes_are_counted_against_the
     A DaemonSet within what the model counts for the add-ons changes nothing; one that leaves a node too little for
     two pods is a note while the placement still fits, and a finding once it does not."""
     from warmstart.catalog import default_catalog
-    from warmstart.existing_daemonsets import daemonset_findings
+    from warmstart_cli.existing_daemonsets import daemonset_findings
 
     catalog = default_catalog()
     small = _everywhere("fluent-bit", "logging", _asking("100m", "0"))
@@ -661,7 +662,7 @@ def test_the_clusters_own_daemonsets_on_warmstarts_nodes_are_counted_against_the
     # A node left with too little for a pod: refused, with the way out.
     hungry = _everywhere("scanner", "security", _asking("160", "0"))  # leaves 31.35 CPUs; qwen asks 36
     (finding,), _ = daemonset_findings(CONFIG, catalog, {"items": [hungry]})
-    assert "no longer fits a node" in finding.what
+    assert "no longer fits a node" in finding.message
     assert "warmstart.io/gpu-pool (node affinity DoesNotExist)" in finding.fix
     # make diff and make deploy read them through the cluster's API.
     found, _ = findings(kubectl_daemonsets={"items": [hungry]})
@@ -670,7 +671,7 @@ def test_the_clusters_own_daemonsets_on_warmstarts_nodes_are_counted_against_the
 
 def test_the_clusters_daemonsets_can_push_the_models_past_gpu_limit():
     from warmstart.catalog import default_catalog
-    from warmstart.existing_daemonsets import daemonset_findings
+    from warmstart_cli.existing_daemonsets import daemonset_findings
 
     prod = load_config(ROOT / "config" / "prod.yaml")
     at_the_limit = prod.model_copy(
@@ -683,7 +684,7 @@ def test_the_clusters_daemonsets_can_push_the_models_past_gpu_limit():
     # prod's llama and qwen share nodes at 72 + 36 CPUs; 90 more CPUs a node leave room for one of them: 64 GPUs.
     heavy = _everywhere("agent", "monitoring", _asking("90", "0"))
     (finding,), _ = daemonset_findings(at_the_limit, default_catalog(), {"items": [heavy]})
-    assert "need 64 GPUs of nodes" in finding.what and "above gpu_limit 40" in finding.what
+    assert "need 64 GPUs of nodes" in finding.message and "above gpu_limit 40" in finding.message
     assert "set compute.gpu_pool.gpu_limit to at least 64" in finding.fix
 
 
@@ -694,11 +695,11 @@ def test_the_clusters_daemonsets_can_push_the_models_past_gpu_limit():
 def test_hostile_daemonset_requests_stop_the_deploy_never_a_guess(requests):
     """The API server stores only quantities it parsed: one warmstart cannot read is neither counted nor left out."""
     from warmstart.catalog import default_catalog
-    from warmstart.existing_daemonsets import daemonset_findings
+    from warmstart_cli.existing_daemonsets import daemonset_findings
 
     odd = _everywhere("odd", "kube-system", {"name": "c", "resources": {"requests": requests}})
     (finding,), notes = daemonset_findings(CONFIG, default_catalog(), {"items": [odd]})
-    assert "kube-system/odd" in finding.what and "no Kubernetes quantity" in finding.what and notes == []
+    assert "kube-system/odd" in finding.message and "no Kubernetes quantity" in finding.message and notes == []
 
 
 @pytest.mark.parametrize(
@@ -736,14 +737,14 @@ def test_hostile_daemonset_requests_stop_the_deploy_never_a_guess(requests):
     ],
 )
 def test_a_daemonsets_pod_requests_are_the_schedulers(pod, requests):
-    from warmstart.existing_daemonsets import pod_requests
     from warmstart.node_model import Resources
+    from warmstart_cli.existing_daemonsets import pod_requests
 
     assert pod_requests(pod) == Resources(*requests)
 
 
 def test_the_pools_nodes_carry_karpenters_labels_for_each_type_capacity_and_zone():
-    from warmstart.existing_cluster_objects import gpu_node_label_sets
+    from warmstart_cli.existing_cluster_objects import gpu_node_label_sets
 
     prod = load_config(ROOT / "config" / "prod.yaml")
     sets = gpu_node_label_sets(prod)
@@ -764,13 +765,13 @@ def test_the_pools_nodes_carry_karpenters_labels_for_each_type_capacity_and_zone
         _requiring({"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["4"]})
     )
     from warmstart.catalog import default_catalog
-    from warmstart.existing_daemonsets import daemonset_findings
+    from warmstart_cli.existing_daemonsets import daemonset_findings
 
     assert len(daemonset_findings(CONFIG, default_catalog(), {"items": [monitor]})[0]) == 1
 
 
 def test_the_device_plugin_warmstart_installs_keeps_off_other_teams_gpu_nodes():
-    from warmstart.existing_cluster_objects import gpu_node_label_sets, runs_on
+    from warmstart_cli.existing_cluster_objects import gpu_node_label_sets, runs_on
 
     placement = device_plugin_placement()
     assert all(runs_on(placement, labels) for labels in gpu_node_label_sets(CONFIG))
@@ -784,8 +785,8 @@ def test_the_existing_karpenters_vm_memory_overhead_is_read_and_counted(value, r
     """Karpenter takes a node to have its memory less VM_MEMORY_OVERHEAD_PERCENT until it has seen one: a team's
     larger setting leaves warmstart's pods less room than the node model's 0.075."""
     from warmstart.catalog import default_catalog
-    from warmstart.existing_cluster_objects import karpenter_vm_memory_overhead
-    from warmstart.existing_daemonsets import daemonset_findings
+    from warmstart_cli.existing_cluster_objects import karpenter_vm_memory_overhead
+    from warmstart_cli.existing_daemonsets import daemonset_findings
 
     namespace = CONFIG.compute.existing_controller.namespace
     deployment = {
@@ -806,7 +807,7 @@ def test_the_existing_karpenters_vm_memory_overhead_is_read_and_counted(value, r
     found, notes = daemonset_findings(CONFIG, catalog, {"items": []}, 0.2)
     assert found == [] and "VM_MEMORY_OVERHEAD_PERCENT=0.2" in notes[0] and "0 CPU, 256 GiB more" in notes[0]
     (finding,), _ = daemonset_findings(CONFIG, catalog, {"items": []}, 0.9)
-    assert "no longer fits a node" in finding.what
+    assert "no longer fits a node" in finding.message
 
 
 def test_workloads_that_read_a_parent_of_the_roots_writably_below_are_findings():

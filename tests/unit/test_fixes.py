@@ -1,7 +1,7 @@
 """Every refusal warmstart can give, once each, with its fix as data applied (tests/fixes.py): the fix removes
 that refusal and brings no new one unless its words say "then also".
 
-Coverage is read from the source: each place a refusal is written (a Problem in a rule or the loader, a Refusal of a
+Coverage is read from the source: each place a refusal is written (a Problem in a rule or the loader, a Problem of a
 node OS, a Refused of the config model's validators) must be met by a case below, so a refusal added without a
 case (and so without a fix checked) fails here.
 """
@@ -402,14 +402,15 @@ def test_the_fixes_of_the_limits_that_grow_with_the_models_work(case, document):
 
 
 SOURCES = [*(ROOT / "warmstart" / "checks").glob("*_rules.py"), *(ROOT / "warmstart" / "node_os").glob("*.py")]
-SOURCES += [ROOT / "warmstart" / "config.py", ROOT / "warmstart" / "loader.py"]
+SOURCES += [*(ROOT / "warmstart" / "config").glob("*.py"), *(ROOT / "warmstart").glob("config_*.py")]
+SOURCES += [ROOT / "warmstart" / "loader.py"]
 # Where the loader words what is wrong with the file itself (not UTF-8, not YAML, a key twice, empty): a fix
 # there is an edit of the text, which FILE_CASES in test_config_messages.py check.
 FILE_LEVEL = {"read_yaml", "read_yaml_literals", "_loader", "duplicate", "refuse", "parse_config"}
 
 
 def _written_refusals() -> set[str]:
-    """file:line of each Problem, Refusal and Refused written in the rules, node OSes, model and loader."""
+    """file:line of each Problem, Problem and Refused written in the rules, node OSes, model and loader."""
     sites = set()
     for path in SOURCES:
         tree = ast.parse(path.read_text())
@@ -417,10 +418,12 @@ def _written_refusals() -> set[str]:
             if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or function.name in FILE_LEVEL:
                 continue
             for node in ast.walk(function):
-                called = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else ""
-                # A call that passes its site on (a Refusal made a Problem) is not where a refusal is written.
-                passes_site = any(keyword.arg == "site" for keyword in getattr(node, "keywords", []))
-                if called in ("Problem", "Refusal", "Refused") and not passes_site:
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                    continue
+                # A call that passes its site on (a node OS's Problem raised to the cluster's release) is not where a
+                # refusal is written.
+                passes_site = any(keyword.arg == "site" for keyword in node.keywords)
+                if node.func.id in ("Problem", "Refused") and not passes_site:
                     sites.add(f"{path}:{node.lineno}")
     return sites
 

@@ -10,14 +10,24 @@ from pathlib import Path
 import pytest
 
 from tests.synth import ROOT
-from warmstart.config import COMPUTE_MODES
+from warmstart.config.compute import COMPUTE_MODES
 from warmstart.node_os import AUTO_MODE_OS, KARPENTER_NODE_OSES
 from warmstart.preload_modes import PRELOAD_MODES
 
 BUILDER_LINES = 60
 # The infrastructure packages: everything in them that is not runtime code builds constructs, charts or policies.
-BUILDER_PACKAGES = ("stacks", "kube", "node_agent", "model_workload", "pruner", "image_preload", "lambdas")
-SOURCE_PACKAGES = ("contracts", "warmstart", *BUILDER_PACKAGES)
+BUILDER_PACKAGES = (
+    "stacks",
+    "construct_kit",
+    "gpu_compute",
+    "kube",
+    "node_agent",
+    "model_workload",
+    "pruner",
+    "image_preload",
+    "lambdas",
+)
+SOURCE_PACKAGES = ("contracts", "warmstart", "warmstart_cli", *BUILDER_PACKAGES)
 
 
 def _files(packages: tuple[str, ...]) -> list[Path]:
@@ -52,7 +62,7 @@ def test_no_builder_is_longer_than_a_screen(path):
 def _string_constants(path: Path) -> list[ast.Constant]:
     tree = ast.parse(path.read_text())
     docstrings = {
-        id(node.body[0].value)
+        id(getattr(node.body[0], "value", None))
         for node in ast.walk(tree)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
         and ast.get_docstring(node, clean=False) is not None
@@ -94,10 +104,29 @@ def mode_comparisons(source: str) -> list[int]:
 
 
 def test_no_code_compares_against_a_modes_name():
-    """The compute mode is decided once (stacks/components/compute/__init__.py, by the settings' class) and a
+    """The compute mode is decided once (gpu_compute/__init__.py, by the settings' class) and a
     preload mode answers for itself (warmstart/preload_modes/); a comparison such as `compute.mode == "auto"` or
     `image_preload.mode == "snapshot"` anywhere would be a second place."""
     assert mode_comparisons('if config.compute.mode == "auto":\n    pass\nif tp != "auto":\n    pass\n') == [1]
     assert mode_comparisons('x = preload.mode != "snapshot"\n') == [1]
     found = {str(p.relative_to(ROOT)): mode_comparisons(p.read_text()) for p in _files(SOURCE_PACKAGES)}
     assert {path: lines for path, lines in found.items() if lines} == {}
+
+
+# A test module that runs another's tests again on a real server (the mirror) imports them on purpose.
+RERUNS = {"tests/cluster/test_agent_api.py"}
+
+
+def test_no_test_module_imports_another_test_module():
+    """Shared builders live in modules of their own (tests/builders.py, tests/import_graph.py, a folder's *_world.py),
+    never in a test module another one imports: importing a test module collects its tests twice."""
+    importers = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if str(path.relative_to(ROOT)) in RERUNS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if any(name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_") for name in names):
+                importers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert importers == []

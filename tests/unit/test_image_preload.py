@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
+from tests.builders import only_problem, raw
 from tests.fixes import refused
-from tests.unit.test_config import only_problem, raw
 from warmstart.catalog import Catalog, InstanceSpec
 from warmstart.image_preload import (
     builder_commands,

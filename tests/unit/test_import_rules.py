@@ -11,199 +11,48 @@
 
 from __future__ import annotations
 
-import ast
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.synth import ROOT
-
-PACKAGES = (
-    "contracts",
-    "warmstart",
-    "stacks",
-    "kube",
-    "node_agent",
-    "model_workload",
-    "pruner",
-    "image_preload",
-    "lambdas",
+from tests.import_graph import (
+    COMPONENTS,
+    INFRASTRUCTURE,
+    LAYERS,
+    PACKAGES,
+    SHARED,
+    SOURCES,
+    cycles,
+    graph,
+    imported,
+    layer_of,
+    package_imports,
+    reached,
+    shipped_programs,
+    third_party,
+    within,
 )
-INFRASTRUCTURE = ("aws_cdk", "constructs", "cdk8s", "cdk8s_plus_33", "cdk_nag", "jsii")
-
-
-# Each program shipped alone: its own code, and what its asset or image ships beside it (read from the
-# constructs, so a test cannot allow what the asset leaves out).
-def _shipped() -> dict[str, tuple[tuple[str, ...], set[str] | None]]:
-    """program -> (module prefixes its asset ships, third-party packages it may import; None: the image's own
-    requirements, which tests/unit/test_agent_image.py holds)."""
-    from image_preload.snapshot import FUNCTION_SOURCE as SNAPSHOT_SOURCE
-    from lambdas.packaging import SHARED_RUNTIME
-    from node_agent.image import IMAGE_SOURCE
-    from pruner.construct import FUNCTION_SOURCE as PRUNER_SOURCE
-
-    def modules(paths) -> tuple[str, ...]:
-        return tuple(p.removesuffix(".py").replace("/", ".") for p in paths if not p.endswith(".txt"))
-
-    lambda_runtime = {"boto3", "botocore"}  # what the Lambda Python runtime provides
-    image = modules(IMAGE_SOURCE)
-    return {
-        "node_agent.runtime": (image, None),
-        "image_preload.runtime.gate": (image, None),
-        "pruner.runtime": (modules([*PRUNER_SOURCE, *SHARED_RUNTIME]), lambda_runtime),
-        "image_preload.runtime.snapshot": (modules([*SNAPSHOT_SOURCE, *SHARED_RUNTIME]), lambda_runtime),
-    }
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _sources() -> dict[str, Path]:
-    found = {"app": ROOT / "app.py"}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            found[_module_name(path)] = path
-    return found
-
-
-SOURCES = _sources()
-
-
-def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    """In the body of an `if TYPE_CHECKING:` (not its else branch, nor `if not TYPE_CHECKING:`)."""
-    while node in parents:
-        parent = parents[node]
-        if isinstance(parent, ast.If) and ast.unparse(parent.test).split(".")[-1] == "TYPE_CHECKING":
-            if node in parent.body:
-                return True
-        node = parent
-    return False
-
-
-def imported(module: str) -> set[str]:
-    """Every module `module` imports (dotted names as written, relative ones resolved)."""
-    path = SOURCES[module]
-    tree = ast.parse(path.read_text())
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if _type_checking_only(node, parents):
-            continue
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            members = {f"{base}.{alias.name}" for alias in node.names}
-            # `from package import module` imports the modules (and the package's __init__, which imports nothing
-            # of the modules' when a package is laid out well: a cycle through it is found there).
-            names |= members if all(m in SOURCES for m in members) else {base, *members}
-    return names
-
-
-def ours(name: str) -> str | None:
-    """The module of ours a dotted name lands in (the longest known prefix), or None."""
-    parts = name.split(".")
-    for end in range(len(parts), 0, -1):
-        candidate = ".".join(parts[:end])
-        if candidate in SOURCES:
-            return candidate
-    return None
-
-
-def _parents(module: str) -> list[str]:
-    parts = module.split(".")
-    return [".".join(parts[:end]) for end in range(1, len(parts))]
-
-
-def graph() -> dict[str, set[str]]:
-    """Module -> what importing it runs: each imported module, and the `__init__` of every package above it that
-    is not one of the importer's own (Python runs a package's `__init__` before its submodule)."""
-    edges = {}
-    for module in SOURCES:
-        targets: set[str] = set()
-        for name in imported(module):
-            target = ours(name)
-            if target is None or target == module:
-                continue
-            targets.add(target)
-            targets |= {p for p in _parents(target) if p in SOURCES and not module.startswith(p + ".")}
-        edges[module] = targets - {module}
-    return edges
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found = []
-    for root in edges:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(edges[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
-
-
-def _package_imports(module: str) -> set[str]:
-    """Packages of ours a module reaches for (a package's own submodules import it: not counted)."""
-    reached = set()
-    for name in imported(module):
-        target = ours(name)
-        if target is not None and not module.startswith(target + ".") and target != module:
-            reached.add(target)
-    return reached
-
-
-def _in(module: str, allowed: tuple[str, ...]) -> bool:
-    return any(module == a or module.startswith(a + ".") for a in allowed)
+from tests.synth import ROOT
 
 
 def test_the_rules_see_every_package():
     """The reader itself: it finds the modules and their imports (a rule over nothing would pass)."""
-    assert {m.split(".")[0] for m in SOURCES} == {*PACKAGES, "app"}
-    assert "contracts.cache_key" in _package_imports("pruner.runtime.selection")
+    assert {m.split(".")[0] for m in SOURCES} == {*PACKAGES, "app", "render"}
+    top_level = {
+        p.name.removesuffix(".py")
+        for p in ROOT.iterdir()
+        if (p / "__init__.py").exists() or p.name in ("app.py", "render.py")
+    }
+    assert top_level - {"tests", "bench"} == {*PACKAGES, "app", "render"}, (
+        "a new top-level package needs its place in LAYERS"
+    )
+    assert "contracts.cache_key" in package_imports("pruner.runtime.selection")
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     # Importing a submodule runs its package's __init__: an edge to the package, unless the importer is inside it.
-    assert "warmstart.checks" in graph()["warmstart.scale"]
+    assert "warmstart.checks" in graph()["warmstart.problem"]
     assert "warmstart.node_os" not in graph()["warmstart.node_os.al2023"]
     # What ships is read from the constructs: the pruner's asset has the contracts and the shared log line.
-    assert _shipped()["pruner.runtime"][0] == ("pruner.runtime", "contracts", "lambdas.log")
+    assert shipped_programs()["pruner.runtime"][0] == ("pruner.runtime", "contracts", "lambdas.log")
 
 
 def test_no_import_cycle():
@@ -223,43 +72,28 @@ def test_contracts_import_only_the_standard_library_and_pydantic():
             assert top in sys.stdlib_module_names or top in ("__future__", "pydantic", "contracts"), (module, name)
 
 
-def _reached(start: list[str]) -> set[str]:
-    """Every module of ours that importing `start` runs, transitively (packages' __init__ included)."""
-    edges, seen, todo = graph(), set(start), list(start)
-    while todo:
-        for target in edges[todo.pop()]:
-            if target not in seen:
-                seen.add(target)
-                todo.append(target)
-    return seen
-
-
-def _third_party(module: str) -> set[str]:
-    tops = {name.split(".")[0] for name in imported(module)}
-    return {t for t in tops if t not in sys.stdlib_module_names and t != "__future__" and t not in PACKAGES}
-
-
 @pytest.mark.parametrize("program", ["node_agent.runtime", "image_preload.runtime.gate", "pruner.runtime",
                                      "image_preload.runtime.snapshot"])  # fmt: skip
 def test_each_program_shipped_alone_imports_only_what_ships_with_it(program):
-    shipped, third_party = _shipped()[program]
+    shipped, allowed = shipped_programs()[program]
     own = [m for m in SOURCES if m == program or m.startswith(program + ".")]
     assert own, program
-    for module in _reached(own):
-        # The `__init__.py` of every package above what ships travels with it (stacks.components.source.only); what
+    for module in reached(own):
+        # The `__init__.py` of every package above what ships travels with it (construct_kit.source.only); what
         # it imports is followed like the rest.
         above = any(p.startswith(module + ".") for p in shipped)
-        assert above or _in(module, shipped), (program, module)
-        if third_party is not None:
-            assert _third_party(module) <= third_party, (program, module, _third_party(module))
+        assert above or within(module, shipped), (program, module)
+        if allowed is not None:
+            assert third_party(module) <= allowed, (program, module, third_party(module))
 
 
 def test_the_domain_package_imports_no_infrastructure():
-    for module in [m for m in SOURCES if m.startswith("warmstart")]:
+    for module in [m for m in SOURCES if m.split(".")[0] == "warmstart"]:
         for name in imported(module):
             top = name.split(".")[0]
-            assert top not in INFRASTRUCTURE and top not in ("stacks", "kube", "lambdas"), (module, name)
-            assert not (top in PACKAGES and top not in ("warmstart", "contracts")), (module, name)
+            assert top not in INFRASTRUCTURE, (module, name)
+            # The domain runs no command and draws nothing: that is the operator's command line (warmstart_cli).
+            assert top not in ("subprocess", "matplotlib", "argparse"), (module, name)
 
 
 def test_the_entry_steps_record_names_are_the_contracts():
@@ -268,3 +102,28 @@ def test_the_entry_steps_record_names_are_the_contracts():
     from model_workload.runtime import vllm_entry
 
     assert (vllm_entry.RECORD_FILE, vllm_entry.RECORD_VERSION) == (pod_record.RECORD_FILE, pod_record.RECORD_VERSION)
+
+
+def test_every_import_runs_down_the_layers():
+    """No shared module imports a component, the stacks or an entry point; the construct kit never imports the
+    stacks that compose it; nothing imports an entry point."""
+    wrong = []
+    for module in SOURCES:
+        for target in package_imports(module):
+            same_package = target.split(".")[0] == module.split(".")[0]
+            sideways = layer_of(target) == layer_of(module) and layer_of(module) == LAYERS.index(COMPONENTS)
+            if not same_package and not sideways and layer_of(target) >= layer_of(module):
+                wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
+def test_the_layer_rule_is_read_from_the_imports():
+    """The rule would pass over nothing: the stacks do import components, components the kit."""
+    assert "construct_kit.nag" in package_imports("pruner.construct")
+    assert (
+        layer_of("stacks.compose")
+        > layer_of("pruner.construct")
+        > layer_of("construct_kit.nag")
+        > layer_of("warmstart.config")
+    )
+    assert all(layer_of(s) < layer_of(c) for s in SHARED for c in COMPONENTS)

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from contracts.node_layout import COMPILE_CACHE_CONTENT
-from node_agent.runtime.compile_cache import VLLM_FOLDER, Cause, judge, with_engine_evidence
+from node_agent.runtime.compile_judgement import Cause, judge, with_engine_evidence
+from node_agent.runtime.compile_manifest import VLLM_FOLDER
 from node_agent.runtime.vllm_log import MAX_REASON_CHARS, parse_start
 
 A, B = "torch_compile_cache/aaaaaaaaaa", "torch_compile_cache/bbbbbbbbbb"

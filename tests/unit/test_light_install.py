@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 
+from tests.import_graph import SOURCES, reached, third_party
 from tests.synth import ROOT
-from tests.unit.test_import_rules import SOURCES, _reached, _third_party
-from warmstart.__main__ import main
+from warmstart_cli.__main__ import main
 
 # Import name -> distribution, for what synth and the command line import.
 DISTRIBUTIONS = {
@@ -31,8 +31,8 @@ def test_synth_and_the_command_line_import_only_what_requirements_txt_installs()
     # Less estimate_plot: it imports matplotlib only when `plan --plot` asks, which says how to get it.
     # The node OS and preload-mode modules are loaded by discovery (by name), which the import graph cannot see.
     discovered = [m for m in SOURCES if m.startswith(("warmstart.node_os.", "warmstart.preload_modes."))]
-    reached = _reached(["app", "warmstart.__main__", "kube.render", *discovered]) - {"warmstart.estimate_plot"}
-    imported = set().union(*(_third_party(module) for module in reached))
+    modules = reached(["app", "warmstart_cli.__main__", "render", *discovered]) - {"warmstart_cli.estimate_plot"}
+    imported = set().union(*(third_party(module) for module in modules))
     assert imported <= set(DISTRIBUTIONS), imported - set(DISTRIBUTIONS)
     assert {DISTRIBUTIONS[name].lower() for name in imported} <= _synth_pins()
     assert "torch" not in (ROOT / "requirements.txt").read_text() and "pytest" not in _synth_pins()

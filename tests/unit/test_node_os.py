@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from tests.unit.test_config import raw
-from warmstart.config import AutoModeCompute, GpuPool, ImagePreload, KarpenterCompute
+from tests.builders import raw
+from warmstart.config.caches import ImagePreload
+from warmstart.config.compute import AutoModeCompute, GpuPool, KarpenterCompute
 from warmstart.discovery import subclasses_in
 from warmstart.loader import parse_config
 from warmstart.node_os import AMI_ALIAS_PATTERN, AUTO_MODE_OS, KARPENTER_NODE_OSES, karpenter_node_os
@@ -77,7 +78,7 @@ def test_a_new_module_registers_by_existing(tmp_path, monkeypatch):
     (package / "base.py").write_text("class Kind:\n    name = ''\n")
     (package / "first.py").write_text("from kinds.base import Kind\n\nclass First(Kind):\n    name = 'first'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from kinds.base import Kind  # type: ignore[import-not-found]
+    from kinds.base import Kind
 
     assert [k.name for k in subclasses_in("kinds", [str(package)], Kind)] == ["first"]
     (package / "second.py").write_text("from kinds.base import Kind\n\nclass Second(Kind):\n    name = 'second'\n")
@@ -127,7 +128,7 @@ def _prod(alias: str, kubernetes: str = "1.35") -> dict:
 def test_an_al2023_alias_without_its_v_is_refused_with_the_form_karpenter_resolves():
     """EKS names AL2023 releases v<YYYYMMDD> and Karpenter looks the AMI up by the version as written: al2023@20260714
     finds no AMI, no GPU node ever launches (Karpenter trims the v for Bottlerocket only)."""
-    from tests.unit.test_config import only_problem
+    from tests.builders import only_problem
 
     problem = only_problem(_prod("al2023@20260714"))
     assert problem.field == "compute.ami_alias" and "-1.35-20260714/image_id" in problem.message
@@ -145,7 +146,7 @@ def test_an_al2023_alias_without_its_v_is_refused_with_the_form_karpenter_resolv
     ],
 )
 def test_an_al2023_release_known_not_to_have_the_clusters_kubernetes_is_refused(alias, kubernetes, said):
-    from tests.unit.test_config import problems
+    from tests.builders import problems
 
     (problem,) = [p for p in problems(_prod(alias, kubernetes)) if p.field == "compute.ami_alias"]
     assert said in problem.message, problem

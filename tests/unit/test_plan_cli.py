@@ -1,7 +1,7 @@
 import yaml
 
 from tests.synth import ROOT
-from warmstart.__main__ import main
+from warmstart_cli.__main__ import main
 
 
 def test_plan_prints_every_models_derived_settings(capsys, monkeypatch):

@@ -1,6 +1,6 @@
 import pytest
 
-from warmstart.config import AutoModeCompute, GpuPool, KarpenterCompute
+from warmstart.config.compute import AutoModeCompute, GpuPool, KarpenterCompute
 from warmstart.sizing import (
     SizingError,
     ephemeral_storage_below_nvme,

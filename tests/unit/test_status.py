@@ -7,10 +7,10 @@ import pytest
 
 from contracts.start_record import StartTimeline
 from tests.synth import ROOT
-from warmstart.__main__ import main
 from warmstart.catalog import default_catalog
 from warmstart.loader import load_config
-from warmstart.status import CacheCount, CompileUse, Replicas, model_status
+from warmstart_cli.__main__ import main
+from warmstart_cli.status import CacheCount, CompileUse, Replicas, model_status
 
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -211,7 +211,7 @@ def test_status_starts_shows_the_last_starts_per_model_with_a_bar(capsys, monkey
 
 
 def test_status_starts_skips_records_it_cannot_read():
-    from warmstart.status import read_starts
+    from warmstart_cli.status import read_starts
 
     starts = read_starts(_recorded("prod-starts.json"))
     assert sorted(t.pod for t in starts) == [
@@ -225,25 +225,25 @@ def test_status_starts_skips_records_it_cannot_read():
 
 
 def test_status_starts_on_a_cluster_without_starts(capsys):
-    from warmstart.status import render_starts
+    from warmstart_cli.status import render_starts
 
     config = load_config(ROOT / "config" / "prod.yaml")
     assert "no pod start recorded yet" in render_starts(config, [])
 
 
 def _readme_block(marker: str) -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "deploy.md").read_text()
     block = text.split(f"<!-- {marker} -->\n```\n", 1)[1].split("```\n<!-- /", 1)[0]
     return block
 
 
-def test_the_readmes_status_samples_are_what_the_commands_print(capsys, monkeypatch):
+def test_the_deploy_guides_status_samples_are_what_the_commands_print(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     kubectl = f"{sys.executable} {FIXTURES / 'fake_kubectl.py'}"
     printed = []
     for args in (["status", "--env", "prod"], ["status", "--env", "prod", "--starts", "--last", "3"]):
         assert main([*args, "--kubectl", kubectl]) == 0
-        printed.append(f"$ python -m warmstart {' '.join(args)}\n{capsys.readouterr().out}")
+        printed.append(f"$ python -m warmstart_cli {' '.join(args)}\n{capsys.readouterr().out}")
     assert _readme_block("status-sample") == "".join(printed)
     monkeypatch.setenv("FAKE_KUBECTL_STDERR", "error: You must be logged in to the server (Unauthorized)")
     assert main(["status", "--env", "prod", "--kubectl", f"{sys.executable} {FIXTURES / 'failing_kubectl.py'}"]) == 3
@@ -252,7 +252,7 @@ def test_the_readmes_status_samples_are_what_the_commands_print(capsys, monkeypa
 
 def test_status_starts_says_when_vllm_could_not_load_its_compiled_graph():
     """A start whose compiled artifact failed to load compiled again: shown as a compile miss with vLLM's reason."""
-    from warmstart.status import read_starts, render_starts
+    from warmstart_cli.status import read_starts, render_starts
 
     config = load_config(ROOT / "config" / "prod.yaml")
     (cold, *_) = sorted(read_starts(_recorded("prod-starts.json")), key=lambda t: t.pod)

@@ -206,7 +206,7 @@ def test_the_record_lists_the_compile_folders_present_at_start(tmp_path):
 
 def _mounted_entry(tmp_path: Path) -> Path:
     """The ConfigMap's files at their mounted paths (the volume's items): the script as the container runs it."""
-    from model_workload.chart import ENTRY_FILES
+    from model_workload.pod_spec import ENTRY_FILES
 
     mount = tmp_path / "warmstart-entry"
     for name, source in ENTRY_FILES.items():

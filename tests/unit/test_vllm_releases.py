@@ -11,8 +11,8 @@ import copy
 
 import pytest
 
+from tests.builders import only_problem, problems, raw
 from tests.real_vllm.environment import LOCKS, pinned_version
-from tests.unit.test_config import only_problem, problems, raw
 from warmstart.checks.fix import UNSET
 from warmstart.loader import parse_config
 from warmstart.notes import config_notes

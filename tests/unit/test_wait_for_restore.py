@@ -4,7 +4,7 @@ import os
 import subprocess
 import time
 
-from model_workload.chart import WAIT_FOR_RESTORE
+from model_workload.pod_spec import WAIT_FOR_RESTORE
 
 
 def _run(marker, wait_seconds: int) -> tuple[subprocess.CompletedProcess, float]:

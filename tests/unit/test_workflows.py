@@ -134,3 +134,30 @@ def test_the_ci_stacks_trust_what_the_workflows_run_as(environment):
         assert github.environment == job["environment"]
     else:
         assert github.environment is None and github.branch in deploy["on"]["push"]["branches"]
+
+
+def _make_targets_of_ci_run() -> list[str]:
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    return [line.split()[1] for line in lines if line.startswith("make ")]
+
+
+def _make_targets_on_main() -> list[str]:
+    """What ci.yml runs on a push to main: every job's `make` steps and its matrix targets."""
+    targets = []
+    for job in _load(ROOT / ".github" / "workflows" / "ci.yml")["jobs"].values():
+        if job.get("if", "").strip() == "github.event_name == 'pull_request'":
+            continue
+        matrix = job.get("strategy", {}).get("matrix", {}).get("target", [])
+        for step in job["steps"]:
+            run = step.get("run", "")
+            if run == 'make "$TARGET"':
+                targets += matrix
+            elif run.startswith("make ") and "ENV=" not in run:
+                targets.append(run.split()[1])
+    return targets
+
+
+def test_ci_means_one_thing_the_workflow_on_main_runs_what_ci_run_runs():
+    """.ci/run (the CI entry point) and the repository's own workflow on main run the same make targets."""
+    assert _make_targets_of_ci_run() == ["lint", "test", "test-vllm", "test-cluster", "test-engine"]
+    assert sorted(_make_targets_on_main()) == sorted(_make_targets_of_ci_run())

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from tests.builders import only_problem, problems, raw
 from tests.fixes import refused
-from tests.unit.test_config import only_problem, problems, raw
 from warmstart.catalog import default_catalog
-from warmstart.config import GIB
+from warmstart.config.base import GIB
 from warmstart.loader import parse_config
 from warmstart.sizing import default_requests
 from warmstart.workload import (
@@ -226,7 +226,7 @@ def test_a_plugin_list_that_leaves_out_warmstarts_is_refused_where_the_weights_c
 
 
 def test_the_plugin_name_the_config_asks_for_is_the_one_vllm_finds():
-    from model_workload.chart import ENTRY_FILES, PLUGIN_DIST_INFO
+    from model_workload.pod_spec import ENTRY_FILES, PLUGIN_DIST_INFO
     from model_workload.runtime.node_copy_loader import PLUGIN_NAME
     from warmstart.reserved_vllm_env import NODE_COPY_PLUGIN
 
@@ -376,7 +376,7 @@ def test_without_surge_rollouts_replace_one_pod_at_a_time_and_say_what_it_costs(
 def test_the_deployment_strategy_follows_the_plan(tmp_path):
     import yaml
 
-    from kube.render import render_workloads
+    from render import render_workloads
 
     strategies = {}
     for surge in (False, True):

@@ -11,7 +11,7 @@ figures give and nothing else in warmstart knows) and the allocatable cpu and me
 memory overhead, no kubelet settings). warmstart computes allocatable itself from Karpenter's formulas
 (warmstart/node_model.py); the recorded allocatable is what tests/unit/test_node_model.py holds it to. Each type's
 `karpenter.k8s.aws/` labels, which Karpenter puts on its nodes, are kept too: an existing cluster's DaemonSets'
-node affinity is matched against them (warmstart/existing_daemonsets.py).
+node affinity is matched against them (warmstart_cli/existing_daemonsets.py).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _mebibytes(text: str) -> int:
     return int(found.group(1))
 
 
-def parse_reference(text: str) -> dict[str, dict[str, int]]:
+def parse_reference(text: str) -> dict[str, dict[str, object]]:
     """Every instance type's labels and resources that the budget needs, by type."""
     marks = list(HEADING.finditer(text))
     types = {}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from warmstart.checks.fix import Edit, removing, setting, together
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.problem import Problem
 
 
 @rule(needs=POOL_FACTS)

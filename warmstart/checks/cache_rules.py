@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 
-from contracts.active_set_format import MAX_ACTIVE_SET_PARTS
-from warmstart.active_set import ADVANCED_LIMIT, active_keys, active_set_documents
+from contracts.active_set_format import ADVANCED_LIMIT, MAX_ACTIVE_SET_PARTS
+from warmstart.active_set import active_keys, active_set_documents
 from warmstart.catalog import Catalog
 from warmstart.checks.fix import Edit, removing, setting, together
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import VALID_CONFIG, rule
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.problem import Problem
 from warmstart.sizing import (
     nvme_mount,
 )

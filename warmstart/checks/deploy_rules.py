@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 from warmstart.checks.fix import Edit, removing, setting, together
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.naming import bucket_name_problems, reference_problem
+from warmstart.problem import Problem
 
 # IAM role names are at most 64 characters; the pruner's role is named after the environment so the compile
 # bucket's policy can name it (warmstart-<env>-compile-cache-pruner).

@@ -17,9 +17,9 @@ from warmstart.checks import (
     vllm_rules,
     workload_rules,
 )
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import RULES, run_rules
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.problem import Problem
 
 # The order problems are reported in, within what the rules need: the cluster, then the models, then the rest.
 TOPICS: tuple[ModuleType, ...] = (

@@ -1,7 +1,7 @@
 """A cluster and VPC that warmstart did not create: what it must be told, and what would lose the speed-up there.
 
 What synth cannot know without a lookup (that the cluster, its add-ons and the endpoint are what the config says)
-`make preflight` checks against the account (warmstart/existing_preflight.py).
+`make preflight` checks against the account (warmstart_cli/existing_preflight.py).
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from warmstart.agent_config import agent_settings
 from warmstart.catalog import Catalog
 from warmstart.checks.fix import Ask, Edit, removing, setting, together
 from warmstart.checks.network_rules import in_region, two_zones
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import VALID_CONFIG, rule
-from warmstart.config import OWN_KARPENTER_SETTINGS, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+from warmstart.config.compute import OWN_KARPENTER_SETTINGS, AutoModeCompute, KarpenterCompute
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.problem import Problem
 
 # The Karpenter release whose CRDs warmstart's EC2NodeClass and NodePool follow (tests/schemas name it).
 KARPENTER_SCHEMA_VERSION = (1, 14, 1)

@@ -194,15 +194,3 @@ def _apply(node: Any, path: list[str | int], edit: Edit) -> None:
             node[last] = copy.deepcopy(edit.value)
     else:
         raise FixError(f"{edit.path}: {last!r} is not there")
-
-
-class Refused(ValueError):
-    """A validator's refusal in the config model: its words and its fix as data, with paths relative to the
-    validated field ("" is the field itself; a path starting with "/" is from the file's top)."""
-
-    def __init__(self, message: str, fix: str, *fixes: Fix) -> None:
-        super().__init__(f"{message}; fix: {fix}")
-        self.fixes = fixes
-        # Which validator refused, and where (tests check that each refusal's fix is applied somewhere).
-        self.origin = sys._getframe(1).f_code.co_qualname
-        self.site = call_site(1)

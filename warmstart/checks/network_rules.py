@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from warmstart.checks.fix import removing, setting
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import rule
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.problem import Problem
 
 
 def in_region(zone: str, region: str) -> bool:

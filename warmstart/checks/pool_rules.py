@@ -8,11 +8,13 @@ import re
 
 from warmstart.catalog import Catalog
 from warmstart.checks.fix import Edit, removing, setting, together
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
-from warmstart.config import GIB, AutoModeCompute, EnvironmentConfig, KarpenterCompute
+from warmstart.config.base import GIB
+from warmstart.config.compute import AutoModeCompute, KarpenterCompute
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.node_caches import weights_cached
 from warmstart.placement import models_inside_pool, rollout_placement, steady_placement
+from warmstart.problem import Problem
 from warmstart.sizing import (
     ephemeral_storage_below_nvme,
 )

@@ -7,10 +7,12 @@ import math
 from warmstart.catalog import Catalog
 from warmstart.checks.fix import Edit, Fix, removing, setting, together
 from warmstart.checks.pool_rules import without_types
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
 from warmstart.checks.workload_rules import image_pinned
-from warmstart.config import GIB, PAUSE_IMAGE, EnvironmentConfig, KarpenterCompute
+from warmstart.config.base import GIB
+from warmstart.config.caches import PAUSE_IMAGE
+from warmstart.config.compute import KarpenterCompute
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.image_preload import (
     DATA_VOLUME_RESERVE_GB,
     KUBELET_IMAGE_GC_LOW_PERCENT,
@@ -19,10 +21,11 @@ from warmstart.image_preload import (
     is_private_ecr,
 )
 from warmstart.node_caches import serving_images
-from warmstart.node_os import Refusal, alias_for_kubernetes, snapshot_aliases
+from warmstart.node_os import alias_for_kubernetes, snapshot_aliases
+from warmstart.problem import Problem
 
 
-def _problem(config: EnvironmentConfig, refusal: Refusal) -> Problem:
+def _problem(config: EnvironmentConfig, refusal: Problem) -> Problem:
     """A node OS's refusal, the aliases its fixes set raised to a release that ships the cluster's Kubernetes."""
     fixes = tuple(raise_aliases(config, fix) for fix in refusal.fixes)
     fix = refusal.fix

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from warmstart.catalog import Catalog
-from warmstart.checks.problem import Problem
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.problem import Problem
 
 
 class Needs(IntEnum):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from warmstart.checks.fix import Edit, together
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
-from warmstart.config import EnvironmentConfig
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.node_caches import weights_cached
+from warmstart.problem import Problem
 from warmstart.scale import MANAGED_POLICIES_PER_ROLE, prefix_groups
 
 

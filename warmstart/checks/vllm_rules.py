@@ -7,11 +7,12 @@ import json
 import re
 
 from warmstart.checks.fix import Ask, Edit, Fix, removing, setting, together
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import rule
-from warmstart.config import EnvironmentConfig, ModelSpec
+from warmstart.config.environment import EnvironmentConfig
+from warmstart.config.models import ModelSpec
 from warmstart.naming import moving_reference, reference_problem
 from warmstart.node_caches import weights_cached
+from warmstart.problem import Problem
 from warmstart.reserved_vllm_env import NODE_COPY_PLUGIN, RESERVED_VLLM_ENV
 from warmstart.vllm_release import (
     DEFAULT_IMAGE,

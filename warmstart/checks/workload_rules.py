@@ -7,12 +7,14 @@ import math
 from contracts.agent_settings import AGENT_NAMESPACE
 from warmstart.catalog import Catalog
 from warmstart.checks.fix import Edit, Fix, removing, setting, together
-from warmstart.checks.problem import Problem
 from warmstart.checks.rule import POOL_FACTS, rule
-from warmstart.config import GIB, EnvironmentConfig, GpuPool
+from warmstart.config.base import GIB
+from warmstart.config.compute import GpuPool
+from warmstart.config.environment import EnvironmentConfig
 from warmstart.naming import moving_reference, reference_problem
 from warmstart.node_caches import weights_cached
 from warmstart.node_model import MIB_PER_GIB, node_shape
+from warmstart.problem import Problem
 from warmstart.sizing import (
     SizingError,
     candidate_instances,

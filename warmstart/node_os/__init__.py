@@ -1,7 +1,7 @@
 """The GPU nodes' operating systems, one object each (warmstart/node_os/base.py says what each answers).
 
 A Karpenter pool's OS is the family of its pinned AMI alias; Auto Mode's is its own. Each compute mode's settings
-answer `node_os` (warmstart/config.py). Adding an OS is one module here: every module's NodeOs classes register.
+answer `node_os` (warmstart/config/compute.py). Adding an OS is one module here: every module's NodeOs classes register.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from warmstart.discovery import subclasses_in
 from warmstart.node_os.al2023 import DEFAULT_AMI_ALIAS
 from warmstart.node_os.auto_mode import AutoModeOs
 from warmstart.node_os.base import NodeOs, SnapshotObstacle, release
-from warmstart.refusal import Refusal
 
 # Every OS a Karpenter pool can pin by its AMI alias: the NodeOs classes of this package that have one.
 KARPENTER_NODE_OSES: dict[str, type[NodeOs]] = {
@@ -45,7 +44,6 @@ __all__ = [
     "KARPENTER_NODE_OSES",
     "NodeOs",
     "alias_for_kubernetes",
-    "Refusal",
     "SnapshotObstacle",
     "karpenter_node_os",
     "release",

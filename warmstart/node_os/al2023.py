@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from warmstart.checks.fix import removing, setting
 from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, newer_than_known
-from warmstart.refusal import Refusal
+from warmstart.problem import Problem
 
 if TYPE_CHECKING:
-    from warmstart.config import ImagePreload, KarpenterCompute
+    from warmstart.config.caches import ImagePreload
+    from warmstart.config.compute import KarpenterCompute
 
 # nodeadm's RAID0 (Karpenter instanceStorePolicy RAID0 -> nodeadm localStorage RAID0): amazon-eks-ami
 # templates/al2023/runtime/bin/setup-local-disks mounts the array here.
@@ -98,10 +99,10 @@ class Al2023(NodeOs):
     nvme_mount = NVME_MOUNT
     parallel_pull_min_node = (FAST_IMAGE_PULL_MIN_VCPUS, FAST_IMAGE_PULL_MIN_MEMORY_GIB)
 
-    def parallel_pull_refusal(self, preload: ImagePreload) -> Refusal | None:
+    def parallel_pull_refusal(self, preload: ImagePreload) -> Problem | None:
         if self.release >= FAST_IMAGE_PULL_SINCE:
             return None
-        return Refusal(
+        return Problem(
             "image_preload.parallel_pull",
             f"{self.alias} predates v{dotted(FAST_IMAGE_PULL_SINCE)}, from which the AL2023 AMI keeps "
             "SOCI's store on the NVMe array (earlier releases lack FastImagePull or unpack every image onto the "
@@ -115,14 +116,14 @@ class Al2023(NodeOs):
         assert self.alias is not None
         return self.alias.split("@", 1)[1]
 
-    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Refusal | None:
+    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Problem | None:
         version = self.version
         fallback = DEFAULT_AMI_ALIAS if ships(DEFAULT_AMI_ALIAS.split("@")[1], kubernetes_version) else None
         fallback = fallback or (f"al2023@{newest}" if (newest := newest_shipping(kubernetes_version)) else None)
         instead = (setting("compute.ami_alias", fallback),) if fallback else ()
         if not RELEASE_FORM.match(version):
             written = f"al2023@v{version}" if re.fullmatch(r"\d{8}", version) else fallback
-            return Refusal(
+            return Problem(
                 "compute.ami_alias",
                 f"{self.alias} is not an AL2023 release: EKS names them v<YYYYMMDD>, and Karpenter looks the AMI up "
                 f"by the version as written (.../amazon-eks-node-al2023-x86_64-nvidia-{kubernetes_version}-"
@@ -137,7 +138,7 @@ class Al2023(NodeOs):
                 *[r for r in sorted(releases) if r < version][-1:],
                 *[r for r in sorted(releases) if r > version][:1],
             ]
-            return Refusal(
+            return Problem(
                 "compute.ami_alias",
                 f"there is no AL2023 release {version} (the releases around it are {' and '.join(near)}; "
                 f"{release_table()['source']}): Karpenter would find no AMI and launch no GPU node",
@@ -146,7 +147,7 @@ class Al2023(NodeOs):
             )
         if ships(version, kubernetes_version) is False:
             first = first_shipping(kubernetes_version)
-            return Refusal(
+            return Problem(
                 "compute.ami_alias",
                 f"AL2023 release {version} has no GPU AMI for Kubernetes {kubernetes_version}"
                 + (f" (the first release with one is {first})" if first else "")

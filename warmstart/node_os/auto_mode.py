@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from warmstart.node_os.base import NodeOs, SnapshotObstacle
 from warmstart.node_os.bottlerocket import NVME_MOUNT
-from warmstart.refusal import Refusal
+from warmstart.problem import Problem
 
 KUBELET_DEFAULT_MAX_PODS = 110
 
 if TYPE_CHECKING:
-    from warmstart.config import ImagePreload, KarpenterCompute
+    from warmstart.config.caches import ImagePreload
+    from warmstart.config.compute import KarpenterCompute
 
 
 class AutoModeOs(NodeOs):
@@ -41,7 +42,7 @@ class AutoModeOs(NodeOs):
         instances with local NVMe, with no setting to turn it off; other families pull plainly."""
         return instance_type.startswith(("g", "p", "trn"))  # the catalog's GPU types all have local NVMe
 
-    def parallel_pull_refusal(self, preload: ImagePreload) -> Refusal | None:
+    def parallel_pull_refusal(self, preload: ImagePreload) -> Problem | None:
         return None  # Auto Mode pulls in parallel on GPU instances by itself: the setting changes nothing there
 
     def snapshot_obstacle(self) -> SnapshotObstacle | None:

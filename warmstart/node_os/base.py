@@ -8,10 +8,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from warmstart.refusal import Refusal
+from warmstart.problem import Problem
 
 if TYPE_CHECKING:
-    from warmstart.config import ImagePreload, KarpenterCompute
+    from warmstart.config.caches import ImagePreload
+    from warmstart.config.compute import KarpenterCompute
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class NodeOs(ABC):
         self.release = release(alias) if alias else ()
 
     @abstractmethod
-    def parallel_pull_refusal(self, preload: ImagePreload) -> Refusal | None:
+    def parallel_pull_refusal(self, preload: ImagePreload) -> Problem | None:
         """Why `image_preload.parallel_pull` cannot work on these nodes, or None."""
 
     # nodeadm-style minimum (vCPUs, GiB of memory) below which the OS silently skips parallel pull; None: no minimum.
@@ -97,7 +98,7 @@ class NodeOs(ABC):
         version (a version newer than the table: the alias as it is)."""
         return alias
 
-    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Refusal | None:
+    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Problem | None:
         """Why the pinned alias has no AMI for the cluster's Kubernetes version, or None."""
         return None
 

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from warmstart.checks.fix import setting
 from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, newer_than_known, release
-from warmstart.refusal import Refusal
+from warmstart.problem import Problem
 
 if TYPE_CHECKING:
-    from warmstart.config import ImagePreload, KarpenterCompute
+    from warmstart.config.caches import ImagePreload
+    from warmstart.config.compute import KarpenterCompute
 
 # `apiclient ephemeral-storage init` mounts /dev/md/ephemeral here (bottlerocket-core-kit, ephemeral_storage.rs).
 NVME_MOUNT = "/mnt/.ephemeral"
@@ -84,7 +85,7 @@ class Bottlerocket(NodeOs):
     # measured 403 MB/s with the same settings on c/m/r instances: a validation figure that disagrees.)
     parallel_pull_mb_per_s = 151
 
-    def parallel_pull_refusal(self, preload: ImagePreload) -> Refusal | None:
+    def parallel_pull_refusal(self, preload: ImagePreload) -> Problem | None:
         # Every release with an image for a supported Kubernetes version binds SOCI's store onto the array
         # (FIRST_RELEASE_FOR_KUBERNETES >= SOCI_ON_ARRAY_SINCE, checked by tests); older ones are refused there.
         return None
@@ -100,11 +101,11 @@ class Bottlerocket(NodeOs):
         wanted = max(release(alias), floor)
         return f"bottlerocket@v{dotted(wanted + (0,) * (3 - len(wanted)))}"
 
-    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Refusal | None:
+    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Problem | None:
         assert self.alias is not None
         pinned = self.alias_for_kubernetes(self.alias, kubernetes_version)
         if len(self.release) != 3:
-            return Refusal(
+            return Problem(
                 "compute.ami_alias",
                 f"{self.alias} names no release: Bottlerocket's are x.y.z (and Karpenter binds SOCI's store onto "
                 "the array only for a full version)",
@@ -112,7 +113,7 @@ class Bottlerocket(NodeOs):
                 (setting("compute.ami_alias", pinned),),
             )
         if self.release < FIRST_RELEASE_FOR_KUBERNETES.get(kubernetes_version, ()):
-            return Refusal(
+            return Problem(
                 "compute.ami_alias",
                 f"{self.alias} predates Bottlerocket's first aws-k8s-{kubernetes_version} variant: Karpenter would "
                 "find no AMI for it and launch no GPU node",

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from warmstart.config import EnvironmentConfig
+    from warmstart.config.environment import EnvironmentConfig
 
 
 class PreloadMode(ABC):

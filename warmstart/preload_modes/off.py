@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from warmstart.preload_modes.base import PreloadMode, faster, snapshot_unavailable
 
 if TYPE_CHECKING:
-    from warmstart.config import EnvironmentConfig
+    from warmstart.config.environment import EnvironmentConfig
 
 
 class Off(PreloadMode):

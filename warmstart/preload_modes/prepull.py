@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from warmstart.preload_modes.base import PreloadMode, faster, rollout_gate, snapshot_unavailable
 
 if TYPE_CHECKING:
-    from warmstart.config import EnvironmentConfig
+    from warmstart.config.environment import EnvironmentConfig
 
 
 class Prepull(PreloadMode):

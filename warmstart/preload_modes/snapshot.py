@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from warmstart.preload_modes.base import PreloadMode, rollout_gate
 
 if TYPE_CHECKING:
-    from warmstart.config import EnvironmentConfig
+    from warmstart.config.environment import EnvironmentConfig
 
 
 class Snapshot(PreloadMode):

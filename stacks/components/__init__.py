@@ -1,1 +1,0 @@
-"""CDK constructs: every AWS resource of warmstart lives in one of these."""
