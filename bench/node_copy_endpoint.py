@@ -1,4 +1,4 @@
-"""How a pod reads the node's weights copy against the same files read as local paths: the real Run:ai streamer
+"""How a pod reads the node's node copy against the same files read as local paths: the real Run:ai streamer
 (vLLM's runai_streamer loader) reading a 2 GB model three ways, interleaved (the order rotating), on 2 cores and
 pinned to 1, with the CPU seconds per GB of the streamer (the client) and of the endpoint (the server, in its own
 process):

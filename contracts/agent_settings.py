@@ -17,7 +17,7 @@ POD_LOGS_HOST_PATH = "/var/log/pods"  # kubelet's default podLogsDir (Auto Mode 
 NODE_LABEL_DOMAIN = "compile-cache.warmstart.io"
 # Whether the last vLLM pod started on the node used a compile cache (hit) or compiled (miss).
 COMPILE_USE_LABEL_DOMAIN = "compile-use.warmstart.io"
-# Why that start missed, in one word (node_agent/runtime/compile_cache.py Cause: load-failure, hash-changed, ...).
+# Why that start missed, in one word (node_agent/runtime/compile_judgement.py Cause: load-failure, hash-changed, ...).
 COMPILE_MISS_LABEL_DOMAIN = "compile-miss.warmstart.io"
 WEIGHTS_LABEL_DOMAIN = "weights.warmstart.io"
 LABEL_DOMAINS = (NODE_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN, COMPILE_MISS_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN)

@@ -164,7 +164,7 @@ class KarpenterController(Construct):
             # Kept when the environment leaves Karpenter for Auto Mode: the NodePool and NodeClaim CRDs are
             # shared with EKS Auto Mode ("do not update or modify these CRDs during migration", EKS user guide,
             # Migrate from Karpenter to EKS Auto Mode), and `helm uninstall` of this chart deletes them, with every
-            # NodePool and NodeClaim of the cluster. README "Upgrades" says how to remove the release afterwards.
+            # NodePool and NodeClaim of the cluster. docs/upgrades.md says how to remove the release afterwards.
             removal_policy=RemovalPolicy.RETAIN,
             **pinned,
         )

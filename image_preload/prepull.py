@@ -1,4 +1,4 @@
-"""Container image pre-pull DaemonSets (one per distinct serving image) on the GPU pool, and the rollout gates
+"""Container image prepull DaemonSets (one per distinct serving image) on the GPU pool, and the rollout gates
 that `cdk deploy` waits for before it rolls a Deployment to a new image."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from constructs import Construct
 
 from construct_kit.source import applies_objects, cluster_ref
 from contracts.agent_settings import AGENT_NAMESPACE
-from image_preload.prepull_chart import GATE_START_SECONDS, ImageCacheChart
+from image_preload.prepull_chart import GATE_START_SECONDS, PrepullChart
 from node_agent.image import AgentImage
 
 # The kubectl provider's handler runs for at most 15 minutes (aws-cdk-lib 2.275 aws-eks-v2 KubectlProvider), and
@@ -22,7 +22,7 @@ KUBECTL_WAIT_LIMIT_SECONDS = 13 * 60
 FINISHED = '.status.conditions[?(@.status=="True")].type'
 
 
-class ImageCache(Construct):
+class PrepullDaemonSets(Construct):
     """Exposes `gates`: per serving image, the value a Deployment of that image must depend on."""
 
     def __init__(
@@ -41,7 +41,7 @@ class ImageCache(Construct):
         wait = rollout_wait_seconds + GATE_START_SECONDS + 60  # the Job's deadline, and a minute for its status
         if wait > KUBECTL_WAIT_LIMIT_SECONDS:
             raise ValueError(f"a {rollout_wait_seconds} s rollout wait does not fit the kubectl handler's 15 minutes")
-        self.chart = ImageCacheChart(
+        self.chart = PrepullChart(
             charts,
             "ImageCache",
             images=images,

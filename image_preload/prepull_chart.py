@@ -1,4 +1,4 @@
-"""Container image pre-pull: one DaemonSet per distinct serving image on the GPU pool, and its rollout gate.
+"""Container image prepull: one DaemonSet per distinct serving image on the GPU pool, and its rollout gate.
 
 The DaemonSet's init container runs the serving image and exits at once, so the kubelet pulls the image onto
 every GPU node as the node joins; a tiny pause container then keeps the pod (and so the image) in place. It
@@ -32,9 +32,9 @@ from kube.hardening import (
     pod_security,
     scanner_annotations,
 )
-from warmstart.workload import image_cache_name, image_gate_name
+from warmstart.workload import image_gate_name, prepull_daemonset_name
 
-IMAGE_CACHE_LABEL = "warmstart.io/image-cache"
+PREPULL_LABEL = "warmstart.io/image-cache"
 PAUSE_USER = 65535  # the pause image's own non-root user
 ANNOTATIONS = scanner_annotations(
     [
@@ -61,7 +61,7 @@ GATE_ANNOTATIONS = scanner_annotations(
 GATE_START_SECONDS = 120
 
 
-class ImageCacheChart(cdk8s.Chart):
+class PrepullChart(cdk8s.Chart):
     def __init__(
         self,
         scope: Construct,
@@ -87,7 +87,7 @@ class ImageCacheChart(cdk8s.Chart):
                     api_groups=["apps"],
                     resources=["daemonsets"],
                     verbs=["get"],
-                    resource_names=[image_cache_name(image) for image in images],
+                    resource_names=[prepull_daemonset_name(image) for image in images],
                 )
             ],
         )
@@ -117,7 +117,7 @@ class ImageCacheChart(cdk8s.Chart):
         small = _memory_bound(cpu="50m", memory="128Mi")
         return k8s.KubeJob(
             self,
-            image_cache_name(image).replace("image-cache-", "gate-"),
+            prepull_daemonset_name(image).replace("image-cache-", "gate-"),
             metadata=k8s.ObjectMeta(
                 name="named-after-its-content",
                 namespace=AGENT_NAMESPACE,
@@ -141,7 +141,7 @@ class ImageCacheChart(cdk8s.Chart):
                                 command=["python", "-m", "image_preload.runtime.gate"],
                                 args=[
                                     f"--namespace={AGENT_NAMESPACE}",
-                                    f"--daemon-set={image_cache_name(image)}",
+                                    f"--daemon-set={prepull_daemonset_name(image)}",
                                     f"--deadline-seconds={deadline_seconds}",
                                 ],
                                 resources=small,
@@ -154,11 +154,11 @@ class ImageCacheChart(cdk8s.Chart):
         )
 
     def _daemon_set(self, image: str, pause_image: str) -> k8s.KubeDaemonSet:
-        name = image_cache_name(image)
+        name = prepull_daemonset_name(image)
         labels = {
             "app.kubernetes.io/name": "warmstart-image-cache",
             "app.kubernetes.io/part-of": "warmstart",
-            IMAGE_CACHE_LABEL: name,
+            PREPULL_LABEL: name,
         }
         tiny = _memory_bound(cpu="1m", memory="16Mi")
         return k8s.KubeDaemonSet(

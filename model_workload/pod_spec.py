@@ -1,4 +1,4 @@
-"""The vLLM pod of a model: the entry step in front of vLLM, the compile cache and the weights copy on the node's
+"""The vLLM pod of a model: the entry step in front of vLLM, the compile cache and the node copy on the node's
 NVMe, the restore wait, probes, and where the pod may run."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def pod_spec(plan: ModelPlan) -> k8s.PodSpec:
     _compile_cache(parts, plan)
     parts.env = vllm_env(plan)
     _entry_step(parts, plan)
-    _weights_copy(parts, plan)
+    _node_copy(parts, plan)
     return isolated_pod_spec(
         service_account_name=SERVICE_ACCOUNT,
         # Credentials come from Pod Identity's own projected token; the pod never calls the Kubernetes API.
@@ -168,7 +168,7 @@ def _compile_cache(parts: PodParts, plan: ModelPlan) -> None:
 
 
 def _entry_step(parts: PodParts, plan: ModelPlan) -> None:
-    """The entry step records what the pod finds and chooses (for the agent), serves the node's weights copy on
+    """The entry step records what the pod finds and chooses (for the agent), serves the node's node copy on
     the pod's loopback when the agent vouches for it, then execs vLLM with unchanged arguments."""
     if not plan.entry_step:
         return
@@ -196,8 +196,8 @@ def _entry_step(parts: PodParts, plan: ModelPlan) -> None:
     ]
 
 
-def _weights_copy(parts: PodParts, plan: ModelPlan) -> None:
-    """The node's verified weights copy, read-only."""
+def _node_copy(parts: PodParts, plan: ModelPlan) -> None:
+    """The node's verified node copy, read-only."""
     if not plan.weights_cache:
         return
     parts.env |= {

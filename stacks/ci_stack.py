@@ -22,7 +22,7 @@ class CiAccessStack(Stack):
             bootstrap_qualifier=config.deploy.bootstrap_qualifier,
             cluster_name=config.cluster.name,
         )
-        # The values the workflows need, as GitHub variables (README "Deploy").
+        # The values the workflows need, as GitHub variables (docs/deploy.md).
         CfnOutput(self, "DeployRoleArn", value=self.access.deploy_role.role_arn)
         if self.access.diff_role is not None:
             CfnOutput(self, "DiffRoleArn", value=self.access.diff_role.role_arn)

@@ -10,7 +10,7 @@ from construct_kit.network import ClusterNetwork, ImportedVpc
 from construct_kit.serving_metrics import ServingMetrics
 from construct_kit.source import applies_objects
 from gpu_compute import gpu_compute
-from image_preload.prepull import ImageCache
+from image_preload.prepull import PrepullDaemonSets
 from kube.system import SystemNamespace
 from node_agent.chart import MetricsScrapers, NodeFolders
 from node_agent.construct import NodeAgent
@@ -59,7 +59,7 @@ class ClusterStack(Stack):
             self.serving_metrics.prometheus.node.add_dependency(self.compute.cluster_services)
         self.system_namespace: eks.KubernetesManifest | None = None
         self.node_agent: NodeAgent | None = None
-        self.image_cache: ImageCache | None = None
+        self.prepull: PrepullDaemonSets | None = None
         self.agent_image: AgentImage | None = None
         self._node_caches(config)
 
@@ -98,7 +98,7 @@ class ClusterStack(Stack):
             if self.node_agent.manifest and self.system_namespace:
                 self.node_agent.manifest.node.add_dependency(self.system_namespace)
         if images:
-            self.image_cache = ImageCache(
+            self.prepull = PrepullDaemonSets(
                 self,
                 "ImageCache",
                 cluster=self.cluster,
@@ -108,13 +108,13 @@ class ClusterStack(Stack):
                 gate_image=self.agent_image,
                 rollout_wait_seconds=config.image_preload.rollout_wait_minutes * 60,
             )
-            if self.image_cache.manifest and self.system_namespace:
-                self.image_cache.manifest.node.add_dependency(self.system_namespace)
+            if self.prepull.manifest and self.system_namespace:
+                self.prepull.manifest.node.add_dependency(self.system_namespace)
 
     def before_workload(self, image: str) -> list[Construct]:
         """What a model's workload must wait for: its compute mode's (the GPU pool to land on), and its image's
         rollout gate."""
-        gate = [self.image_cache.gates[image]] if self.image_cache is not None and self.image_cache.gates else []
+        gate = [self.prepull.gates[image]] if self.prepull is not None and self.prepull.gates else []
         return [*self.compute.workloads_wait_for, *gate]
 
     @property

@@ -77,7 +77,7 @@ def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
-def imported(module: str) -> set[str]:
+def imported(module: str, *, with_types: bool = False) -> set[str]:
     """Every module `module` imports (dotted names as written, relative ones resolved)."""
     path = SOURCES[module]
     tree = ast.parse(path.read_text())
@@ -85,7 +85,7 @@ def imported(module: str) -> set[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(tree):
-        if _type_checking_only(node, parents):
+        if not with_types and _type_checking_only(node, parents):
             continue
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
@@ -116,13 +116,13 @@ def _parents(module: str) -> list[str]:
     return [".".join(parts[:end]) for end in range(1, len(parts))]
 
 
-def graph() -> dict[str, set[str]]:
+def graph(*, with_types: bool = False) -> dict[str, set[str]]:
     """Module -> what importing it runs: each imported module, and the `__init__` of every package above it that
     is not one of the importer's own (Python runs a package's `__init__` before its submodule)."""
     edges = {}
     for module in SOURCES:
         targets: set[str] = set()
-        for name in imported(module):
+        for name in imported(module, with_types=with_types):
             target = ours(name)
             if target is None or target == module:
                 continue

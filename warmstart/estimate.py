@@ -172,7 +172,7 @@ def estimate_model(
     plan = plan_model(model, config, catalog)
     instance = estimate_instance(model, config, catalog)
     size = model.size_gb
-    processes = plan.tensor_parallel if plan.distributed else 1
+    processes = plan.tensor_parallel_size if plan.distributed else 1
     node_os = config.compute.node_os
     image_gb = model.image_size_gb or settings.image_size_gb
     measured = MEASURED if model.compile_seconds is not None else PUBLISHED
@@ -240,7 +240,7 @@ def estimate_model(
     )
     if config.image_preload.strategy.boots_with_images:
         image_new = Phase("image", settings.image_present_seconds, "on the node's data volume (image snapshot)")
-    else:  # a pre-pull DaemonSet pulls on a new node at the same time as the pod: no gain for its first pod
+    else:  # a prepull DaemonSet pulls on a new node at the same time as the pod: no gain for its first pod
         image_new = pulled(node_os.pulls_in_parallel(config.image_preload, instance.instance_type))
     compile_cache = plan.compile_cache
     new = StartEstimateCase(

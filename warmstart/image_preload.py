@@ -3,7 +3,7 @@
 What each compute mode and node OS allows (each OS's answers live in warmstart/node_os/; sources in
 docs/upstream-facts.md, "Container images on new nodes"):
 - EKS Auto Mode: the NodeClass has no AMI, user data or block device mapping field (EKS user guide, "Create a
-  Node Class"), so nodes cannot start from an image snapshot: pre-pull only; Auto Mode itself pulls with SOCI
+  Node Class"), so nodes cannot start from an image snapshot: prepull only; Auto Mode itself pulls with SOCI
   parallel pull on G, P and Trn instances with local NVMe (release notes, 2025-11-19), with no setting.
 - Karpenter + Bottlerocket: containerd keeps its store on the data volume (/dev/xvdb, mounted at /local;
   /var/lib/containerd is /local/var/lib/containerd), so a data volume made from a snapshot that holds pulled
@@ -50,7 +50,7 @@ def is_private_ecr(image: str) -> bool:
 
 
 def snapshot_images(config: EnvironmentConfig) -> list[str]:
-    """What the snapshot holds: every serving image, and the pre-pull DaemonSets' holder image."""
+    """What the snapshot holds: every serving image, and the prepull DaemonSets' holder image."""
     return sorted({*serving_images(config), config.caches.pause_image})
 
 

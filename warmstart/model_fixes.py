@@ -155,7 +155,7 @@ def list_of(given: Any, loc: list[str | int]) -> Any:
 
 
 def refused_fixes(error: Any, field: str) -> tuple[Fix, ...]:
-    """A validator's own fix (warmstart.checks.fix.Refused), its paths made absolute."""
+    """A validator's own fix (warmstart.problem.Refused), its paths made absolute."""
     return tuple(fix.under(field) for fix in error.fixes) if isinstance(error, Refused) else ()
 
 

@@ -96,7 +96,7 @@ class DaemonSetPod:
 AGENT_POD = DaemonSetPod(
     "warmstart-system/warmstart-agent", Resources(100, AGENT_MEMORY_GIB * MIB_PER_GIB), "node_agent/chart.py"
 )
-IMAGE_CACHE_REQUESTS = Resources(1, 16)
+PREPULL_REQUESTS = Resources(1, 16)
 
 
 @dataclass(frozen=True)
@@ -193,13 +193,11 @@ def add_on_pods(node_os: NodeOs) -> tuple[DaemonSetPod, ...]:
 
 def warmstart_pods(config: EnvironmentConfig) -> tuple[DaemonSetPod, ...]:
     """warmstart's DaemonSets on every GPU node: the node agent (where a model uses a node cache) and one image
-    cache per serving image (where images are pre-pulled)."""
+    cache per serving image (where images are prepulled)."""
     pods = [AGENT_POD] if runs_node_agent(config) else []
     if config.image_preload.strategy.prepulls:
         pods += [
-            DaemonSetPod(
-                f"warmstart-system/image-cache ({image})", IMAGE_CACHE_REQUESTS, "image_preload/prepull_chart.py"
-            )
+            DaemonSetPod(f"warmstart-system/image-cache ({image})", PREPULL_REQUESTS, "image_preload/prepull_chart.py")
             for image in serving_images(config)
         ]
     return tuple(pods)

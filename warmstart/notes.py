@@ -22,7 +22,8 @@ def config_notes(config: EnvironmentConfig) -> list[str]:
                 f"{at}: vLLM {version} is {'newer than' if newer else 'not one of'} the releases warmstart has facts "
                 f"of ({', '.join(SUPPORTED)}): its pods are rendered as {shaped}'s are, its torch_version is taken as "
                 "given, and its vllm_env values are not checked against its own parser; to check them, record its "
-                f"facts (python -m tests.real_vllm.record_facts {version}; README, 'Supported vLLM releases')"
+                f"facts (python -m tests.real_vllm.record_facts {version}; docs/vllm-workload.md, 'Supported vLLM "
+                "releases')"
             )
         if known is not None:
             unknown = sorted(name for name in model.vllm_env if not known.reads_variable(name))

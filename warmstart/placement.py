@@ -19,7 +19,7 @@ from warmstart.catalog import Catalog
 from warmstart.config.environment import EnvironmentConfig
 from warmstart.config.models import ModelSpec
 from warmstart.node_model import DaemonSetPod, NodeShape, Resources, node_shape
-from warmstart.sizing import SizingError, candidate_instances, default_requests, tensor_parallel_size
+from warmstart.sizing import SizingError, candidate_instances, default_requests, derived_tensor_parallel_size
 
 
 @dataclass(frozen=True)
@@ -93,13 +93,13 @@ class Placement:
 def model_pods(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog, count: int) -> list[Pod]:
     instances = candidate_instances(model, config, catalog)
     try:
-        tensor_parallel = tensor_parallel_size(model, config, catalog)
+        tensor_parallel_size = derived_tensor_parallel_size(model, config, catalog)
     except SizingError:  # refused by its own rule; here it takes a whole node of the largest type
-        tensor_parallel = max(i.gpu_count for i in instances)
-    default_cpu, default_memory = default_requests(instances, tensor_parallel)
+        tensor_parallel_size = max(i.gpu_count for i in instances)
+    default_cpu, default_memory = default_requests(instances, tensor_parallel_size)
     pod = Pod(
         model=model.name,
-        gpus=tensor_parallel,
+        gpus=tensor_parallel_size,
         requests=Resources.of_pod(model.cpu or default_cpu, model.memory_gib or default_memory),
         types=tuple(i.instance_type for i in instances),
         spread=model.least_replicas >= 2,

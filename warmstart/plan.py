@@ -52,14 +52,14 @@ def key_rows(plan: ModelPlan, config: EnvironmentConfig, catalog: Catalog) -> li
 
 def plan_rows(plan: ModelPlan, config: EnvironmentConfig) -> list[tuple[str, str]]:
     model = plan.model
-    tensor_parallel = f"{plan.tensor_parallel}" + (" (auto)" if model.tensor_parallel_size == "auto" else "")
+    tensor_parallel_size = f"{plan.tensor_parallel_size}" + (" (auto)" if model.tensor_parallel_size == "auto" else "")
     concurrency = f"{plan.concurrency}" + (" (capped)" if plan.concurrency_capped else "")
     need = nvme_need_gb(config, [model] if plan.weights_cache else [])
     nvme = f"{'fits' if plan.fits_nvme else 'DOES NOT FIT'}: needs {need:g} GB of {plan.nvme_gb_min} GB (smallest)"
     return [
         ("weights", f"{model.s3_uri} ({model.size_gb:g} GB)"),
         ("instance types", ", ".join(model.instance_types or config.compute.gpu_pool.instance_types)),
-        ("tensor parallel", tensor_parallel),
+        ("tensor parallel", tensor_parallel_size),
         ("distributed streaming", "yes" if plan.distributed else "no (TP 1)"),
         ("streamer concurrency", concurrency),
         ("chunk", f"{plan.chunk_bytes / GIB:g} GiB"),

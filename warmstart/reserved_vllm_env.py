@@ -29,7 +29,7 @@ RESERVED_VLLM_ENV: dict[str, str] = {
     "compile cache's cache_key_factors.json",
 }
 
-# warmstart's vLLM plugin (model_workload/runtime/node_copy_loader.py): a pod that reads the node's weights copy
+# warmstart's vLLM plugin (model_workload/runtime/node_copy_loader.py): a pod that reads the node's node copy
 # streams its files as local files through it. VLLM_PLUGINS, when set, is the list of plugins vLLM loads, and it is
 # a compile-hash factor, so the entry step cannot add the plugin itself: a `vllm_env` that sets it must list it.
 NODE_COPY_PLUGIN = "warmstart_node_copy"

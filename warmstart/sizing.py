@@ -31,12 +31,12 @@ def valid_tensor_parallel_sizes(instance: GpuInstance) -> list[int]:
     return [size for size in range(1, instance.gpu_count + 1) if instance.gpu_count % size == 0]
 
 
-def weights_fit(size_gb: float, tensor_parallel: int, instance: GpuInstance, fraction: float) -> bool:
+def weights_fit(size_gb: float, tensor_parallel_size: int, instance: GpuInstance, fraction: float) -> bool:
     """True when each rank's shard of the weights leaves (1 - fraction) of its GPU for KV cache."""
-    return size_gb <= tensor_parallel * instance.gpu_memory_gb * fraction
+    return size_gb <= tensor_parallel_size * instance.gpu_memory_gb * fraction
 
 
-def smallest_tensor_parallel(size_gb: float, instances: list[GpuInstance], fraction: float) -> int:
+def smallest_tensor_parallel_size(size_gb: float, instances: list[GpuInstance], fraction: float) -> int:
     """The fewest GPUs that hold the weights with headroom on every candidate instance type."""
     common = set.intersection(*(set(valid_tensor_parallel_sizes(i)) for i in instances))
     for size in sorted(common):
@@ -50,11 +50,11 @@ def smallest_tensor_parallel(size_gb: float, instances: list[GpuInstance], fract
     raise SizingError(f"{size_gb:g} GB of weights do not fit any tensor parallel size ({limits})")
 
 
-def tensor_parallel_size(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> int:
+def derived_tensor_parallel_size(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> int:
     if model.tensor_parallel_size != "auto":
         return model.tensor_parallel_size
     instances = candidate_instances(model, config, catalog)
-    return smallest_tensor_parallel(model.size_gb, instances, model.weights_memory_fraction)
+    return smallest_tensor_parallel_size(model.size_gb, instances, model.weights_memory_fraction)
 
 
 def ephemeral_storage_bytes(compute: AutoModeCompute) -> int:
@@ -72,8 +72,8 @@ def ephemeral_storage_below_nvme(compute: AutoModeCompute, instance: GpuInstance
 POD_SHARE_OF_NODE = 0.75
 
 
-def default_requests(instances: list[GpuInstance], tensor_parallel: int) -> tuple[float, int]:
+def default_requests(instances: list[GpuInstance], tensor_parallel_size: int) -> tuple[float, int]:
     """(cpu, memory GiB): the pod's GPU share of the smallest candidate instance, less the node reserve."""
-    cpu = min(i.vcpus * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
-    memory = min(i.memory_gib * tensor_parallel / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
+    cpu = min(i.vcpus * tensor_parallel_size / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
+    memory = min(i.memory_gib * tensor_parallel_size / i.gpu_count for i in instances) * POD_SHARE_OF_NODE
     return max(1.0, math.floor(cpu)), max(1, math.floor(memory))

@@ -20,7 +20,7 @@ from warmstart.config.environment import EnvironmentConfig
 from warmstart.config.models import ModelSpec
 from warmstart.node_caches import compile_cached, serving_images, weights_cached
 from warmstart.placement import rollout_placement
-from warmstart.sizing import candidate_instances, default_requests, nvme_mount, tensor_parallel_size
+from warmstart.sizing import candidate_instances, default_requests, derived_tensor_parallel_size, nvme_mount
 from warmstart.vllm_release import facts_for, serving_torch, version_key
 
 VLLM_PORT = 8000
@@ -53,9 +53,9 @@ def streamer_concurrency(size_gb: float, chunk_bytes: int, ceiling: int) -> int:
     return max(1, min(ceiling, math.ceil(size_gb / (chunk_bytes / GIB))))
 
 
-def streaming_processes(tensor_parallel: int) -> int:
+def streaming_processes(tensor_parallel_size: int) -> int:
     """With distributed streaming every TP rank streams its own shard; otherwise rank 0 alone."""
-    return tensor_parallel if tensor_parallel > 1 else 1
+    return tensor_parallel_size if tensor_parallel_size > 1 else 1
 
 
 # runai-model-streamer 0.17.0 made RUNAI_STREAMER_MEMORY_LIMIT a node total for distributed streaming: each of the
@@ -93,10 +93,10 @@ PROBE_INITIAL_DELAY_SECONDS = 30
 PROBE_PERIOD_SECONDS = 10
 
 
-def startup_budget_seconds(model: ModelSpec, tensor_parallel: int) -> int:
+def startup_budget_seconds(model: ModelSpec, tensor_parallel_size: int) -> int:
     if model.startup_budget_seconds is not None:
         return model.startup_budget_seconds
-    load = model.size_gb / (STARTUP_STREAM_GB_PER_S * streaming_processes(tensor_parallel))
+    load = model.size_gb / (STARTUP_STREAM_GB_PER_S * streaming_processes(tensor_parallel_size))
     start = STARTUP_EAGER_INIT_SECONDS if model.enforce_eager else STARTUP_COMPILE_AND_INIT_SECONDS
     return max(STARTUP_MINIMUM_SECONDS, math.ceil((load + start) * STARTUP_HEADROOM))
 
@@ -106,8 +106,8 @@ NVME_USABLE = 0.9
 WEIGHTS_FOLDER = "warmstart/weights"
 
 
-def image_cache_name(image: str) -> str:
-    """Name of the pre-pull DaemonSet of one serving image (shared by every model that uses it)."""
+def prepull_daemonset_name(image: str) -> str:
+    """Name of the prepull DaemonSet of one serving image (shared by every model that uses it)."""
     return f"image-cache-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
 
 
@@ -133,7 +133,7 @@ def images_on_data_volume(config: EnvironmentConfig) -> bool:
 def nvme_need_gb(config: EnvironmentConfig, cached_models: list[ModelSpec]) -> float:
     """NVMe the cached models need on one node: each model once, the largest twice (an update fills the new
     copy before the old one goes), one image per distinct serving image (containerd's store is on the NVMe
-    array, whether the image was pre-pulled or pulled by the pod, except in snapshot mode, where it is on the
+    array, whether the image was prepulled or pulled by the pod, except in snapshot mode, where it is on the
     data volume), and the compile cache."""
     weights = sum(m.size_gb for m in cached_models) + max((m.size_gb for m in cached_models), default=0)
     images = 0 if images_on_data_volume(config) else images_gb(config)
@@ -161,7 +161,7 @@ def model_factors(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog)
         weights_revision=model.weights_revision,
         image=model.image,
         torch_version=serving_torch(model),
-        tensor_parallel=tensor_parallel_size(model, config, catalog),
+        tensor_parallel=derived_tensor_parallel_size(model, config, catalog),  # the key factor keeps its name
         pipeline_parallel=model.pipeline_parallel_size,
         max_model_len=model.max_model_len,
         max_num_batched_tokens=model.max_num_batched_tokens,
@@ -182,7 +182,7 @@ def is_under(path: str, root: str) -> bool:
 class ModelPlan:
     model: ModelSpec
     region: str
-    tensor_parallel: int
+    tensor_parallel_size: int
     concurrency: int
     concurrency_capped: bool
     distributed: bool
@@ -232,7 +232,7 @@ class ModelPlan:
 
     @property
     def gpus(self) -> int:
-        return self.tensor_parallel
+        return self.tensor_parallel_size
 
     @property
     def entry_step(self) -> bool:
@@ -244,11 +244,11 @@ class ModelPlan:
 def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) -> ModelPlan:
     streamer = config.streamer
     instances = candidate_instances(model, config, catalog)
-    tensor_parallel = tensor_parallel_size(model, config, catalog)
+    tensor_parallel_size = derived_tensor_parallel_size(model, config, catalog)
     uncapped = math.ceil(model.size_gb / (streamer.chunk_bytes / GIB))
     concurrency = streamer_concurrency(model.size_gb, streamer.chunk_bytes, streamer.max_concurrency)
-    distributed = tensor_parallel > 1
-    default_cpu, default_memory = default_requests(instances, tensor_parallel)
+    distributed = tensor_parallel_size > 1
+    default_cpu, default_memory = default_requests(instances, tensor_parallel_size)
     compile_cache = compile_cached(model, config)
     factors = model_factors(model, config, catalog)
     node_total = distributed and limit_is_node_total(facts_for(model).image["streamer"])
@@ -279,7 +279,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
     return ModelPlan(
         model=model,
         region=config.region,
-        tensor_parallel=tensor_parallel,
+        tensor_parallel_size=tensor_parallel_size,
         concurrency=concurrency,
         concurrency_capped=uncapped > concurrency,
         distributed=distributed,
@@ -291,7 +291,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
             concurrency,
             streamer.chunk_bytes,
             streamer.memory_limit_bytes,
-            streaming_processes(tensor_parallel),
+            streaming_processes(tensor_parallel_size),
             node_total=node_total,
         ),
         streamer_limit_per_node=node_total,
@@ -313,7 +313,7 @@ def plan_model(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog) ->
         weights_host_path=weights_root(config),
         pod_records_host_path=pod_records_root(config),
         weights_max_age_seconds=2 * config.caches.weights_poll_seconds + 30,
-        startup_budget_seconds=startup_budget_seconds(model, tensor_parallel),
+        startup_budget_seconds=startup_budget_seconds(model, tensor_parallel_size),
         surge=surge,
         rollout=rollout,
         kubernetes_version=config.cluster.kubernetes_version,
@@ -334,7 +334,7 @@ def vllm_args(plan: ModelPlan) -> list[str]:
         model.s3_uri if serve else f"--model={model.s3_uri}",
         "--load-format=runai_streamer",
         f"--model-loader-extra-config={json.dumps(plan.loader_extra_config, separators=(',', ':'))}",
-        f"--tensor-parallel-size={plan.tensor_parallel}",
+        f"--tensor-parallel-size={plan.tensor_parallel_size}",
         f"--max-model-len={model.max_model_len}",
         f"--dtype={model.dtype}",
         # The API name stays the same whether weights come from S3 or a node-local copy.

@@ -137,7 +137,7 @@ def _stream_rates(config, catalog, ready, names) -> dict[str, float]:
             continue
         model = names[t.model]
         plan = plan_model(model, config, catalog)
-        processes = plan.tensor_parallel if plan.distributed else 1
+        processes = plan.tensor_parallel_size if plan.distributed else 1
         rate = model.size_gb / seconds
         if t.weights_source == "s3":
             network = estimate_instance(model, config, catalog).network_gbit_per_s / BITS_PER_BYTE

@@ -15,7 +15,7 @@ from warmstart.catalog import Catalog
 from warmstart.config.environment import EnvironmentConfig
 from warmstart.quantity import parse_quantity
 from warmstart.terminal_text import shown
-from warmstart.workload import image_cache_name, plan_model
+from warmstart.workload import plan_model, prepull_daemonset_name
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 COMPILE_READY = {"restored", "present", "published"}
@@ -134,7 +134,7 @@ def model_status(
         if not config.image_preload.strategy.prepulls:
             image = CacheCount("off")
         else:
-            status = by_name.get(image_cache_name(model.image), {}).get("status", {})
+            status = by_name.get(prepull_daemonset_name(model.image), {}).get("status", {})
             image = _count(status.get("desiredNumberScheduled", len(targets)), status.get("numberReady", 0))
         use = CompileUse(labelled(COMPILE_USE_LABEL_DOMAIN, {"hit"}), labelled(COMPILE_USE_LABEL_DOMAIN, {"miss"}))
         result[model.name] = {

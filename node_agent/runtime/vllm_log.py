@@ -2,8 +2,9 @@
 
 kubelet keeps each container's output at /var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log, one
 CRI line per output line: `<RFC3339Nano time> <stdout|stderr> <P|F> <text>` (P: a piece of a longer line).
-The messages are vLLM 0.21.0's (docs/upstream-facts.md, "vLLM log lines"); each process prefixes its lines
-("(EngineCore pid=187) INFO 05-20 14:03:11 [core.py:299] ..."), so the patterns are searched, not anchored.
+The messages are vLLM 0.21.0's (docs/upstream-facts.md, "Pod start timeline and metrics (issue 13)"); each
+process prefixes its lines ("(EngineCore pid=187) INFO 05-20 14:03:11 [core.py:299] ..."), so the patterns are
+searched, not anchored.
 A line that is not there leaves its fact None: the timeline names it missing, never guesses.
 """
 

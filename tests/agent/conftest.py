@@ -11,6 +11,7 @@ from contracts.cache_key import ModelFactors, compile_cache_key
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3.compile_store import CacheStore
+from tests.agent.weights_world import model_bucket  # noqa: F401 - the weights tests' fixture
 
 FACTORS = ModelFactors(
     model="qwen3-6-35b-a3b",

@@ -1,4 +1,4 @@
-"""The image rollout gate: it waits for the pre-pull DaemonSet of a new image, bounded, and never fails.
+"""The image rollout gate: it waits for the prepull DaemonSet of a new image, bounded, and never fails.
 
 The DaemonSet below evolves its status the way the apps/v1 controller does (Kubernetes 1.35,
 pkg/controller/daemon): `observedGeneration` catches up with `metadata.generation` first, `desiredNumberScheduled`
@@ -30,7 +30,7 @@ class Clock:
 
 
 class PrePull:
-    """A new pre-pull DaemonSet on `nodes` GPU nodes whose image pulls finish at the given times."""
+    """A new prepull DaemonSet on `nodes` GPU nodes whose image pulls finish at the given times."""
 
     def __init__(
         self, cluster: FakeCluster, clock: Clock, pulled_at: list[float], *, observed_after: float = 5

@@ -1,4 +1,4 @@
-"""A weights-copy world shared by the agent's tests and the hostile ones: a model in a bucket, and a copy caught
+"""A node-copy world shared by the agent's tests and the hostile ones: a model in a bucket, and a copy caught
 at each step of its life."""
 
 from __future__ import annotations

@@ -349,7 +349,7 @@ class MirroredCluster(FakeCluster):
 
 
 def _what_the_agent_reads(path: str, body: dict) -> object:
-    """The fields of an answer the agent reads (node_agent/runtime/agent.py, starts.py), per kind of call."""
+    """The fields of an answer the agent reads (node_agent/runtime/agent.py, start_tracker.py), per kind of call."""
     parts = path.strip("/").split("/")
     if parts[:3] == ["api", "v1", "nodes"]:
         meta = body.get("metadata", {})

@@ -49,17 +49,19 @@ MULTI_GPU_TYPE = "g6e.12xlarge"  # dev's L40S family with 4 GPUs  # kubelet's /v
 START_TIMEOUT = 600
 
 
-def cpu_node_env(tensor_parallel: int) -> dict[str, str]:
+def cpu_node_env(tensor_parallel_size: int) -> dict[str, str]:
     """At tensor parallelism above 1 each CPU worker gets its own core (vLLM's automatic binding needs a NUMA node
     per worker, which one-socket machines lack)."""
-    if tensor_parallel == 1:
+    if tensor_parallel_size == 1:
         return dict(CPU_NODE_ENV)
-    return {**CPU_NODE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(core) for core in range(tensor_parallel))}
+    return {**CPU_NODE_ENV, "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(core) for core in range(tensor_parallel_size))}
 
 
-def engine_config(models_bucket: str, compile_bucket: str, version: str, tensor_parallel: int) -> EnvironmentConfig:
+def engine_config(
+    models_bucket: str, compile_bucket: str, version: str, tensor_parallel_size: int
+) -> EnvironmentConfig:
     """config/dev.yaml with its buckets on the local S3 server, one model (its first) serving vLLM `version` at
-    `tensor_parallel`, and both caches on. At tensor parallelism above 1 the node pool is MULTI_GPU_TYPE (dev's
+    `tensor_parallel_size`, and both caches on. At tensor parallelism above 1 the node pool is MULTI_GPU_TYPE (dev's
     single-GPU nodes cannot hold it)."""
     document = read_yaml(ROOT / "config" / "dev.yaml")
     document["buckets"]["compile_cache"] = compile_bucket
@@ -72,12 +74,12 @@ def engine_config(models_bucket: str, compile_bucket: str, version: str, tensor_
             "image": f"vllm/vllm-openai:v{version}",
             # A release warmstart has no facts of (a CPU build between two recorded ones) names its PyTorch.
             **({} if release(version) else {"torch_version": pinned_version(version, "torch", "vllm-cpu")}),
-            "tensor_parallel_size": tensor_parallel,
+            "tensor_parallel_size": tensor_parallel_size,
             "replicas": 1,
         }
     ]
     document["caches"] = {**document.get("caches", {}), "compile": True, "weights": True}
-    if tensor_parallel > 1:
+    if tensor_parallel_size > 1:
         document["compute"]["gpu_pool"]["instance_types"] = [MULTI_GPU_TYPE]
     return parse_config(document, source="tests/engine/chain.py")
 
@@ -166,16 +168,16 @@ class EngineCluster:
     """Stand-in nodes with real agents, serving the model through the release's CPU build."""
 
     def __init__(
-        self, server: SeaweedS3, scratch: Path, env: VllmEnvironment, model_folder: Path, tensor_parallel: int = 1
+        self, server: SeaweedS3, scratch: Path, env: VllmEnvironment, model_folder: Path, tensor_parallel_size: int = 1
     ):
         self.env = env
         models_bucket, compile_bucket = server.new_bucket(), server.new_bucket()
-        self.config = engine_config(models_bucket, compile_bucket, env.version, tensor_parallel)
+        self.config = engine_config(models_bucket, compile_bucket, env.version, tensor_parallel_size)
         self.model = self.config.models[0]
         upload_model(server, models_bucket, f"{self.model.name}/", model_folder)
         self.instance = candidate_instances(self.model, self.config, default_catalog())[0]
         self.world = World(server=server, scratch=scratch, config=self.config, image_env={})
-        self.cluster_env = {**pods.cluster_env(self.world), **cpu_node_env(tensor_parallel)}
+        self.cluster_env = {**pods.cluster_env(self.world), **cpu_node_env(tensor_parallel_size)}
         self.nodes: dict[str, Node] = {}
 
     def node(self, name: str) -> Node:

@@ -38,7 +38,9 @@ def _early_copy(source, target) -> None:
 def tp2(request, s3_server, tmp_path_factory):
     env = cpu_environment(request.param)
     scratch = tmp_path_factory.mktemp(f"engine-tp2-{request.param}")
-    cluster = EngineCluster(s3_server, scratch / "cluster", env, tiny_model(env, scratch / "model"), tensor_parallel=2)
+    cluster = EngineCluster(
+        s3_server, scratch / "cluster", env, tiny_model(env, scratch / "model"), tensor_parallel_size=2
+    )
     name = cluster.model.name
     a, b, c, early = (cluster.node(n) for n in ("node-a", "node-b", "node-c", "node-early"))
     results: dict = {"cluster": cluster}

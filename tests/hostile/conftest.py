@@ -18,7 +18,7 @@ import pytest
 from model_workload.runtime.vllm_entry import RECORD_FILE, RECORD_VERSION
 from tests.admission_policy import pod, policy, roots  # noqa: F401 - fixtures of the admission tests
 from tests.agent.cluster_world import MODEL, Node, World, make_world
-from tests.agent.conftest import clock, log  # noqa: F401 - fixtures of the weights copy's tests
+from tests.agent.conftest import clock, log  # noqa: F401 - fixtures of the node copy's tests
 from tests.agent.fake_kube import pod_uid, vllm_pod
 from tests.agent.weights_world import model_bucket  # noqa: F401 - a fixture
 

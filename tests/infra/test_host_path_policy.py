@@ -78,7 +78,7 @@ def _writable_cases(roots: dict) -> dict:
         "the compile root": (_host("h", roots["compile"]), mount, None),
         "the agent's markers": (_host("h", roots["compile"] + "/.warmstart"), mount, None),
         "the weights root": (_host("h", roots["weights"]), mount, None),
-        "a weights copy": (_host("h", roots["weights"] + "/llama-3-3-70b/" + FINGERPRINT), mount, None),
+        "a node copy": (_host("h", roots["weights"] + "/llama-3-3-70b/" + FINGERPRINT), mount, None),
         "the records root, doubled slashes": (_host("h", roots["records"].replace("/", "//")), mount, None),
         "the records root, sixteen slashes in front": (_host("h", "/" * 16 + roots["records"]), mount, None),
         "the records root, /./ and a trailing slash": (

@@ -8,7 +8,7 @@ from tests.manifests import deployed_manifests, of_kind
 from tests.synth import ROOT
 from warmstart.image_preload import builder_commands, image_set_key, snapshot_images, snapshot_parameter_name
 from warmstart.node_os.al2023 import FAST_IMAGE_PULL_NODE_CONFIG
-from warmstart.workload import image_cache_name
+from warmstart.workload import prepull_daemonset_name
 
 PULL_SCRIPT = (ROOT / "image_preload" / "runtime" / "snapshot" / "pull-images.sh").read_text()
 
@@ -38,7 +38,7 @@ def test_one_gate_job_per_image_waits_for_its_pre_pull_daemon_set(shipped):
         image = job["metadata"]["annotations"]["warmstart.io/image"]
         assert container["args"] == [
             "--namespace=warmstart-system",
-            f"--daemon-set={image_cache_name(image)}",
+            f"--daemon-set={prepull_daemonset_name(image)}",
             f"--deadline-seconds={deadline}",
         ]
         assert ".dkr.ecr." in container["image"]  # the agent image
@@ -49,7 +49,7 @@ def test_one_gate_job_per_image_waits_for_its_pre_pull_daemon_set(shipped):
             "apiGroups": ["apps"],
             "resources": ["daemonsets"],
             "verbs": ["get"],
-            "resourceNames": sorted(image_cache_name(i) for i in images),
+            "resourceNames": sorted(prepull_daemonset_name(i) for i in images),
         }
     ]
 
@@ -73,11 +73,11 @@ def test_each_deployment_rolls_only_after_its_images_gate(shipped):
     # Each model's workload (in its own stack, deployed after the cluster stack) waits for its image's gate.
     for model in shipped.config.models:
         after = {d.node.path for d in shipped.stacks.models[model.name].workload.manifest.node.dependencies}
-        assert shipped.stacks.cluster.image_cache.gates[model.image].node.path in after, model.name
+        assert shipped.stacks.cluster.prepull.gates[model.image].node.path in after, model.name
 
 
 def test_gate_job_name_changes_with_anything_in_the_job(shipped):
-    from image_preload.prepull_chart import ImageCacheChart
+    from image_preload.prepull_chart import PrepullChart
 
     def names(**change) -> dict:
         props = (
@@ -90,7 +90,7 @@ def test_gate_job_name_changes_with_anything_in_the_job(shipped):
             )
             | change
         )
-        return cdk8s_names(ImageCacheChart, props)
+        return cdk8s_names(PrepullChart, props)
 
     base = names()
     assert base == names()  # stable

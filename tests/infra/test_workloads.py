@@ -320,12 +320,12 @@ def test_the_entry_config_map_carries_the_entry_step_the_loopback_endpoint_and_t
 
 
 def test_one_image_cache_per_distinct_serving_image(shipped):
-    from warmstart.workload import image_cache_name
+    from warmstart.workload import prepull_daemonset_name
 
     manifests = shipped.manifests()
     caches = [d for d in of_kind(manifests, "DaemonSet") if d["metadata"]["name"].startswith("image-cache-")]
     images = {m.image for m in shipped.config.models}
-    assert {d["metadata"]["name"] for d in caches} == {image_cache_name(i) for i in images}
+    assert {d["metadata"]["name"] for d in caches} == {prepull_daemonset_name(i) for i in images}
     for cache in caches:
         pod = cache["spec"]["template"]["spec"]
         (pull,) = pod["initContainers"]

@@ -12,7 +12,7 @@ from warmstart.catalog import Catalog
 from warmstart.config.compute import AutoModeCompute, KarpenterCompute
 from warmstart.config_file import ConfigError
 from warmstart.loader import load_config, parse_config
-from warmstart.sizing import tensor_parallel_size
+from warmstart.sizing import derived_tensor_parallel_size
 
 
 @pytest.mark.parametrize("name", SHIPPED_ENVIRONMENTS)
@@ -23,12 +23,12 @@ def test_shipped_environments_load(name):
 def test_shipped_environments_cover_both_modes_and_the_seed_sizes(catalog):
     configs = [load_config(ROOT / "config" / f"{n}.yaml") for n in SHIPPED_ENVIRONMENTS]
     assert {type(c.compute) for c in configs} == {AutoModeCompute, KarpenterCompute}
-    sizes = {(m.size_gb, tensor_parallel_size(m, c, catalog)) for c in configs for m in c.models}
+    sizes = {(m.size_gb, derived_tensor_parallel_size(m, c, catalog)) for c in configs for m in c.models}
     assert (10, 1) in sizes
     assert (67, 2) in sizes
     assert 140 in {size for size, _ in sizes}
     p5 = [c for c in configs if "p5.48xlarge" in c.compute.gpu_pool.instance_types]
-    assert any(m.size_gb == 67 and tensor_parallel_size(m, c, catalog) == 2 for c in p5 for m in c.models)
+    assert any(m.size_gb == 67 and derived_tensor_parallel_size(m, c, catalog) == 2 for c in p5 for m in c.models)
 
 
 def test_defaults_from_the_brief():

@@ -128,7 +128,7 @@ def test_the_streams_are_the_rendered_concurrency_and_ranks():
     plan = plan_model(model, config, CATALOG)
     new = estimate_model(model, config, CATALOG).cases[1]
     expected, _ = streamed_weights_seconds(
-        140, CATALOG.instance("p5.48xlarge"), DEFAULTS, clients=plan.concurrency, processes=plan.tensor_parallel
+        140, CATALOG.instance("p5.48xlarge"), DEFAULTS, clients=plan.concurrency, processes=plan.tensor_parallel_size
     )
     assert new.seconds("weights") == pytest.approx(expected)
 

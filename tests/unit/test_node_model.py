@@ -145,8 +145,8 @@ def test_every_catalog_types_default_requests_fit_what_its_node_offers(mode):
     config = prod if mode == "karpenter" else config_of("dev")
     for name in CATALOG.instances:
         instance = CATALOG.instance(name)
-        for tensor_parallel in (1, instance.gpu_count):
-            cpu, memory = default_requests([instance], tensor_parallel)
-            pods = instance.gpu_count // tensor_parallel
+        for tensor_parallel_size in (1, instance.gpu_count):
+            cpu, memory = default_requests([instance], tensor_parallel_size)
+            pods = instance.gpu_count // tensor_parallel_size
             needed = Resources.of_pod(cpu * pods, memory * pods)
-            assert node_shape(instance, config).for_models.holds(needed), (name, tensor_parallel, mode)
+            assert node_shape(instance, config).for_models.holds(needed), (name, tensor_parallel_size, mode)

@@ -67,7 +67,7 @@ def test_each_preload_mode_says_what_it_runs_and_how_an_image_arrives():
     }
     prod = parse_config(raw("prod"))
     assert "pulled by each pod" in PRELOAD_MODES["off"].route(prod)
-    assert "pre-pull DaemonSet pulls it" in PRELOAD_MODES["prepull"].route(prod)
+    assert "prepull DaemonSet pulls it" in PRELOAD_MODES["prepull"].route(prod)
 
 
 def test_a_new_module_registers_by_existing(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ from warmstart.sizing import (
     SizingError,
     ephemeral_storage_below_nvme,
     nvme_mount,
-    smallest_tensor_parallel,
+    smallest_tensor_parallel_size,
     valid_tensor_parallel_sizes,
     weights_fit,
 )
@@ -24,18 +24,18 @@ from warmstart.sizing import (
     ],
 )
 def test_smallest_tensor_parallel(catalog, size_gb, instance_type, expected):
-    assert smallest_tensor_parallel(size_gb, [catalog.instance(instance_type)], 0.8) == expected
+    assert smallest_tensor_parallel_size(size_gb, [catalog.instance(instance_type)], 0.8) == expected
 
 
 def test_tensor_parallel_must_suit_every_candidate_instance(catalog):
     # 4 GPUs fit on both; a size valid on only one type is never chosen.
     instances = [catalog.instance("g6e.12xlarge"), catalog.instance("g6e.48xlarge")]
-    assert smallest_tensor_parallel(100, instances, 0.8) == 4
+    assert smallest_tensor_parallel_size(100, instances, 0.8) == 4
 
 
 def test_weights_that_fit_nowhere_raise_with_the_numbers(catalog):
     with pytest.raises(SizingError, match=r"600 GB .*p5.48xlarge: 8 x 80 GB x 0.8 = 512 GB"):
-        smallest_tensor_parallel(600, [catalog.instance("p5.48xlarge")], 0.8)
+        smallest_tensor_parallel_size(600, [catalog.instance("p5.48xlarge")], 0.8)
 
 
 def test_valid_tensor_parallel_sizes_divide_the_gpu_count(catalog):

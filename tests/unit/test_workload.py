@@ -52,7 +52,7 @@ def test_from_streamer_0_17_0_the_memory_limit_is_the_nodes_total_shared_by_its_
     )
     config = parse_config(raw("prod"))  # vLLM 0.34.0's image ships 0.17.1
     plans = {m.name: plan_model(m, config, default_catalog()) for m in config.models}
-    assert all(p.streamer_limit_per_node == (p.tensor_parallel > 1) for p in plans.values())
+    assert all(p.streamer_limit_per_node == (p.tensor_parallel_size > 1) for p in plans.values())
 
 
 def test_default_requests_take_the_gpu_share_of_the_smallest_candidate(catalog):
@@ -87,11 +87,11 @@ def _plans(name):
 
 def test_seed_models_plan_as_the_brief_says():
     dev = _plans("dev")["qwen3-4b"]
-    assert (dev.tensor_parallel, dev.concurrency, dev.distributed) == (1, 3, False)
+    assert (dev.tensor_parallel_size, dev.concurrency, dev.distributed) == (1, 3, False)
     prod = _plans("prod")
-    assert (prod["qwen3-6-35b-a3b"].tensor_parallel, prod["qwen3-6-35b-a3b"].concurrency) == (2, 17)
+    assert (prod["qwen3-6-35b-a3b"].tensor_parallel_size, prod["qwen3-6-35b-a3b"].concurrency) == (2, 17)
     assert prod["qwen3-6-35b-a3b"].distributed is True
-    assert (prod["llama-3-3-70b"].tensor_parallel, prod["llama-3-3-70b"].concurrency) == (4, 35)
+    assert (prod["llama-3-3-70b"].tensor_parallel_size, prod["llama-3-3-70b"].concurrency) == (4, 35)
 
 
 def test_vllm_args_follow_the_reference_deployment():

@@ -62,7 +62,7 @@ def _image_preload(config: EnvironmentConfig) -> list[Problem]:
     if obstacle is not None:
         return problems + [_snapshot_obstacle(config, obstacle)]
     if preload.parallel_pull:
-        # Pre-pulling instead keeps parallel pull only where the OS takes it outside a snapshot.
+        # Prepulling instead keeps parallel pull only where the OS takes it outside a snapshot.
         prepull = node_os.parallel_pull_refusal(preload.model_copy(update={"mode": "prepull"})) is None
         problems.append(
             Problem(

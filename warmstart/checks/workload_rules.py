@@ -18,8 +18,8 @@ from warmstart.problem import Problem
 from warmstart.sizing import (
     SizingError,
     candidate_instances,
-    smallest_tensor_parallel,
-    tensor_parallel_size,
+    derived_tensor_parallel_size,
+    smallest_tensor_parallel_size,
     valid_tensor_parallel_sizes,
     weights_fit,
 )
@@ -165,12 +165,12 @@ def _model(config: EnvironmentConfig, catalog: Catalog, index: int) -> list[Prob
                         (setting(f"{at}.weights_cache", False),),
                     )
                 )
-    tensor_parallel_problems = _tensor_parallel(model, instances, at, catalog, config.compute.gpu_pool)
+    tensor_parallel_problems = _tensor_parallel_size(model, instances, at, catalog, config.compute.gpu_pool)
     if tensor_parallel_problems:
         return problems + tensor_parallel_problems
     return (
         problems
-        + _enforce_eager(config, model, tensor_parallel_size(model, config, catalog), at)
+        + _enforce_eager(config, model, derived_tensor_parallel_size(model, config, catalog), at)
         + _pod_memory(config, catalog, model, at)
         + _requests_fit(config, model, instances, at)
     )
@@ -181,11 +181,11 @@ def _inside_pool(types: list[str], pool: list[str], at: str) -> tuple[Fix, ...]:
     return ((setting(f"{at}.instance_types", inside),) if inside else ()) + (removing(f"{at}.instance_types"),)
 
 
-def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel: int, at: str) -> list[Problem]:
+def _enforce_eager(config: EnvironmentConfig, model, tensor_parallel_size: int, at: str) -> list[Problem]:
     if not model.enforce_eager:
         return []
     problems = []
-    if tensor_parallel > 1:
+    if tensor_parallel_size > 1:
         problems.append(
             Problem(
                 f"{at}.enforce_eager",
@@ -213,7 +213,7 @@ def _pod_memory(config: EnvironmentConfig, catalog: Catalog, model, at: str) -> 
     needed = plan.streamer_buffer_bytes + config.streamer.process_headroom_gib * GIB
     if needed <= plan.memory_gib * GIB:
         return []
-    processes = streaming_processes(plan.tensor_parallel)
+    processes = streaming_processes(plan.tensor_parallel_size)
     cap = f"{plan.memory_limit_bytes / GIB:.1f} GiB"
     if plan.streamer_limit_per_node:  # the node's total, shared by its ranks (at least one chunk each)
         cap = f"max({cap} / {processes}, {plan.chunk_bytes / GIB:g} GiB)"
@@ -235,7 +235,7 @@ def _memory_fix(config: EnvironmentConfig, catalog: Catalog, model, needed_gib: 
     a memory limit that fits the request beside the headroom."""
     plan = plan_model(model, config, catalog)
     room = plan.memory_gib * GIB - config.streamer.process_headroom_gib * GIB
-    processes = streaming_processes(plan.tensor_parallel)
+    processes = streaming_processes(plan.tensor_parallel_size)
     limit = room // processes
     if plan.streamer_limit_per_node:  # a node total: each rank's share is limit // ranks, but never below a chunk
         limit = limit * processes if limit >= plan.chunk_bytes else 0
@@ -320,11 +320,11 @@ def image_pinned(image: str, field: str, example: str) -> list[Problem]:
     ]
 
 
-def _tensor_parallel(model, instances, at: str, catalog: Catalog, pool: GpuPool) -> list[Problem]:
+def _tensor_parallel_size(model, instances, at: str, catalog: Catalog, pool: GpuPool) -> list[Problem]:
     field = f"{at}.tensor_parallel_size"
     if model.tensor_parallel_size == "auto":
         try:
-            smallest_tensor_parallel(model.size_gb, instances, model.weights_memory_fraction)
+            smallest_tensor_parallel_size(model.size_gb, instances, model.weights_memory_fraction)
         except SizingError as error:
             fix, fixes = _fit_fix(model, instances, catalog, at, pool)
             message = str(error) + (

@@ -80,12 +80,12 @@ class ImagePreload(Strict):
     off: every pod pulls its image itself. prepull: a DaemonSet per image pulls it onto every GPU node as the
     node joins, and a new image reaches the existing nodes before its pods roll. snapshot (Karpenter with
     Bottlerocket): new nodes boot with the images already on their data volume, made from an EBS snapshot the
-    stack builds; the pre-pull DaemonSets stay for nodes that predate a new snapshot."""
+    stack builds; the prepull DaemonSets stay for nodes that predate a new snapshot."""
 
     mode: PreloadModeName = "prepull"
     # SOCI parallel pull and unpack for every pull on the GPU nodes (Karpenter nodes; not lazy loading).
     parallel_pull: bool = False
-    # Longest a rollout to a new image waits for its pre-pull DaemonSet (the deploy's kubectl step lasts 15 min,
+    # Longest a rollout to a new image waits for its prepull DaemonSet (the deploy's kubectl step lasts 15 min,
     # which must also hold the gate Job's start and status).
     rollout_wait_minutes: int = Field(default=10, ge=1, le=10)
     snapshot: ImageSnapshot = ImageSnapshot()
@@ -101,7 +101,8 @@ class ImagePreload(Strict):
         if isinstance(data, dict) and data.get("mode") == "lazy":
             raise Refused(
                 "lazy loading is not available on EKS nodes: Bottlerocket's SOCI snapshotter runs in parallel-pull "
-                "mode only and the AL2023 AMI's FastImagePull turns lazy loading off (see README, Image preload)",
+                "mode only and the AL2023 AMI's FastImagePull turns lazy loading off (docs/caches.md, 'Container "
+                "images on new nodes')",
                 "use mode: prepull or snapshot, with parallel_pull: true for faster pulls",
                 setting("mode", "prepull"),
             )

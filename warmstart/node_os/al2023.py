@@ -6,15 +6,11 @@ import json
 import re
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from warmstart.checks.fix import removing, setting
-from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, newer_than_known
+from warmstart.node_os.base import NodeOs, PoolDisk, Preload, SnapshotObstacle, dotted, newer_than_known
 from warmstart.problem import Problem
-
-if TYPE_CHECKING:
-    from warmstart.config.caches import ImagePreload
-    from warmstart.config.compute import KarpenterCompute
 
 # nodeadm's RAID0 (Karpenter instanceStorePolicy RAID0 -> nodeadm localStorage RAID0): amazon-eks-ami
 # templates/al2023/runtime/bin/setup-local-disks mounts the array here.
@@ -99,7 +95,7 @@ class Al2023(NodeOs):
     nvme_mount = NVME_MOUNT
     parallel_pull_min_node = (FAST_IMAGE_PULL_MIN_VCPUS, FAST_IMAGE_PULL_MIN_MEMORY_GIB)
 
-    def parallel_pull_refusal(self, preload: ImagePreload) -> Problem | None:
+    def parallel_pull_refusal(self, preload: Preload) -> Problem | None:
         if self.release >= FAST_IMAGE_PULL_SINCE:
             return None
         return Problem(
@@ -116,7 +112,7 @@ class Al2023(NodeOs):
         assert self.alias is not None
         return self.alias.split("@", 1)[1]
 
-    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Problem | None:
+    def image_refusal(self, kubernetes_version: str, preload: Preload) -> Problem | None:
         version = self.version
         fallback = DEFAULT_AMI_ALIAS if ships(DEFAULT_AMI_ALIAS.split("@")[1], kubernetes_version) else None
         fallback = fallback or (f"al2023@{newest}" if (newest := newest_shipping(kubernetes_version)) else None)
@@ -193,9 +189,7 @@ class Al2023(NodeOs):
             "a Bottlerocket ami_alias allows image_preload.mode: snapshot",
         )
 
-    def karpenter_storage(
-        self, compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None
-    ) -> dict[str, Any]:
+    def karpenter_storage(self, compute: PoolDisk, preload: Preload, snapshot_id: str | None) -> dict[str, Any]:
         gp3 = {"volumeType": "gp3", "encrypted": True, "deleteOnTermination": True}
         return {
             # Without it Karpenter ignores the instance store and the array would not exist.

@@ -3,17 +3,13 @@ user data or block device mapping."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from warmstart.node_os.base import NodeOs, SnapshotObstacle
+from warmstart.node_os.base import NodeOs, PoolDisk, Preload, SnapshotObstacle
 from warmstart.node_os.bottlerocket import NVME_MOUNT
 from warmstart.problem import Problem
 
 KUBELET_DEFAULT_MAX_PODS = 110
-
-if TYPE_CHECKING:
-    from warmstart.config.caches import ImagePreload
-    from warmstart.config.compute import KarpenterCompute
 
 
 class AutoModeOs(NodeOs):
@@ -37,18 +33,16 @@ class AutoModeOs(NodeOs):
     # pulled in 48.376 s with SOCI parallel pull: 182 MB/s.
     parallel_pull_mb_per_s = 182
 
-    def pulls_in_parallel(self, preload: ImagePreload, instance_type: str) -> bool:
+    def pulls_in_parallel(self, preload: Preload, instance_type: str) -> bool:
         """EKS Auto Mode release notes (2025-11-19): SOCI parallel pull and unpack is always used on G, P and Trn
         instances with local NVMe, with no setting to turn it off; other families pull plainly."""
         return instance_type.startswith(("g", "p", "trn"))  # the catalog's GPU types all have local NVMe
 
-    def parallel_pull_refusal(self, preload: ImagePreload) -> Problem | None:
+    def parallel_pull_refusal(self, preload: Preload) -> Problem | None:
         return None  # Auto Mode pulls in parallel on GPU instances by itself: the setting changes nothing there
 
     def snapshot_obstacle(self) -> SnapshotObstacle | None:
         return SnapshotObstacle("in Auto Mode", "its NodeClass takes no AMI, user data or block device mapping")
 
-    def karpenter_storage(
-        self, compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None
-    ) -> dict[str, Any]:
+    def karpenter_storage(self, compute: PoolDisk, preload: Preload, snapshot_id: str | None) -> dict[str, Any]:
         raise TypeError("Auto Mode's nodes have no EC2NodeClass: their storage is the NodeClass's ephemeralStorage")

@@ -6,13 +6,51 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from warmstart.problem import Problem
 
-if TYPE_CHECKING:
-    from warmstart.config.caches import ImagePreload
-    from warmstart.config.compute import KarpenterCompute
+
+# What a node OS reads of the config, as the shapes it needs: the config model (warmstart/config/) builds on the OS
+# objects, so the objects name no config class (no import circle, not even for types).
+class PoolDisk(Protocol):
+    """A Karpenter pool's settings an OS reads (warmstart.config.compute.KarpenterCompute)."""
+
+    @property
+    def ami_alias(self) -> str: ...
+    @property
+    def root_volume_gib(self) -> int: ...
+
+
+class SnapshotVolume(Protocol):
+    """The image snapshot's data volume (warmstart.config.caches.ImageSnapshot)."""
+
+    @property
+    def data_volume_gib(self) -> int: ...
+    @property
+    def data_volume_iops(self) -> int: ...
+    @property
+    def data_volume_throughput_mibps(self) -> int: ...
+    @property
+    def volume_initialization_rate_mibps(self) -> int | None: ...
+
+
+class BootsWithImages(Protocol):
+    @property
+    def boots_with_images(self) -> bool: ...
+
+
+class Preload(Protocol):
+    """The image preload settings an OS reads (warmstart.config.caches.ImagePreload)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def parallel_pull(self) -> bool: ...
+    @property
+    def snapshot(self) -> SnapshotVolume: ...
+    @property
+    def strategy(self) -> BootsWithImages: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +107,7 @@ class NodeOs(ABC):
         self.release = release(alias) if alias else ()
 
     @abstractmethod
-    def parallel_pull_refusal(self, preload: ImagePreload) -> Problem | None:
+    def parallel_pull_refusal(self, preload: Preload) -> Problem | None:
         """Why `image_preload.parallel_pull` cannot work on these nodes, or None."""
 
     # nodeadm-style minimum (vCPUs, GiB of memory) below which the OS silently skips parallel pull; None: no minimum.
@@ -79,7 +117,7 @@ class NodeOs(ABC):
     parallel_pull_mb_per_s: float
     always_pulls_in_parallel: bool = False
 
-    def pulls_in_parallel(self, preload: ImagePreload, instance_type: str) -> bool:
+    def pulls_in_parallel(self, preload: Preload, instance_type: str) -> bool:
         """Whether a pull on this node uses SOCI parallel pull and unpack."""
         return preload.parallel_pull
 
@@ -98,7 +136,7 @@ class NodeOs(ABC):
         version (a version newer than the table: the alias as it is)."""
         return alias
 
-    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Problem | None:
+    def image_refusal(self, kubernetes_version: str, preload: Preload) -> Problem | None:
         """Why the pinned alias has no AMI for the cluster's Kubernetes version, or None."""
         return None
 
@@ -116,7 +154,5 @@ class NodeOs(ABC):
         raise TypeError(f"{self.name} nodes do not boot from an image snapshot")
 
     @abstractmethod
-    def karpenter_storage(
-        self, compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None
-    ) -> dict[str, Any]:
+    def karpenter_storage(self, compute: PoolDisk, preload: Preload, snapshot_id: str | None) -> dict[str, Any]:
         """The GPU EC2NodeClass's instance-store policy, block devices and user data."""

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from warmstart.checks.fix import setting
-from warmstart.node_os.base import NodeOs, SnapshotObstacle, dotted, newer_than_known, release
+from warmstart.node_os.base import NodeOs, PoolDisk, Preload, SnapshotObstacle, dotted, newer_than_known, release
 from warmstart.problem import Problem
-
-if TYPE_CHECKING:
-    from warmstart.config.caches import ImagePreload
-    from warmstart.config.compute import KarpenterCompute
 
 # `apiclient ephemeral-storage init` mounts /dev/md/ephemeral here (bottlerocket-core-kit, ephemeral_storage.rs).
 NVME_MOUNT = "/mnt/.ephemeral"
@@ -85,7 +81,7 @@ class Bottlerocket(NodeOs):
     # measured 403 MB/s with the same settings on c/m/r instances: a validation figure that disagrees.)
     parallel_pull_mb_per_s = 151
 
-    def parallel_pull_refusal(self, preload: ImagePreload) -> Problem | None:
+    def parallel_pull_refusal(self, preload: Preload) -> Problem | None:
         # Every release with an image for a supported Kubernetes version binds SOCI's store onto the array
         # (FIRST_RELEASE_FOR_KUBERNETES >= SOCI_ON_ARRAY_SINCE, checked by tests); older ones are refused there.
         return None
@@ -101,7 +97,7 @@ class Bottlerocket(NodeOs):
         wanted = max(release(alias), floor)
         return f"bottlerocket@v{dotted(wanted + (0,) * (3 - len(wanted)))}"
 
-    def image_refusal(self, kubernetes_version: str, preload: ImagePreload) -> Problem | None:
+    def image_refusal(self, kubernetes_version: str, preload: Preload) -> Problem | None:
         assert self.alias is not None
         pinned = self.alias_for_kubernetes(self.alias, kubernetes_version)
         if len(self.release) != 3:
@@ -147,9 +143,7 @@ class Bottlerocket(NodeOs):
     def snapshot_alias(cls) -> str | None:
         return f"bottlerocket@v{dotted(BOOTSTRAP_COMMANDS_SINCE)}"
 
-    def karpenter_storage(
-        self, compute: KarpenterCompute, preload: ImagePreload, snapshot_id: str | None
-    ) -> dict[str, Any]:
+    def karpenter_storage(self, compute: PoolDisk, preload: Preload, snapshot_id: str | None) -> dict[str, Any]:
         if not preload.strategy.boots_with_images:
             gp3 = {"volumeType": "gp3", "encrypted": True, "deleteOnTermination": True}
             return {
@@ -171,7 +165,7 @@ class Bottlerocket(NodeOs):
         }
 
 
-def snapshot_volume(preload: ImagePreload, snapshot_id: str) -> dict[str, Any]:
+def snapshot_volume(preload: Preload, snapshot_id: str) -> dict[str, Any]:
     """The data volume made from the image snapshot."""
     volume = preload.snapshot
     return {

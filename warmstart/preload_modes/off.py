@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from warmstart.preload_modes.base import PreloadMode, faster, snapshot_unavailable
-
-if TYPE_CHECKING:
-    from warmstart.config.environment import EnvironmentConfig
+from warmstart.preload_modes.base import Environment, PreloadMode, faster, snapshot_unavailable
 
 
 class Off(PreloadMode):
     name = "off"
     prepulls = False
 
-    def route(self, config: EnvironmentConfig) -> str:
+    def route(self, config: Environment) -> str:
         return f"pulled by each pod on its node{faster(config)} (image_preload off); " + snapshot_unavailable(config)

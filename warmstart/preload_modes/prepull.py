@@ -3,22 +3,17 @@ nodes before its pods roll."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from warmstart.preload_modes.base import PreloadMode, faster, rollout_gate, snapshot_unavailable
-
-if TYPE_CHECKING:
-    from warmstart.config.environment import EnvironmentConfig
+from warmstart.preload_modes.base import Environment, PreloadMode, faster, rollout_gate, snapshot_unavailable
 
 
 class Prepull(PreloadMode):
     name = "prepull"
     prepulls = True
 
-    def route(self, config: EnvironmentConfig) -> str:
+    def route(self, config: Environment) -> str:
         return "; ".join(
             [
-                f"the pre-pull DaemonSet pulls it{faster(config)} when a new node joins, alongside the first pod "
+                f"the prepull DaemonSet pulls it{faster(config)} when a new node joins, alongside the first pod "
                 "that lands there (that pod still waits for the pull)",
                 snapshot_unavailable(config),
                 rollout_gate(config),

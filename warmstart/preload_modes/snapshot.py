@@ -1,14 +1,9 @@
 """New nodes boot with the images already on their data volume, made from an EBS snapshot the stack builds
-(Karpenter with Bottlerocket); the pre-pull DaemonSets stay for nodes that predate a new snapshot."""
+(Karpenter with Bottlerocket); the prepull DaemonSets stay for nodes that predate a new snapshot."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from warmstart.preload_modes.base import PreloadMode, rollout_gate
-
-if TYPE_CHECKING:
-    from warmstart.config.environment import EnvironmentConfig
+from warmstart.preload_modes.base import Environment, PreloadMode, rollout_gate
 
 
 class Snapshot(PreloadMode):
@@ -16,7 +11,7 @@ class Snapshot(PreloadMode):
     prepulls = True
     boots_with_images = True
 
-    def route(self, config: EnvironmentConfig) -> str:
+    def route(self, config: Environment) -> str:
         snapshot = config.image_preload.snapshot
         rate = (
             f", its blocks initialized at {snapshot.volume_initialization_rate_mibps} MiB/s"
@@ -26,5 +21,5 @@ class Snapshot(PreloadMode):
         return (
             f"on disk when a new node boots: its {snapshot.data_volume_gib} GiB data volume starts from the image "
             f"snapshot the stack builds{rate}; {rollout_gate(config)}; nodes older than a new snapshot get it from "
-            "the pre-pull DaemonSet"
+            "the prepull DaemonSet"
         )

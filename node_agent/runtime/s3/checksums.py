@@ -3,6 +3,8 @@ a download is verified before it is used."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,3 +72,36 @@ def digests_from_file(descriptor: int, ranges: list[tuple[int, int]], new_digest
         hash_from_file(descriptor, start, end + 1 - start, digest, buffer)
         digests.append(digest)
     return digests
+
+
+def computed_checksum(check: Check, ranges: list, descriptor: int, size: int) -> str:
+    """The object's checksum as S3 writes it, from what the download computed per range (start, end, value), or read
+    back from the file where it could not compute it while streaming. Read-backs go through one small buffer: an
+    object is never held in memory whole (a 5 GB single-PUT object in a 1 GiB container)."""
+    if check.kind == "crc":
+        _, combine, width = CRC_ALGORITHMS[str(check.algorithm)]  # crc kinds always name their algorithm
+        total = 0
+        for start, end, crc in ranges:
+            total = combine(total, crc, end + 1 - start)
+        return base64.b64encode(crc_bytes(total, width)).decode()
+    if check.kind == "composite-crc":
+        function, _, width = CRC_ALGORITHMS[str(check.algorithm)]
+        part_crcs = (
+            [crc for _, _, crc in ranges]
+            if ranges[0][2] is not None
+            else [d.value for d in digests_from_file(descriptor, check.parts, lambda: CrcDigest(function))]
+        )
+        joined = b"".join(crc_bytes(crc, width) for crc in part_crcs)
+        return f"{base64.b64encode(crc_bytes(function(joined), width)).decode()}-{len(part_crcs)}"
+    if check.kind == "multipart-md5":
+        digests = (
+            [d for _, _, d in ranges]
+            if ranges[0][2] is not None
+            else [d.digest() for d in digests_from_file(descriptor, check.parts, hashlib.md5)]
+        )
+        return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
+    if ranges and ranges[0][2] is not None:  # single-part MD5, hashed while streaming
+        return ranges[0][2].hex()
+    # single-part MD5 of a large object fetched in parallel ranges: hash the complete file
+    (digest,) = digests_from_file(descriptor, [(0, size - 1)], hashlib.md5)
+    return digest.hexdigest()

@@ -3,7 +3,6 @@ verified against its checksum and renamed into place only when whole."""
 
 from __future__ import annotations
 
-import base64
 import builtins
 import hashlib
 import itertools
@@ -19,7 +18,7 @@ from pathlib import Path
 from botocore.exceptions import ClientError
 
 from node_agent.runtime.direct_io import DIRECT_ALIGN, FileWriter, write_slices
-from node_agent.runtime.s3.checksums import CRC_ALGORITHMS, Check, CrcDigest, Unverifiable, crc_bytes, digests_from_file
+from node_agent.runtime.s3.checksums import CRC_ALGORITHMS, Check, Unverifiable, computed_checksum
 from node_agent.runtime.s3.client import (
     PRECONDITION_FAILED,
     ObjectChanged,
@@ -244,36 +243,8 @@ class WeightsSource:
         return check, digest
 
     def _verify(self, item: ListedObject, check: Check, ranges: builtins.list, descriptor: int) -> None:
-        """Compares what the download computed, or what is read back from the file where it could not compute it
-        while streaming, with what S3 says. Read-backs go through one small buffer: an object is never held in
-        memory whole (a 5 GB single-PUT object in a 1 GiB container)."""
-        if check.kind == "crc":
-            _, combine, width = CRC_ALGORITHMS[str(check.algorithm)]  # crc kinds always name their algorithm
-            total = 0
-            for start, end, crc in ranges:
-                total = combine(total, crc, end + 1 - start)
-            actual = base64.b64encode(crc_bytes(total, width)).decode()
-        elif check.kind == "composite-crc":
-            function, _, width = CRC_ALGORITHMS[str(check.algorithm)]
-            part_crcs = (
-                [crc for _, _, crc in ranges]
-                if ranges[0][2] is not None
-                else [d.value for d in digests_from_file(descriptor, check.parts, lambda: CrcDigest(function))]
-            )
-            joined = b"".join(crc_bytes(crc, width) for crc in part_crcs)
-            actual = f"{base64.b64encode(crc_bytes(function(joined), width)).decode()}-{len(part_crcs)}"
-        elif check.kind == "multipart-md5":
-            digests = (
-                [d for _, _, d in ranges]
-                if ranges[0][2] is not None
-                else [d.digest() for d in digests_from_file(descriptor, check.parts, hashlib.md5)]
-            )
-            actual = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
-        elif ranges and ranges[0][2] is not None:  # single-part MD5, hashed while streaming
-            actual = ranges[0][2].hex()
-        else:  # single-part MD5 of a large object fetched in parallel ranges: hash the complete file
-            (digest,) = digests_from_file(descriptor, [(0, item.size - 1)], hashlib.md5)
-            actual = digest.hexdigest()
+        """Compares what the download computed, or what is read back from the file, with what S3 says."""
+        actual = computed_checksum(check, ranges, descriptor, item.size)
         if actual != check.expected:
             raise ObjectChanged(
                 f"{item.key}: {check.kind} {check.algorithm or 'ETag'} is {actual}, S3 says {check.expected}"

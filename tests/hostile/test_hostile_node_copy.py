@@ -1,4 +1,4 @@
-"""Issue 45: a weights copy stays what was verified on the agent's failure paths. After an agent crash between
+"""Issue 45: a node copy stays what was verified on the agent's failure paths. After an agent crash between
 publication and sync the copy was withdrawn and its folder replaced while a pod read it (the in-use check was
 skipped on that path); a full disk while writing the pointer raised out of the weights loop, and the verified copy
 was downloaded again. Against SeaweedFS, the real WeightsCache."""
