@@ -3,7 +3,7 @@
 The same charts the stacks apply, rendered to one YAML file per chart, with a kustomization.yaml that lists them:
 the models' workloads for every environment; and where a GitOps tool applies the cluster's objects
 (cluster.existing.kubernetes_objects: gitops), everything else the stacks would have applied too: the GPU NodePool
-and its node class, the warmstart-system namespace, the node agent, the image caches.
+and its node class, the warmstart-system namespace, the node agent, the prepull DaemonSets.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from node_agent.runtime.collector import built_then_frozen  # noqa: E402
 from node_agent.runtime.log import EventLog  # noqa: E402
 from node_agent.runtime.s3.client import s3_client
 from node_agent.runtime.s3.weights_download import WeightsSource
-from node_agent.runtime.weights import WeightsCache, WeightsLayout  # noqa: E402
+from node_agent.runtime.weights import NodeCopies, WeightsLayout  # noqa: E402
 
 
 def main(
@@ -46,7 +46,7 @@ def main(
             aws_secret_access_key=secret_key,
         )
         source = WeightsSource(client, bucket, part_bytes=part_mib * 2**20, threads=threads, buffer_bytes=buffer_bytes)
-        cache = WeightsCache(
+        cache = NodeCopies(
             source=source,
             layout=WeightsLayout(Path(root)),
             clock=time.time,

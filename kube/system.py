@@ -1,4 +1,4 @@
-"""The namespace of warmstart's own node-level components (agent, image cache), created once."""
+"""The namespace of warmstart's own node-level components (agent, prepull DaemonSets), created once."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class SystemNamespace(cdk8s.Chart):
         self.namespace_object = k8s.KubeNamespace(
             self, "Namespace", metadata=k8s.ObjectMeta(name=AGENT_NAMESPACE, labels=labels)
         )
-        # Nothing connects to the agent or the image caches: no ingress at all (their egress stays open: S3,
+        # Nothing connects to the agent or the prepull DaemonSets: no ingress at all (their egress stays open: S3,
         # the Kubernetes API, the registries).
         self.no_ingress = k8s.KubeNetworkPolicy(
             self,

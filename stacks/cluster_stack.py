@@ -64,7 +64,7 @@ class ClusterStack(Stack):
         self._node_caches(config)
 
     def _node_caches(self, config: EnvironmentConfig) -> None:
-        """The node agent and the image caches, in warmstart's own namespace, when any model uses one."""
+        """The node agent and the prepull DaemonSets, in warmstart's own namespace, when any model uses one."""
         catalog = default_catalog()
         settings = agent_settings(config, catalog)
         images = serving_images(config) if config.image_preload.strategy.prepulls else []

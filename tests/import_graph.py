@@ -174,10 +174,10 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def package_imports(module: str) -> set[str]:
+def package_imports(module: str, *, with_types: bool = False) -> set[str]:
     """Packages of ours a module reaches for (a package's own submodules import it: not counted)."""
     reached = set()
-    for name in imported(module):
+    for name in imported(module, with_types=with_types):
         target = ours(name)
         if target is not None and not module.startswith(target + ".") and target != module:
             reached.add(target)

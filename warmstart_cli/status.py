@@ -1,5 +1,5 @@
 """`warmstart status`: per model, how many GPU nodes are targeted and how many are ready, for the weights
-cache, the compile cache and the image cache (as HyperPod reports TARGET / READY), from API objects; with
+cache, the compile cache and the prepulled image (as HyperPod reports TARGET / READY), from API objects; with
 `--starts`, the last pod starts per model, phase by phase, as the node agents published them."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from node_agent.runtime.s3.compile_store import CacheStore
 from node_agent.runtime.s3.weights_download import WeightsSource
 from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.storage import check_host_folder
-from node_agent.runtime.weights import WeightsCache, WeightsLayout
+from node_agent.runtime.weights import NodeCopies, WeightsLayout
 
 CLEANUP_SECONDS = 300
 HEARTBEAT = "/tmp/warmstart-agent-alive"
@@ -53,7 +53,7 @@ def main() -> None:
     log.summary()
 
 
-def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCache | None]:
+def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, NodeCopies | None]:
     """The agent with its real clients (S3, the Kubernetes API) and the node's folders, crash leftovers removed."""
     client = s3_client(settings.region, connections=4 * settings.download_threads)
     layout = NodeCacheLayout(Path(settings.cache_root))
@@ -66,7 +66,7 @@ def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCac
         log.event("folder-permissions", folder=folder, outcome=outcome)
     weights = None
     if settings.weights_models:
-        weights = WeightsCache(
+        weights = NodeCopies(
             source=WeightsSource(
                 client,
                 settings.model_bucket,
@@ -107,7 +107,7 @@ def build(settings: AgentSettings, log: EventLog) -> tuple[NodeAgent, WeightsCac
 
 def run(
     agent: NodeAgent,
-    weights: WeightsCache | None,
+    weights: NodeCopies | None,
     settings: AgentSettings,
     *,
     stop: threading.Event,

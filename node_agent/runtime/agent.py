@@ -41,7 +41,7 @@ from node_agent.runtime.pod_trust import PodTrust, model_of, uid_of
 from node_agent.runtime.s3.compile_store import CacheStore
 from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.vllm_log import VllmStart
-from node_agent.runtime.weights import WeightsCache, WeightsLimits
+from node_agent.runtime.weights import NodeCopies, WeightsLimits
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 VLLM_POD_SELECTOR = vllm_pod_selector()  # the labels the chart gives every model's pods
@@ -72,7 +72,7 @@ class NodeAgent:
         layout: NodeCacheLayout,
         clock: Callable[[], float],
         log: EventLog,
-        weights: WeightsCache | None = None,
+        weights: NodeCopies | None = None,
         records: PodRecords | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         metrics: AgentMetrics | None = None,

@@ -159,7 +159,7 @@ class SyncOutcome:
     published_seconds: float | None = None
 
 
-class WeightsCache:
+class NodeCopies:
     def __init__(
         self,
         *,

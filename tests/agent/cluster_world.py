@@ -20,7 +20,7 @@ from node_agent.runtime.log import EventLog
 from node_agent.runtime.pod_records import PodRecords
 from node_agent.runtime.s3.compile_store import CacheStore
 from node_agent.runtime.s3.weights_download import WeightsSource
-from node_agent.runtime.weights import WeightsCache, WeightsLayout
+from node_agent.runtime.weights import NodeCopies, WeightsLayout
 from render import render_workloads
 from tests.agent.fake_kube import FakeCluster
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
@@ -67,7 +67,7 @@ class Node:
     stand_in: StandInNode
     agent: NodeAgent
     log: EventLog
-    weights: WeightsCache
+    weights: NodeCopies
 
     @property
     def layout(self) -> NodeCacheLayout:
@@ -116,7 +116,7 @@ class World:
             }
         )
         client = self.client
-        weights = WeightsCache(
+        weights = NodeCopies(
             source=WeightsSource(client, config.buckets.models.name, part_bytes=5 * 2**20, threads=4),
             layout=WeightsLayout(Path(settings.weights_root)),
             clock=time.time,

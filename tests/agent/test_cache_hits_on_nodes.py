@@ -84,7 +84,7 @@ def test_a_weights_update_at_the_same_path_with_unchanged_factors_still_hits(tmp
     assert report["weights_digest"] != first["weights_digest"]  # it serves the new weights
 
 
-def test_a_tensor_parallel_change_misses_and_never_loads_the_other_cache(tmp_path, s3_server):
+def test_a_tensor_parallel_size_change_misses_and_never_loads_the_other_cache(tmp_path, s3_server):
     world = make_world(s3_server, tmp_path)
     a, first = _first_node_publishes(world)
     tp4 = with_model(world.config, tensor_parallel_size=4)

@@ -11,10 +11,11 @@ from node_agent.runtime.archive import REDACTED
 from node_agent.runtime.compile_cache import needs_publish, publish
 from node_agent.runtime.compile_manifest import MANIFEST_VERSION, local_hash_dirs
 from node_agent.runtime.s3.compile_store import CacheStore
-from tests.agent.compile_world import FINGERPRINT, MODEL
-from tests.agent.conftest import (
+from tests.agent.compile_world import (
+    FINGERPRINT,
     H100_KEY,
     L40S_KEY,
+    MODEL,
     fill_compile_cache,
     node_layout,
     pruner_deletes,

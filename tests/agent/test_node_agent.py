@@ -10,7 +10,7 @@ from node_agent.runtime.agent import NodeAgent
 from node_agent.runtime.kube import KubeApi
 from node_agent.runtime.pod_records import PodRecords
 from node_agent.runtime.s3.compile_store import CacheStore
-from tests.agent.conftest import Clock, fill_compile_cache, node_layout, read_tree
+from tests.agent.compile_world import Clock, fill_compile_cache, node_layout, read_tree
 from tests.agent.fake_kube import FakeCluster, pod_uid, vllm_pod
 from tests.synth import ROOT
 from warmstart.agent_config import agent_settings
@@ -127,10 +127,10 @@ def test_api_outage_at_start_still_releases_waiting_pods(tmp_path, s3_server, bu
 
 def _weights_agent(tmp_path, s3_server, clock, log, settings, cluster, node="node-a"):
     from node_agent.runtime.s3.weights_download import WeightsSource
-    from node_agent.runtime.weights import WeightsCache, WeightsLayout
+    from node_agent.runtime.weights import NodeCopies, WeightsLayout
 
     client = s3_server.client()
-    weights = WeightsCache(
+    weights = NodeCopies(
         source=WeightsSource(client, settings.model_bucket, part_bytes=5 * 2**20, threads=4),
         layout=WeightsLayout(tmp_path / node / "weights"),
         clock=clock,

@@ -12,7 +12,7 @@ import pytest
 from node_agent.runtime.s3.compile_store import CacheStore
 from pruner.runtime.aws import PrunerAws
 from pruner.runtime.pruner import Settings, run
-from tests.agent.conftest import (
+from tests.agent.compile_world import (
     FACTORS,
     H100_KEY,
     fill_compile_cache,

@@ -31,7 +31,7 @@ from node_agent.runtime.fs import DirectIoAlignment
 from node_agent.runtime.s3.checksums import Unverifiable
 from node_agent.runtime.s3.compile_store import CacheStore
 from node_agent.runtime.s3.weights_download import WeightsSource
-from node_agent.runtime.weights import WeightsCache, WeightsLayout, weights_key
+from node_agent.runtime.weights import NodeCopies, WeightsLayout, weights_key
 from tests.agent.weights_world import (
     MODEL,
     PREFIX,
@@ -57,12 +57,12 @@ def download_copy(tmp_path: Path, client, bucket: str, *, part_bytes: int, threa
     return destination, source.download_all(source.list(PREFIX), destination, PREFIX)
 
 
-def make_cache(root: Path, client, bucket, clock, log, **kwargs) -> WeightsCache:
+def make_cache(root: Path, client, bucket, clock, log, **kwargs) -> NodeCopies:
     source = WeightsSource(client, bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
-    return WeightsCache(source=source, layout=WeightsLayout(root), clock=clock, log=log, reserve_bytes=0, **kwargs)
+    return NodeCopies(source=source, layout=WeightsLayout(root), clock=clock, log=log, reserve_bytes=0, **kwargs)
 
 
-def assert_nothing_partial(cache: WeightsCache, key: str | None = None):
+def assert_nothing_partial(cache: NodeCopies, key: str | None = None):
     layout = cache.layout
     assert not layout.temp_root().exists() or list(layout.temp_root().iterdir()) == []
     if key:

@@ -13,7 +13,7 @@ from boto3.s3.transfer import TransferConfig
 
 from node_agent.runtime import weights as weights_module
 from node_agent.runtime.s3.weights_download import WeightsSource
-from node_agent.runtime.weights import WeightsCache, WeightsLayout
+from node_agent.runtime.weights import NodeCopies, WeightsLayout
 from tests.s3_server import SeaweedS3
 
 PREFIX = "llama/"
@@ -72,14 +72,12 @@ def never_in_use(model, key):
 # -- published from the page cache, then made durable --
 
 
-def _cache_in_boot(root: Path, client, bucket, clock, log, boot_id: str | None) -> WeightsCache:
+def _cache_in_boot(root: Path, client, bucket, clock, log, boot_id: str | None) -> NodeCopies:
     source = WeightsSource(client, bucket, part_bytes=4 * 2**20, threads=4, buffer_bytes=2**20)
-    return WeightsCache(
-        source=source, layout=WeightsLayout(root, boot_id=boot_id), clock=clock, log=log, reserve_bytes=0
-    )
+    return NodeCopies(source=source, layout=WeightsLayout(root, boot_id=boot_id), clock=clock, log=log, reserve_bytes=0)
 
 
-def _published_never_synced(root: Path, s3_server, bucket, clock, log, monkeypatch) -> tuple[WeightsCache, str]:
+def _published_never_synced(root: Path, s3_server, bucket, clock, log, monkeypatch) -> tuple[NodeCopies, str]:
     """A copy as an agent leaves it that published it and died before its sync: `<key>.published` (naming
     boot-a, as the agent wrote it) and no `<key>.complete`."""
     monkeypatch.setattr(weights_module, "syncfs", lambda descriptor: None)

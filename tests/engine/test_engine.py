@@ -22,7 +22,7 @@ from node_agent.runtime.archive import packable_files
 from node_agent.runtime.compile_cache import Status
 from node_agent.runtime.compile_judgement import Cause
 from tests.engine.chain import EngineCluster, Start, kernels, summary
-from tests.engine.conftest import cpu_environment, tiny_model
+from tests.engine.engine_world import cpu_environment, tiny_model
 from tests.engine.versions import selected
 from warmstart_cli.status import render_starts
 

@@ -17,7 +17,7 @@ import pytest
 from node_agent.runtime.archive import packable_files
 from node_agent.runtime.compile_cache import Status, publish
 from tests.engine.chain import EngineCluster, kernels, summary
-from tests.engine.conftest import cpu_environment, tiny_model
+from tests.engine.engine_world import cpu_environment, tiny_model
 from tests.engine.versions import selected
 
 pytestmark = pytest.mark.engine

@@ -4,11 +4,7 @@ write them. Shared by the hostile-workload tests (docs/trust-model.md lists what
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import stat
-import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +17,7 @@ from tests.agent.cluster_world import MODEL, Node, World, make_world
 from tests.agent.conftest import clock, log  # noqa: F401 - fixtures of the node copy's tests
 from tests.agent.fake_kube import pod_uid, vllm_pod
 from tests.agent.weights_world import model_bucket  # noqa: F401 - a fixture
+from tests.hostile.hostile_world import tree_state
 
 
 @dataclass
@@ -72,20 +69,6 @@ def hostile(tmp_path, s3_server) -> HostileNode:
     return HostileNode(world, world.node("node-a"))
 
 
-def tree_state(root: Path) -> dict[str, tuple]:
-    """Every entry under `root` as (kind, size, content digest), links not followed: to show nothing changed."""
-    state = {}
-    for folder, folders, files in os.walk(root):
-        for name in folders + files:
-            path = Path(folder) / name
-            info = path.lstat()
-            digest = ""
-            if stat.S_ISREG(info.st_mode):
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            state[str(path.relative_to(root))] = (stat.S_IFMT(info.st_mode), info.st_size, digest)
-    return state
-
-
 @pytest.fixture
 def sentinels(tmp_path) -> Callable[[], dict[str, tuple]]:
     """Files a hostile pod would love to touch (another folder of the node, a file the agent can read); the
@@ -96,13 +79,3 @@ def sentinels(tmp_path) -> Callable[[], dict[str, tuple]]:
     (root / "etc").mkdir()
     (root / "etc" / "shadow").write_text("root:$6$secret:19000:0:99999:7:::\n")
     return lambda: tree_state(root)
-
-
-def peak_memory(action: Callable[[], object]) -> int:
-    """Bytes Python allocated at the peak while `action` ran."""
-    tracemalloc.start()
-    try:
-        action()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()

@@ -19,7 +19,7 @@ from node_agent.runtime.liveness import Liveness
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.s3.compile_store import CacheStore
 from tests.agent.cluster_world import MODEL
-from tests.hostile.conftest import tree_state
+from tests.hostile.hostile_world import tree_state
 
 
 def test_a_pod_with_a_models_labels_in_another_namespace_is_nobodys(hostile):

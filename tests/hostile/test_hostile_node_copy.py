@@ -1,7 +1,7 @@
 """Issue 45: a node copy stays what was verified on the agent's failure paths. After an agent crash between
 publication and sync the copy was withdrawn and its folder replaced while a pod read it (the in-use check was
 skipped on that path); a full disk while writing the pointer raised out of the weights loop, and the verified copy
-was downloaded again. Against SeaweedFS, the real WeightsCache."""
+was downloaded again. Against SeaweedFS, the real NodeCopies."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import errno
 
 from node_agent.runtime import weights as weights_module
 from tests.agent.weights_world import MODEL, PREFIX, S3_URI, _cache_in_boot, _published_never_synced, never_in_use
-from tests.hostile.conftest import tree_state
+from tests.hostile.hostile_world import tree_state
 
 
 def _inodes(folder) -> dict[str, int]:

@@ -10,7 +10,7 @@ import time
 
 from model_workload.runtime.vllm_entry import RECORD_FILE, choose_weights
 from tests.agent.cluster_world import MODEL, write_model
-from tests.hostile.conftest import peak_memory, tree_state
+from tests.hostile.hostile_world import peak_memory, tree_state
 
 UID = "5c1e8a52-3f0d-4b7e-9a61-0d2c4e6f8a10"
 
@@ -157,7 +157,7 @@ def test_the_entry_step_writes_only_its_own_folder(tmp_path):
 def test_a_compile_folder_with_links_and_fifos_publishes_only_its_own_files(hostile, tmp_path, sentinels):
     """vLLM's compile folder is the pod's: a link to a node file, a FIFO and a linked folder in it are neither
     followed nor packed (each file is opened without following links, relative to its own folder)."""
-    from tests.agent.conftest import fill_compile_cache, read_tree
+    from tests.agent.compile_world import fill_compile_cache, read_tree
 
     agent = hostile.node.agent
     agent.start()

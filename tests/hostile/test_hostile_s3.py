@@ -23,7 +23,7 @@ from node_agent.runtime.s3.client import s3_client
 from node_agent.runtime.s3.compile_store import CacheStore
 from node_agent.runtime.s3.weights_download import WeightsSource
 from tests.agent.cluster_world import MODEL, PREFIX
-from tests.hostile.conftest import peak_memory
+from tests.hostile.hostile_world import peak_memory
 
 
 def _key_of(hostile):

@@ -79,11 +79,11 @@ def test_root_and_a_writable_root_filesystem_only_where_stated(shipped):
                 assert context["runAsUser"] > 0
 
 
-def test_init_containers_and_the_image_cache_run_unprivileged_on_a_read_only_root(shipped):
+def test_init_containers_and_the_prepull_daemonsets_run_unprivileged_on_a_read_only_root(shipped):
     for workload in _workloads(shipped):
         pod = workload["spec"]["template"]["spec"]
-        image_cache = workload["metadata"]["name"].startswith("image-cache-")
-        for container in pod.get("initContainers", []) + (pod["containers"] if image_cache else []):
+        prepulled = workload["metadata"]["name"].startswith("image-cache-")
+        for container in pod.get("initContainers", []) + (pod["containers"] if prepulled else []):
             context = container["securityContext"]
             assert context["readOnlyRootFilesystem"] is True and context["runAsNonRoot"] is True, container["name"]
 

@@ -113,7 +113,7 @@ def test_pod_spec_auto_mode(dev):
     assert pod["serviceAccountName"] == "vllm"
 
 
-def test_pod_spec_karpenter_tensor_parallel(prod):
+def test_pod_spec_karpenter_tensor_parallel_size(prod):
     deployment = _deployments(prod)["qwen3-6-35b-a3b"]
     container = _container(deployment)
     assert '--model-loader-extra-config={"concurrency":17,"distributed":true}' in container["args"]
@@ -319,7 +319,7 @@ def test_the_entry_config_map_carries_the_entry_step_the_loopback_endpoint_and_t
             }
 
 
-def test_one_image_cache_per_distinct_serving_image(shipped):
+def test_one_prepull_daemonset_per_distinct_serving_image(shipped):
     from warmstart.workload import prepull_daemonset_name
 
     manifests = shipped.manifests()

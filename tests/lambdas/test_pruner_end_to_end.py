@@ -322,8 +322,15 @@ def test_a_key_keeps_its_fullest_archive_and_a_new_node_restores_it(s3_server, t
     archive go; the fuller one stays and a new node restores it."""
     from node_agent.runtime.log import EventLog
     from node_agent.runtime.s3.compile_store import CacheStore
-    from tests.agent.compile_world import FINGERPRINT, MODEL
-    from tests.agent.conftest import H100_KEY, fill_compile_cache, node_layout, publish_as, restore_as
+    from tests.agent.compile_world import (
+        FINGERPRINT,
+        H100_KEY,
+        MODEL,
+        fill_compile_cache,
+        node_layout,
+        publish_as,
+        restore_as,
+    )
 
     bucket = s3_server.new_bucket()
     store = CacheStore(s3_server.client(), bucket)

@@ -70,7 +70,7 @@ def test_missing_field_is_named():
     assert only_problem(document).field == "models[0].size_gb"
 
 
-def test_tensor_parallel_accepts_int_or_auto_only():
+def test_tensor_parallel_size_accepts_int_or_auto_only():
     document = raw()
     document["models"][0]["tensor_parallel_size"] = "two"
     problem = only_problem(document)
@@ -143,7 +143,7 @@ def test_nvme_rule_applies_only_with_the_weights_cache_on():
         parse_config(document, catalog=catalog)
 
 
-def test_tensor_parallel_larger_than_the_gpus_is_refused():
+def test_tensor_parallel_size_larger_than_the_gpus_is_refused():
     document = raw("prod")
     document["models"][0]["tensor_parallel_size"] = 16
     problem = only_problem(document)
@@ -153,19 +153,19 @@ def test_tensor_parallel_larger_than_the_gpus_is_refused():
     assert problem.fix == "use 2 or 4 or 8, or 'auto'"
 
 
-def test_tensor_parallel_not_dividing_the_gpus_is_refused():
+def test_tensor_parallel_size_not_dividing_the_gpus_is_refused():
     document = raw("prod")
     document["models"][0]["tensor_parallel_size"] = 3
     assert "does not divide the 8 GPUs" in only_problem(document).message
 
 
-def test_tensor_parallel_too_small_for_the_weights_is_refused():
+def test_tensor_parallel_size_too_small_for_the_weights_is_refused():
     document = raw("prod")
     document["models"][0]["tensor_parallel_size"] = 1  # 67 GB on one 80 GB H100
     assert "KV cache" in only_problem(document).message
 
 
-def test_weights_too_big_for_auto_tensor_parallel_are_refused():
+def test_weights_too_big_for_auto_tensor_parallel_size_are_refused():
     document = raw("prod")
     document["models"][0]["size_gb"] = 700
     problem = only_problem(document)

@@ -130,3 +130,26 @@ def test_no_test_module_imports_another_test_module():
             if any(name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_") for name in names):
                 importers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert importers == []
+
+
+def _fixtures(conftest: Path) -> set[str]:
+    tree = ast.parse(conftest.read_text())
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list)
+    }
+
+
+def test_what_other_modules_take_from_a_conftest_is_fixtures_only():
+    """A conftest holds fixtures; the helpers they use live in a builder module (a folder's *_world.py), which
+    other folders import instead."""
+    taken = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(".conftest"):
+                conftest = ROOT / Path(*node.module.split(".")).with_suffix(".py")
+                taken += [
+                    f"{path.relative_to(ROOT)}: {a.name}" for a in node.names if a.name not in _fixtures(conftest)
+                ]
+    assert taken == []

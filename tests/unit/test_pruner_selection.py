@@ -299,7 +299,7 @@ def test_only_a_manifest_consistent_with_its_key_and_name_may_supersede_another(
     """Any node can write a manifest: the pruner reads hash folders, counts and size, and takes them as a fuller
     archive's only where the manifest is what an agent would trust by its key and name."""
     from pruner.runtime.aws import manifest_facts
-    from tests.agent.conftest import H100_KEY
+    from tests.agent.compile_world import H100_KEY
 
     folders = ["torch_compile_cache/torch_aot_compile/abc"]
     document = {

@@ -23,11 +23,11 @@ from warmstart.sizing import (
         (60, "g6e.12xlarge", 2),
     ],
 )
-def test_smallest_tensor_parallel(catalog, size_gb, instance_type, expected):
+def test_smallest_tensor_parallel_size(catalog, size_gb, instance_type, expected):
     assert smallest_tensor_parallel_size(size_gb, [catalog.instance(instance_type)], 0.8) == expected
 
 
-def test_tensor_parallel_must_suit_every_candidate_instance(catalog):
+def test_tensor_parallel_size_must_suit_every_candidate_instance(catalog):
     # 4 GPUs fit on both; a size valid on only one type is never chosen.
     instances = [catalog.instance("g6e.12xlarge"), catalog.instance("g6e.48xlarge")]
     assert smallest_tensor_parallel_size(100, instances, 0.8) == 4

@@ -268,7 +268,7 @@ def test_enforce_eager_without_compile_cache_is_allowed_and_warned():
     assert any("enforce_eager" in w for w in plan.warnings)
 
 
-def test_enforce_eager_with_auto_tensor_parallel_of_one_is_allowed():
+def test_enforce_eager_with_auto_tensor_parallel_size_of_one_is_allowed():
     document = raw()
     document["caches"]["compile"] = False
     document["models"][0]["enforce_eager"] = True
@@ -276,7 +276,7 @@ def test_enforce_eager_with_auto_tensor_parallel_of_one_is_allowed():
     assert parse_config(document).models[0].enforce_eager
 
 
-def test_enforce_eager_with_tensor_parallel_is_refused():
+def test_enforce_eager_with_tensor_parallel_size_is_refused():
     document = raw("prod")
     document["caches"]["compile"] = False
     document["models"][0]["enforce_eager"] = True

@@ -365,7 +365,7 @@ def _gitops_agent_image(config: EnvironmentConfig, catalog: Catalog) -> list[Pro
     if existing is None or existing.kubernetes_objects != "gitops" or config.deploy.agent_image is not None:
         return []
     if not (agent_settings(config, catalog).models or config.image_preload.strategy.prepulls):
-        return []  # no node agent and no image cache: no agent image
+        return []  # no node agent and no prepull DaemonSet: no agent image
     return [
         Problem(
             "deploy.agent_image",

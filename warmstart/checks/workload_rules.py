@@ -312,7 +312,7 @@ def image_pinned(image: str, field: str, example: str) -> list[Problem]:
     return [
         Problem(
             field,
-            f"{image!r} {why}: nodes would pull different images over time, and the image cache "
+            f"{image!r} {why}: nodes would pull different images over time, and the prepull DaemonSet "
             "and the compile-cache key would not match what runs",
             f"pin a release tag ({example}) or a digest (...@sha256:<64 hex>)",
             instead,
