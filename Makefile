@@ -98,10 +98,11 @@ plan: setup  ## the GPU pool's placement and each model's derived settings for E
 	$(BIN)/python -m warmstart_cli plan --config $(CONFIG)
 
 # ruff (lint and format check) and mypy, as configured in pyproject.toml, and the GitHub workflows' schema and
-# audits; CI runs it before the tests.
+# audits; CI runs it before the tests. No ruff cache: a cache keyed on mtimes passed a file here that a fresh clone
+# failed.
 lint: setup $(VENV)/.lint-installed  ## ruff, mypy (tests included), the workflow linters
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(BIN)/ruff check --no-cache .
+	$(BIN)/ruff format --check --no-cache .
 	$(BIN)/mypy
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/zizmor --offline --no-progress --persona=auditor .github/workflows

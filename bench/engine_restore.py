@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import report  # noqa: E402
 from tests.engine.chain import EngineCluster  # noqa: E402
-from tests.engine.engine_world import tiny_model
+from tests.engine.engine_world import tiny_model  # noqa: E402
 from tests.engine.versions import cpu_builds  # noqa: E402
 from tests.real_vllm.environment import environment  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
