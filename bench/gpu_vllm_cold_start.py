@@ -9,8 +9,12 @@ rendered ones (default config/dev.yaml). Cases, in order:
   warm_node   a second pod on node A: the same compile folder, loaded from the node
   restored    node B: its agent restores A's cache before the pod starts (a new node with warmstart)
   node_copy   node C: restored, and the weights served from C's node copy on the pod's loopback
-For each: the time to the first completion, vLLM's compile folders before and after (hit or miss), and the
-phases the agent's own parser reads from vLLM's log (node_agent/runtime/vllm_log.py).
+For each: the time to the first completion, vLLM's compile folders before and after (hit or miss), the phases
+the agent's own parser reads from vLLM's log (node_agent/runtime/vllm_log.py), and what the start did with each of
+the engine's caches (contracts/engine_caches.py: loaded, written or present; node_agent/runtime/engine_cache_use.py).
+Then each cache's share of a start: for every portable cache the restored node holds, a new node restores the
+archive without that one cache (its folder removed before the pod starts); its start's time less the restored
+start's is the cache's share (`shares`, seconds), next to the cold and warm starts in the same run.
 
   python3 bench/gpu_vllm_cold_start.py                 on the GPU machine: vLLM's server (--vllm: the release,
                                                        default the newest supported; --vllm-root: a Python prefix
@@ -32,9 +36,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from contracts.engine_caches import Scope, named  # noqa: E402
 from model_workload.runtime.vllm_entry import vllm_hash_dirs  # noqa: E402
 from node_agent.runtime.compile_manifest import VLLM_FOLDER  # noqa: E402
-from node_agent.runtime.vllm_log import parse_start  # noqa: E402
+from node_agent.runtime.engine_cache_use import cache_files, engine_cache_use  # noqa: E402
+from node_agent.runtime.vllm_log import engine_cache_lines, parse_start  # noqa: E402
 from tests.engine.server import ServerRun  # noqa: E402
 from tests.engine.tiny_model import CONFIG as TINY_LLAMA  # noqa: E402
 from tests.engine.tiny_model import write as write_model  # noqa: E402
@@ -89,6 +95,7 @@ def run_case(case: str, world, node, config, env, args, vllm_env, instance) -> d
     cache_root = pod.volumes["compile-cache"] / "cache" / VLLM_FOLDER
     before = vllm_hash_dirs(cache_root)
     pods.run_init_containers(pod, env)
+    started_at = time.time()
     outcome: dict = {"case": case, "node": node.stand_in.name, "hash_dirs_before": before}
     if args.engine == "probe":
         started = time.monotonic()
@@ -115,8 +122,39 @@ def run_case(case: str, world, node, config, env, args, vllm_env, instance) -> d
         }
     after = vllm_hash_dirs(cache_root)
     outcome |= {"hash_dirs_after": after, "new_folders": sorted(set(after) - set(before))}
+    said = engine_cache_lines([text for _, text in server.lines]) if args.engine == "server" else {}
+    files, _ = cache_files(cache_root.parent, started_at)
+    outcome["engine_caches"] = engine_cache_use(files, said)
     world.cluster.pods.append(pod.as_api_object(ready=True))
     return outcome
+
+
+def portable_caches(content: Path) -> list[str]:
+    """The archived caches (besides torch.compile's, which every restored start needs) a restored folder holds."""
+    files, _ = cache_files(content, 0.0)
+    return sorted(name for name in files if (cache := named(name)) is not None and cache.scope is Scope.ARCHIVED)
+
+
+def without(content: Path, name: str) -> None:
+    """The restored folder less one cache."""
+    cache = named(name)
+    assert cache is not None and "*" not in cache.folder
+    shutil.rmtree(content / cache.folder, ignore_errors=True)
+
+
+def shares(results: dict) -> dict[str, float | None]:
+    """Each cache's share of a start: the start restored without it, less the restored start (seconds)."""
+    key = "first_completion_s" if results["engine"] == "server" else "seconds"
+    base = results["cases"]["restored"].get(key)
+    found = {}
+    for case, outcome in results["cases"].items():
+        if case.startswith("without:") and base is not None and outcome.get(key) is not None:
+            found[case.removeprefix("without:")] = round(outcome[key] - base, 2)
+    return found
+
+
+def model_fingerprint(nodes: dict, model: str) -> str:
+    return next(iter(nodes.values())).agent.models[model].model.compile_cache.fingerprint
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -152,6 +190,17 @@ def run(args: argparse.Namespace) -> dict:
             print(case, json.dumps(outcome), flush=True)
             if case == "cold":
                 results["publish"] = node.agent.tick()[model.name].status
+        restored = nodes[NODE_OF_CASE["restored"]].layout.model_dir(model.name, model_fingerprint(nodes, model.name))
+        # Shares need an archive to leave a cache out of (the probe engine compiles nothing, so publishes none).
+        archived = results["restores"]["restored"] == "restored"
+        for name in portable_caches(restored) if archived else []:
+            node = world.node(f"node-without-{name.replace('_', '-')}", config, instance.instance_type)
+            results.setdefault("restores", {})[f"without:{name}"] = node.agent.start()[model.name].status
+            without(node.layout.model_dir(model.name, model_fingerprint(nodes, model.name)), name)
+            outcome = run_case(f"without:{name}", world, node, config, env, args, vllm_env, instance)
+            results["cases"][f"without:{name}"] = outcome
+            print(f"without:{name}", json.dumps(outcome), flush=True)
+        results["shares"] = shares(results)
         return results
     finally:
         server.stop()

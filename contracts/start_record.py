@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contracts.agent_settings import AGENT_NAMESPACE
+from contracts.engine_caches import USE_WORDS
 
 # The measured phases, in the order a start goes through them; `other` is what the rest leaves of the total
 # (container start, Python imports, the API server's start, probe periods, and any phase with no source).
@@ -47,6 +48,8 @@ class StartTimeline:
     missing: tuple[str, ...] = ()  # the sources that were not there (a phase without them is None)
     # vLLM's reason when it found a compiled artifact and could not load it (the start compiled again: a miss).
     compile_load_failure: str | None = None
+    # The engine's other caches this start had or filled: name (contracts/engine_caches.py) -> a USE_WORDS word.
+    engine_caches: dict[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> float | None:
@@ -80,12 +83,19 @@ class StartTimeline:
             return None
         if not all(_text(name) for name in missing) or len(missing) > 16:
             return None
+        caches = fields["engine_caches"] or {}
+        if not isinstance(caches, dict) or len(caches) > MAX_ENGINE_CACHES:
+            return None
+        if not all(_text(name) and len(name) <= 64 and use in USE_WORDS for name, use in caches.items()):
+            return None
+        fields["engine_caches"] = dict(caches)
         fields["missing"] = tuple(missing)
         fields["phases"] = {name: float(v) if v is not None else None for name, v in phases.items()}
         return cls(**fields)
 
 
 MAX_TEXT = 253  # a Kubernetes name at most
+MAX_ENGINE_CACHES = 32
 DAY_SECONDS = 86_400
 
 

@@ -18,12 +18,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from contracts.engine_caches import STARTUP_PLAN_VARIABLE
 from warmstart.catalog import Catalog, GpuInstance
 from warmstart.config.environment import EnvironmentConfig
 from warmstart.config.models import ModelSpec, StartEstimate
+from warmstart.vllm_release import facts_for
 from warmstart.workload import PROBE_PERIOD_SECONDS, plan_model
 
-PHASES = ("node", "image", "restore", "weights", "compile", "engine", "ready")
+PHASES = ("node", "image", "restore", "weights", "compile", "kernels", "engine", "ready")
+# Compute capabilities on which vLLM runs DeepGEMM (vllm/platforms/cuda.py `support_deep_gemm`, 0.34.0: 9.0 and the
+# 10.x and 12.x families); its FP8 linear and MoE layers JIT-compile their kernels there.
+DEEP_GEMM_MAJORS = (10, 12)
+DEEP_GEMM_EXACT = ((9, 0),)
 # GPUs from which an instance is a multi-card P-class node (8 GPUs, EFA cards).
 LARGE_NODE_GPUS = 8
 # S3 traffic leaves through the primary ENA interface on network card 0; P5-class instances list the bandwidth of
@@ -76,6 +82,24 @@ class ModelEstimate:
 
 
 # ---- one phase each: pure, unit-tested ----
+
+
+def jit_compiles_deep_gemm(model: ModelSpec, instance: GpuInstance) -> bool:
+    """An FP8 model (its quantization, or FP8 in its name or path, as FP8 checkpoints are published) on a GPU
+    where vLLM's image runs DeepGEMM: its kernels are JIT-compiled on a node that has none of them."""
+    fp8 = (model.quantization or "").startswith("fp8") or "fp8" in f"{model.name} {model.s3_uri}".lower()
+    capability = instance.compute_capability
+    return fp8 and (capability in DEEP_GEMM_EXACT or capability[0] in DEEP_GEMM_MAJORS)
+
+
+def startup_plan_applies(model: ModelSpec, compile_cache: bool) -> bool:
+    """vLLM keeps the profiling result (its startup plan, which warmstart turns on) in the compile cache's folder
+    where the serving release has it: a restored or local plan spares a start its memory profiling."""
+    return (
+        compile_cache
+        and STARTUP_PLAN_VARIABLE in facts_for(model).known_env
+        and (model.vllm_env.get(STARTUP_PLAN_VARIABLE, "1") != "0")
+    )
 
 
 def compile_seconds(model: ModelSpec, settings: StartEstimate, *, cached: bool) -> float:
@@ -215,6 +239,25 @@ def estimate_model(
         basis("node_ready_seconds", otherwise=MODELLED if large else PUBLISHED),
     )
 
+    deep_gemm = jit_compiles_deep_gemm(model, instance)
+
+    def kernels(cached: bool) -> Phase:
+        if not deep_gemm:
+            return Phase("kernels", 0.0, "no DeepGEMM kernels (not an FP8 model on Hopper or Blackwell)", MODELLED)
+        if cached:
+            return Phase("kernels", 0.0, "DeepGEMM's kernels in the compile cache", MODELLED)
+        how = "DeepGEMM JIT-compiles the FP8 kernels (no cache on the node)"
+        return Phase("kernels", settings.deep_gemm_jit_seconds, how, basis("deep_gemm_jit_seconds"))
+
+    planned = startup_plan_applies(model, plan.compile_cache)
+    if planned:
+        saved = min(settings.profiling_seconds, engine.seconds)
+        planned_engine = Phase(
+            "engine", engine.seconds - saved, f"{engine.how}, less memory profiling (vLLM's startup plan)", MODELLED
+        )
+    else:
+        planned_engine = engine
+
     def compiled(cached: bool, how: str) -> Phase:
         if model.enforce_eager:
             return Phase("compile", 0.0, "enforce_eager: no torch.compile", MODELLED)
@@ -230,6 +273,7 @@ def estimate_model(
             Phase("restore", 0.0, "no compile cache", MODELLED),
             Phase("weights", weights_cold, how_cold, MODELLED),
             compiled(False, "compiled from nothing"),
+            kernels(False),
             engine,
             ready,
         ),
@@ -253,7 +297,8 @@ def estimate_model(
             else Phase("restore", 0.0, "compile cache off", MODELLED),
             Phase("weights", streamed, how_streamed, basis("streamer_client_gbit_per_s", otherwise=MODELLED)),
             compiled(compile_cache, "restored cache" if compile_cache else "compiled from nothing"),
-            engine,
+            kernels(compile_cache),
+            planned_engine,
             ready,
         ),
     )
@@ -279,7 +324,8 @@ def estimate_model(
                 ),
             ),
             compiled(True, "cache on the node"),
-            engine,
+            kernels(compile_cache),
+            planned_engine,
             ready,
         ),
     )
@@ -311,6 +357,7 @@ def physical_floor(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog
             Phase("restore", settings.restore_seconds, "compile cache from S3"),
             Phase("weights", model.size_gb / min(network, disk), f"at {min(network, disk):.2f} GB/s", MODELLED),
             Phase("compile", 0.0 if model.enforce_eager else settings.compile_cached_seconds, "cached"),
+            Phase("kernels", 0.0, "cached", MODELLED),
             Phase("engine", engine, "vLLM's engine start"),
             Phase("ready", ready_seconds(), "probe", MODELLED),
         ),

@@ -48,7 +48,7 @@ def _candidates(config: EnvironmentConfig, phase: str, case: str) -> list[tuple[
             )
         if not preload.parallel_pull:
             found.append(("image_preload.parallel_pull: true", Fix((Edit("image_preload.parallel_pull", True),))))
-    if phase == "compile" and not config.caches.compile:
+    if phase in ("compile", "kernels") and not config.caches.compile:
         found.append(("caches.compile: true", Fix((Edit("caches.compile", True),))))
     if phase == "weights" and case == CASES[2] and not config.caches.weights:
         found.append(("caches.weights: true", Fix((Edit("caches.weights", True),))))
@@ -66,7 +66,10 @@ def _changed(config: EnvironmentConfig, fix: Fix, catalog: Catalog) -> Environme
 
 WHY_NOT = {
     "node": "no setting shortens a node's launch; a warm node skips it (min_replicas, consolidate_after)",
-    "engine": "vLLM's engine start (KV-cache profiling, CUDA graphs) is the same on every node",
+    "engine": "vLLM's engine start (KV-cache profiling, CUDA graphs) is the same on every node; vLLM 0.34.0's "
+    "startup plan, which warmstart turns on, spares a node its memory profiling once the compile cache holds it",
+    "kernels": "DeepGEMM JIT-compiles an FP8 model's kernels on a node without them: warmstart's compile cache "
+    "keeps them on the node and restores them on new ones",
     "weights": "bounded by the instance network and S3: instance types with more network bandwidth",
     "image": "pulled in parallel already, and no image snapshot is possible here (Auto Mode, or no OS release for "
     "this Kubernetes version)",
@@ -126,6 +129,14 @@ def render_estimates(estimates: list[ModelEstimate], config: EnvironmentConfig, 
         lines.append(f"  new node with warmstart: {cold / new:.1f}x faster than without; warm node {cold / warm:.1f}x")
         how = {p.name: p.how for p in estimate.cases[1].phases if p.seconds}
         lines.append("  new node paths: " + "; ".join(f"{name}: {text}" for name, text in how.items()))
+        jit = estimate.cases[0].phase("kernels").seconds
+        if jit:
+            kept = estimate.cases[1].phase("kernels").seconds == 0
+            keeps = "the compile cache keeps" if kept else "caches.compile: true would keep"
+            lines.append(
+                f"  kernels: an FP8 model on this GPU JIT-compiles DeepGEMM's kernels on a node that has none "
+                f"({jit:.0f} s); {keeps} them on the node and restores them on new nodes"
+            )
         for case_name in CASES[1:]:
             lines.append("  advice, " + _said(advise(estimate, config, catalog, case_name)))
         lines.append("")

@@ -23,6 +23,9 @@ RESERVED_VLLM_ENV: dict[str, str] = {
         )
     },
     "VLLM_ASSETS_CACHE": "warmstart sets it: it is part of the model path vLLM hashes for an s3:// model",
+    "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "warmstart keeps FlashInfer's autotune results on the node's NVMe (under "
+    "VLLM_CACHE_ROOT, or FlashInfer's managed store in its workspace), where the agent archives them for new nodes; "
+    "elsewhere every pod would tune again (contracts/engine_caches.py)",
     "VLLM_MODEL_REDIRECT_PATH": "it rewrites the model path vLLM hashes (maybe_model_redirect)",
     "VLLM_API_KEY": "a secret belongs in a Kubernetes Secret, not in plain config (warmstart writes vllm_env into "
     "the pod spec and the compile-cache key); vLLM 0.21.0 also hashes it and writes it in clear text into the "

@@ -48,6 +48,9 @@ class VllmRelease:
     compile: dict[str, Any]
     cli: dict[str, Any]
     sources: dict[str, str]
+    # Where the engine writes its caches (tests/real_vllm/record_caches.py): the names vLLM joins under
+    # VLLM_CACHE_ROOT, the kernel libraries' versions and their default folders.
+    caches: dict[str, Any]
 
     @property
     def known_env(self) -> frozenset[str]:
@@ -234,6 +237,7 @@ def _load(path: Path) -> VllmRelease:
         compile=data["compile"],
         cli=data["cli"],
         sources=data["sources"],
+        caches=data["caches"],
     )
 
 

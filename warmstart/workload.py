@@ -13,6 +13,7 @@ import posixpath
 from dataclasses import dataclass, field
 
 from contracts.cache_key import ModelFactors
+from contracts.engine_caches import STARTUP_PLAN_VARIABLE, VLLM_ROOT_FOLDER, cache_variables
 from contracts.node_layout import COMPILE_CACHE_CONTENT, model_cache_folder
 from warmstart.catalog import Catalog
 from warmstart.config.base import GIB
@@ -373,12 +374,16 @@ def vllm_env(plan: ModelPlan) -> dict[str, str]:
     }
     if plan.compile_cache:
         content = f"{COMPILE_CACHE_MOUNT}/{COMPILE_CACHE_CONTENT}"
+        # Every cache the engine writes at start, on the node's NVMe rather than in the pod's HOME or /tmp (lost
+        # with the pod): vLLM's own under VLLM_CACHE_ROOT, each kernel library's by its variable
+        # (contracts/engine_caches.py); the agent archives the portable ones.
         env |= {
             "XDG_CACHE_HOME": content,
-            "VLLM_CACHE_ROOT": f"{content}/vllm",
-            # vLLM points Inductor inside its own hash folder on its AOT path, but not Triton on its default
-            # (standalone) path: both folders are part of the cache and travel in the archive.
-            "TORCHINDUCTOR_CACHE_DIR": f"{content}/inductor",
-            "TRITON_CACHE_DIR": f"{content}/triton",
+            "VLLM_CACHE_ROOT": f"{content}/{VLLM_ROOT_FOLDER}",
+            **cache_variables(content),
         }
+        if STARTUP_PLAN_VARIABLE in facts_for(plan.model).known_env:
+            # vLLM keeps a boot's memory-profiling result under VLLM_CACHE_ROOT and a later boot with its
+            # fingerprint skips profiling; the model's own vllm_env may turn it off.
+            env[STARTUP_PLAN_VARIABLE] = plan.model.vllm_env.get(STARTUP_PLAN_VARIABLE, "1")
     return env

@@ -9,7 +9,7 @@ from pathlib import Path
 from warmstart.estimate import CASES, MEASURED, MODELLED, PHASES, PUBLISHED, ModelEstimate
 
 # One colour per phase, in PHASES order (colour-blind safe: Okabe-Ito).
-COLOURS = ("#999999", "#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7")
+COLOURS = ("#999999", "#E69F00", "#56B4E9", "#009E73", "#D55E00", "#F0E442", "#0072B2", "#CC79A7")
 SHORT_CASES = {CASES[0]: "cold, no warmstart", CASES[1]: "new node, warmstart", CASES[2]: "warm node"}
 HATCHES = {PUBLISHED: "", MODELLED: "//", MEASURED: "xx"}
 

@@ -246,6 +246,11 @@ def render_starts(config: EnvironmentConfig, timelines: list[StartTimeline], *, 
                 )
                 if value
             )
+            # The engine's other caches, grouped by what the start did with them (its fill is the news).
+            for use in ("written", "loaded", "refused"):
+                names = [name for name, word in t.engine_caches.items() if word == use]
+                if names:
+                    sources += f", {use} {'+'.join(names)}"
             rows.append(
                 (
                     datetime.fromtimestamp(t.created, UTC).strftime("%m-%d %H:%M:%S"),

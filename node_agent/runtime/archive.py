@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import io
 import json
@@ -15,13 +14,11 @@ from pathlib import Path
 
 import zstandard
 
+from contracts.engine_caches import travels
 from node_agent.runtime.fs import syncfs
 
 COPY_BYTES = 2**20
 ZSTD_LEVEL = 3  # compile artifacts compress well already at low levels; packing stays I/O-bound
-# Not compile artifacts: vLLM's custom all-reduce records which GPU pairs of this node can reach each other
-# (vllm/distributed/device_communicators/all_reduce_utils.py, 0.21.0); another node measures its own.
-NODE_SPECIFIC = ("gpu_p2p_access_cache_for_*.json",)
 # vLLM writes every hashed environment variable's raw value into this file, never reads it back (0.21.0,
 # vllm/compilation/backends.py); secrets such as VLLM_API_KEY must not travel to S3 with the archive.
 FACTORS_FILE = "cache_key_factors.json"
@@ -51,14 +48,14 @@ def content_digest(names: list[str]) -> str:
 
 
 def packable_files(source: Path, *, max_files: int) -> list[str] | None:
-    """The names (relative to `source`) of the files pack() would take, walked the same way (no link followed);
-    None past `max_files` (too many to publish anyway)."""
+    """The names (relative to `source`, a cache content folder) of the files pack() would take, walked the same way
+    (no link followed); None past `max_files` (too many to publish anyway)."""
     found: list[str] = []
     for folder, subfolders, names, folder_fd in os.fwalk(source, follow_symlinks=False):
         subfolders.sort()
         relative = Path(folder).relative_to(source)
         for name in names:
-            if any(fnmatch.fnmatch(name, pattern) for pattern in NODE_SPECIFIC):
+            if not travels(str(relative / name)):
                 continue
             try:
                 info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
@@ -108,8 +105,9 @@ class TooLarge(ValueError):
 def pack(
     source: Path, destination: Path, *, max_bytes: int | None = None, max_files: int | None = None
 ) -> PackedArchive:
-    """Regular files and folders only, in sorted order, so equal folders give equal archives; node-specific
-    files are left out and vLLM's factor records are redacted.
+    """Regular files and folders only, in sorted order, so equal folders give equal archives; the node's own
+    caches (contracts/engine_caches.py: which GPUs reach each other, the driver's JIT) are left out and vLLM's
+    factor records are redacted.
 
     The folder is the pods' (vLLM writes it): every folder and file is opened relative to its parent without
     following a link and without blocking, and the file read is the one checked to be regular, so a pod that
@@ -126,7 +124,7 @@ def pack(
                     subfolders.sort()
                     relative = Path(folder).relative_to(source)
                     for name in sorted(names):
-                        if any(fnmatch.fnmatch(name, pattern) for pattern in NODE_SPECIFIC):
+                        if not travels(str(relative / name)):
                             continue
                         try:
                             descriptor = os.open(name, _READ_UNTRUSTED, dir_fd=folder_fd)

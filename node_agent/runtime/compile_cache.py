@@ -31,6 +31,7 @@ from node_agent.runtime.compile_manifest import (
     MANIFEST_VERSION,
     CacheLimits,
     compiled_counts,
+    engine_caches_held,
     holds_what_it_claims,
     local_hash_dirs,
     new_manifest_name,
@@ -154,6 +155,7 @@ def restore(
                     # What the archive held: a start that compiles files it lacked makes this node's cache fuller.
                     "files": len(restored_files),
                     "counts": compiled_counts(restored_files),
+                    "engine_caches": engine_caches_held(restored_files),
                 },
             )
             break
@@ -231,10 +233,15 @@ def publish(
         files = packable_files(source, max_files=limits.max_files)
         if files is None:
             return done(Status.FAILED, f"the cache folder holds more than {limits.max_files} files")
-        counts = compiled_counts(files)
+        counts, held = compiled_counts(files), engine_caches_held(files)
         candidates = published(store, key, log, model, limits)
         covering = next(
-            (p for p in candidates if p.covers(local, counts, len(files)) and store.exists(p.manifest["archive"])),
+            (
+                p
+                for p in candidates
+                if p.covers(local, counts, len(files), held, content_digest(files))
+                and store.exists(p.manifest["archive"])
+            ),
             None,
         )
         if covering is not None:
@@ -248,6 +255,7 @@ def publish(
                     "seen": local,
                     "files": len(files),
                     "counts": counts,
+                    "engine_caches": held,
                 },
             )
             return done(
@@ -272,7 +280,7 @@ def publish(
             return done(Status.EMPTY, "the cache folder holds no files")
         if packed.content != content_digest(files):  # vLLM wrote while the agent packed: name what was packed
             name = new_manifest_name(key, local, packed.content, names)
-        packed_counts = compiled_counts(packed.names)
+        packed_counts, packed_held = compiled_counts(packed.names), engine_caches_held(packed.names)
         uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])
         store.upload_file_if_absent(packed.path, uploaded)
         document = {
@@ -285,6 +293,7 @@ def publish(
             "files": packed.files,
             "content": packed.content,
             "counts": packed_counts,
+            "engine_caches": packed_held,
             "hash_dirs": local,
             "published_by": node,
             "published_at": clock(),
@@ -301,6 +310,7 @@ def publish(
                     "seen": local,
                     "files": packed.files,
                     "counts": packed_counts,
+                    "engine_caches": packed_held,
                 },
             )
             return done(Status.LOST_RACE, "another node published these hash folders and files first")
@@ -319,6 +329,7 @@ def publish(
                 "seen": local,
                 "files": packed.files,
                 "counts": packed_counts,
+                "engine_caches": packed_held,
             },
         )
     except Exception as error:
@@ -343,11 +354,16 @@ def needs_publish(
     local = local_hash_dirs(layout, model, fingerprint)
     if set(local) - set(origin.get("hash_dirs", [])) and origin.get("seen") != local:
         return True
-    recorded = origin.get("counts")
-    if not count_files or not isinstance(recorded, dict):
-        return False  # a record from before file counts: the folders decide
+    if not count_files:
+        return False
     files = packable_files(layout.model_dir(model, fingerprint), max_files=max_files)
-    return files is not None and holds_more(compiled_counts(files), recorded)
+    if files is None:
+        return False
+    recorded = origin.get("counts")
+    if isinstance(recorded, dict) and holds_more(compiled_counts(files), recorded):
+        return True
+    # An engine cache the archive lacked (DeepGEMM's kernels, the startup plan; or a record from before them).
+    return not set(engine_caches_held(files)) <= set(origin.get("engine_caches") or [])
 
 
 def touch_last_use(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from contracts.cache_key import MANIFEST_MAX_BYTES, MAX_CACHE_FILES, CompileCacheKey, counts_fit, holds_more
+from contracts.engine_caches import VLLM_ROOT_FOLDER, Scope, cache_of
 from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.archive import (
     content_digest,
@@ -19,12 +20,14 @@ from node_agent.runtime.s3.compile_store import CacheStore
 from node_agent.runtime.untrusted import Refused, beneath_folder_names
 
 MANIFEST_VERSION = 2  # 2: lists vLLM's hash folders, archives carry an upload nonce
-VLLM_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)
+VLLM_FOLDER = VLLM_ROOT_FOLDER  # VLLM_CACHE_ROOT inside a configuration's cache folder (warmstart.workload.vllm_env)
 
 
 # vLLM makes one or two hash folders per configuration; a pod that makes millions costs the agent at most this many.
 MAX_LISTED_HASH_DIRS = 256
 _HASH_ROOT = ("torch_compile_cache",)
+COMPILE_CACHE_NAME = "torch_compile_cache"  # its files are counted per hash folder (compiled_counts)
+MAX_ENGINE_CACHES = 32  # what a manifest may list (the inventory names fewer)
 _AOT_ROOT = ("torch_compile_cache", "torch_aot_compile")
 
 
@@ -60,6 +63,18 @@ def compiled_counts(files: list[str]) -> dict[str, int]:
             folder = "/".join(parts[1:3])
         counts[folder] = counts.get(folder, 0) + 1
     return counts
+
+
+def engine_caches_held(files: list[str]) -> list[str]:
+    """The engine's portable caches besides torch.compile's (contracts/engine_caches.py: DeepGEMM's kernels, the
+    startup plan, FlashInfer's workspace, ...) that a cache folder's files hold any of. An archive lacking one this
+    node has is worth a fuller one, once: their files grow with traffic, so only whether a cache is there counts."""
+    held = set()
+    for name in files:
+        cache = cache_of(name)
+        if cache is not None and cache.scope is Scope.ARCHIVED and cache.name != COMPILE_CACHE_NAME:
+            held.add(cache.name)
+    return sorted(held)
 
 
 @dataclass(frozen=True)
@@ -137,10 +152,26 @@ class Published:
         """Files per hash folder; None for a manifest from before them."""
         return self.manifest.get("counts")
 
-    def covers(self, hash_dirs: list[str], counts: dict[str, int], files: int) -> bool:
+    @property
+    def engine_caches(self) -> set[str]:
+        """The engine's other caches the archive holds, as its manifest names them (none for a manifest from before
+        them, or one whose list is not a short list of names)."""
+        listed = self.manifest.get("engine_caches")
+        if not isinstance(listed, list) or len(listed) > MAX_ENGINE_CACHES:
+            return set()
+        return {name for name in listed if isinstance(name, str) and len(name) <= 64}
+
+    def covers(
+        self, hash_dirs: list[str], counts: dict[str, int], files: int, engine_caches: list[str], content: str
+    ) -> bool:
         """Holds every one of these hash folders, with at least as many files in each (by its total, for a manifest
-        from before counts per folder)."""
+        from before counts per folder), and every one of these engine caches; or exactly these files (its content
+        digest: a manifest from before engine caches were listed holds them if it holds the same files)."""
         if not set(hash_dirs) <= self.hash_dirs:
+            return False
+        if self.manifest.get("content") == content:
+            return True
+        if not set(engine_caches) <= self.engine_caches:
             return False
         return not holds_more(counts, self.counts) if self.counts is not None else self.files >= files
 
@@ -189,6 +220,8 @@ def holds_what_it_claims(manifest: dict, files: list[str]) -> str | None:
         return f"the archive holds {len(files)} files, not the {manifest['files']} its manifest names"
     if "counts" in manifest and compiled_counts(files) != manifest["counts"]:
         return "the archive's files per hash folder are not those its manifest names"
+    if "engine_caches" in manifest and engine_caches_held(files) != manifest["engine_caches"]:
+        return "the archive's engine caches are not those its manifest names"
     return None
 
 

@@ -57,6 +57,13 @@ class AgentMetrics:
             ["model", "outcome", "cause"],
             registry=self.registry,
         )
+        self.engine_cache_use = Counter(
+            "warmstart_engine_cache_use",
+            "vLLM pod starts by what they did with each of the engine's other caches (DeepGEMM, FlashInfer, the "
+            "startup plan, ...); use: loaded, written, present or refused",
+            ["model", "cache", "use"],
+            registry=self.registry,
+        )
         self.cache_bytes = Counter(
             "warmstart_compile_cache_bytes",
             "Compile-cache archive bytes moved",
@@ -92,6 +99,9 @@ class AgentMetrics:
         for phase, seconds in timeline.phases.items():
             if seconds is not None:
                 self.phase_seconds.labels(model, phase, sources.get(phase, "-")).observe(seconds)
+        for cache, use in timeline.engine_caches.items():
+            # Bounded: names are the inventory's (contracts/engine_caches.py) or "unlisted", uses a fixed set.
+            self.engine_cache_use.labels(model, cache, use).inc()
         if timeline.total is not None:
             self.start_seconds.labels(model, "new" if timeline.new_node else "existing").observe(timeline.total)
 

@@ -8,17 +8,19 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from contracts.agent_settings import AGENT_NAMESPACE
 from contracts.pod_labels import VLLM_CONTAINER
 from contracts.start_record import STARTS_KEPT, STARTS_KEY, STARTS_LABEL, StartTimeline, starts_config_map_name
+from node_agent.runtime.engine_cache_use import MAX_FILES, cache_files, engine_cache_use
 from node_agent.runtime.kube import KubeApi, KubeError, is_ready
 from node_agent.runtime.layout import NodeCacheLayout
 from node_agent.runtime.log import EventLog
 from node_agent.runtime.metrics import AgentMetrics
 from node_agent.runtime.pod_records import PodRecord
-from node_agent.runtime.timeline import assemble, condition_time, vllm_restarts
+from node_agent.runtime.timeline import api_time, assemble, condition_time, container_status, vllm_restarts
 from node_agent.runtime.vllm_log import VllmStart, container_log_path, parse_start, read_container_log
 
 
@@ -99,15 +101,17 @@ class StartTracker:
             self.log.event("start-node-unreadable", reason=str(error))
             node = {"metadata": {"name": self.node}}
         record = records.get(uid)
+        vllm = self.vllm_start(pod)
         timeline = assemble(
             pod=pod,
             node=node,
             events=events,
-            vllm=self.vllm_start(pod),
+            vllm=vllm,
             weights_source=record.weights_source if record else None,
             restore_outcome=self._restore_outcome(record),
             outcome=outcome,
         )
+        timeline = replace(timeline, engine_caches=self._engine_caches(pod, record, vllm, timeline.created))
         self._timed.add(sid)
         if outcome == "not-ready":  # a crash loop keeps one record, its latest start, not one per restart
             kept = [t for t in self.recent if not (t.uid == timeline.uid and t.outcome == "not-ready")]
@@ -123,8 +127,22 @@ class StartTracker:
             total_s=None if timeline.total is None else round(timeline.total, 1),
             phases=timeline.phases,
             missing=list(timeline.missing),
+            engine_caches=timeline.engine_caches,
         )
         return timeline
+
+    def _engine_caches(self, pod: dict, record: PodRecord | None, vllm: VllmStart | None, created: float) -> dict:
+        """Which of the engine's caches this start had or filled (engine_cache_use.py), judged from the vLLM
+        container's start: its API start time, else its first log line, else the pod's creation."""
+        said = vllm.engine_caches if vllm else {}
+        if record is None or not record.fingerprint or self.layout is None:
+            return engine_cache_use({}, said)
+        running = (container_status(pod, VLLM_CONTAINER) or {}).get("state", {}).get("running") or {}
+        since = api_time(running.get("startedAt")) or (vllm.first_line if vllm else None) or created
+        files, stopped = cache_files(self.layout.model_dir(record.model, record.fingerprint), since)
+        if stopped:
+            self.log.event("engine-caches-uncounted", model=record.model, reason=f"over {MAX_FILES} files")
+        return engine_cache_use(files, said)
 
     def vllm_start(self, pod: dict) -> VllmStart | None:
         """What the pod's current vLLM container said about its start; None without its log file."""

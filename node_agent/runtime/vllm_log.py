@@ -40,6 +40,18 @@ MAX_REASON_CHARS = 200
 ENGINE = re.compile(
     rf"init engine \(profile, create kv cache, warmup model\) took {_NUMBER} s(?: \(compilation: {_NUMBER} s)?"
 )
+# v1/worker/startup_plan.py (0.34.0): a persisted plan applied, one refused for less free memory, one saved (this
+# boot profiled: no plan matched).
+STARTUP_PLAN = {
+    "loaded": re.compile(r"Applying persisted startup plan \(fingerprint "),
+    "refused": re.compile(r"Startup plan not applied: current free memory"),
+    "written": re.compile(r"Saved startup plan to "),
+}
+# model_executor/warmup/kernel_warmup.py (0.34.0): the per-rank autotune file in use (multi-rank deployments), and
+# the tuning runs a loaded file skips. Whether a start that tuned wrote anything (vLLM saves the file only when the
+# tuner found something new) is the files' to tell; the managed store's path (one rank) runs them always.
+AUTOTUNE_FILE = re.compile(r"Using FlashInfer autotune cache file: ")
+AUTOTUNE_RAN = re.compile(r"Running FlashInfer autotune with \d+ tokens")
 # entrypoints/openai/api_server.py, then uvicorn once the app is up.
 SERVER_UP = re.compile(r"Application startup complete\.|Starting vLLM server on ")
 
@@ -54,6 +66,8 @@ class VllmStart:
     server_up: float | None = None  # epoch seconds
     first_line: float | None = None  # epoch seconds of the container's first output
     missing: tuple[str, ...] = field(default_factory=tuple)
+    # What vLLM said of its other caches (contracts/engine_caches.py names): loaded | written | refused.
+    engine_caches: dict[str, str] = field(default_factory=dict)
 
 
 def cri_time(text: str) -> float:
@@ -121,6 +135,7 @@ def parse_start(lines: list[tuple[float, str]]) -> VllmStart:
         if server_up is None and SERVER_UP.search(text):
             server_up = when
     weights = weights if weights is not None else default_loader
+    texts = [text for _, text in lines]
     # The engine line's figure covers every compiled part (language model and encoder); the first
     # "torch.compile took" line only one of them.
     compiled = engine_compile if engine_compile is not None else compile_total
@@ -141,4 +156,17 @@ def parse_start(lines: list[tuple[float, str]]) -> VllmStart:
         server_up=server_up,
         first_line=lines[0][0] if lines else None,
         missing=tuple(f"vllm-log:{name}" for name, value in facts.items() if value is None),
+        engine_caches=engine_cache_lines(texts),
     )
+
+
+def engine_cache_lines(texts: list[str]) -> dict[str, str]:
+    """The startup plan's and FlashInfer autotune's fate, where vLLM printed it."""
+    said: dict[str, str] = {}
+    plan = [word for word, pattern in STARTUP_PLAN.items() if any(pattern.search(text) for text in texts)]
+    if plan:
+        # A refused plan is followed by a saved one: the refusal is the news.
+        said["startup_plan"] = "refused" if "refused" in plan else plan[0]
+    if any(AUTOTUNE_FILE.search(text) for text in texts) and not any(AUTOTUNE_RAN.search(text) for text in texts):
+        said["flashinfer_autotune_cache"] = "loaded"
+    return said

@@ -53,6 +53,12 @@ def manifest_facts(name: str, document: dict) -> ManifestFacts:
     verified = bool(
         match and document.get("digest") == match.group("digest") and named and files_ok and _whole(size, 2**50)
     ) and (counts is None or counts_ok)
+    listed = document.get("engine_caches")
+    engine_caches = (
+        frozenset(listed)
+        if isinstance(listed, list) and len(listed) <= 32 and all(isinstance(n, str) and len(n) <= 64 for n in listed)
+        else frozenset()
+    )
     return ManifestFacts(
         document["archive"],
         frozenset(folders or ()),
@@ -60,6 +66,7 @@ def manifest_facts(name: str, document: dict) -> ManifestFacts:
         counts if counts_ok else None,
         size if _whole(size, 2**50) else 0,  # type: ignore[arg-type]
         verified,
+        engine_caches,
     )
 
 

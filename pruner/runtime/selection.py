@@ -58,11 +58,14 @@ class ManifestFacts:
     counts: dict[str, int] | None = None  # files per hash folder (None: a manifest from before them)
     size: int = 0
     verified: bool = False
+    # The engine's other caches the archive holds (DeepGEMM's kernels, the startup plan, ...; none before them).
+    engine_caches: frozenset[str] = frozenset()
 
     def covered_by(self, other: ManifestFacts) -> bool:
-        """`other`, a verified manifest, holds every hash folder of this one, with at least as many files in each
-        and more in one (by the totals where either has no counts): restores take it instead."""
-        if not (other.verified and self.hash_dirs <= other.hash_dirs):
+        """`other`, a verified manifest, holds every hash folder and engine cache of this one, with at least as many
+        files in each folder and more in one (by the totals where either has no counts): restores take it
+        instead."""
+        if not (other.verified and self.hash_dirs <= other.hash_dirs and self.engine_caches <= other.engine_caches):
             return False
         if self.counts is None or other.counts is None:
             return other.files > self.files

@@ -534,14 +534,62 @@ def test_a_manifest_with_a_malformed_file_digest_is_refused(tmp_path, store, clo
 
 
 def test_files_outside_the_hash_folders_make_no_archive_fuller(tmp_path, store, clock, log):
-    """Triton's cache and vLLM's kernel caches grow with traffic: they travel in the archives, but a node whose
-    only new files are there publishes nothing (an upload per new kernel would never end)."""
-    node_a = node_layout(tmp_path, "a")
+    """Triton's cache and the engine's kernel caches grow with traffic: they travel in the archives, but a node
+    whose only new files are in caches the archive holds publishes nothing (an upload per new kernel would never
+    end). A cache the archive lacks altogether (DeepGEMM's kernels, JIT-compiled on this node) is worth one fuller
+    archive, which restores then take, and the next node has the kernels."""
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
     folder = node_a.model_dir(MODEL, FINGERPRINT)
     fill_compile_cache(folder, seed=1)
     _publish(store, node_a, clock, log)
-    _add_files(folder, "triton/NEW/kernel.json", "vllm/deep_gemm/kernel.so")
+    _add_files(folder, "triton/NEW/kernel.json", "inductor/fx/zz/new.py")
     assert not needs_publish(node_a, MODEL, FINGERPRINT, max_files=1000)
+    _add_files(folder, "vllm/deep_gemm/cache/kernel.so")
+    assert needs_publish(node_a, MODEL, FINGERPRINT, max_files=1000)
+    assert _publish(store, node_a, clock, log).status == "republished"
+    assert sorted(m["engine_caches"] for m in _manifests(store)) == [
+        ["deep_gemm", "inductor", "triton"],
+        ["inductor", "triton"],
+    ]
+    _add_files(folder, "vllm/deep_gemm/cache/another.so")
+    assert not needs_publish(node_a, MODEL, FINGERPRINT, max_files=1000)
+    assert _restore(store, node_b, clock, log, node="node-b").status == "restored"
+    assert (node_b.model_dir(MODEL, FINGERPRINT) / "vllm/deep_gemm/cache/kernel.so").exists()
+    assert node_b.origin(MODEL, FINGERPRINT)["engine_caches"] == ["deep_gemm", "inductor", "triton"]
+    assert not needs_publish(node_b, MODEL, FINGERPRINT, max_files=1000)
+
+
+def test_a_node_restored_from_an_archive_of_before_the_engine_caches_publishes_them_once(tmp_path, store, clock, log):
+    """An archive published before manifests named the engine's caches (an agent upgrade): the first node that
+    has them publishes a fuller archive; the others find it covers theirs."""
+    node_a, node_b, node_c = (node_layout(tmp_path, n) for n in "abc")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
+    _publish(store, node_a, clock, log)
+    (name,) = store.list_keys(H100_KEY.manifest_prefix)
+    old = {k: v for k, v in store.get_json(name).items() if k != "engine_caches"}
+    pruner_deletes(store, name)
+    store.put_json(name, old)
+    for name_, node in (("node-b", node_b), ("node-c", node_c)):
+        assert _restore(store, node, clock, log, node=name_).status == "restored"
+        _add_files(node.model_dir(MODEL, FINGERPRINT), "vllm/startup_plan/startup_plan_0123456789abcdef.json")
+        assert needs_publish(node, MODEL, FINGERPRINT, max_files=1000)
+    assert _publish(store, node_b, clock, log, node="node-b").status == "republished"
+    assert _publish(store, node_c, clock, log, node="node-c").status == "exists"
+    assert not needs_publish(node_c, MODEL, FINGERPRINT, max_files=1000)
+
+
+def test_a_manifest_that_claims_engine_caches_its_archive_lacks_is_refused(tmp_path, store, clock, log):
+    node_a, node_b = node_layout(tmp_path, "a"), node_layout(tmp_path, "b")
+    fill_compile_cache(node_a.model_dir(MODEL, FINGERPRINT), seed=1)
+    _publish(store, node_a, clock, log)
+    (name,) = store.list_keys(H100_KEY.manifest_prefix)
+    claimed = {**store.get_json(name), "engine_caches": ["deep_gemm", "inductor", "startup_plan", "triton"]}
+    pruner_deletes(store, name)
+    store.put_json(name, claimed)
+    assert _restore(store, node_b, clock, log, node="node-b").status == "failed"
+    assert [e["reason"] for e in log.events if e["event"] == "archive-rejected"] == [
+        "the archive's engine caches are not those its manifest names"
+    ]
 
 
 def test_an_archive_that_does_not_hold_what_its_manifest_says_is_skipped_for_the_next(tmp_path, store, clock, log):

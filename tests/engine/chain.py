@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from contracts.engine_caches import UNLISTED, cache_of
+from contracts.node_layout import COMPILE_CACHE_CONTENT
 from contracts.pod_labels import VLLM_CONTAINER
 from model_workload.runtime.vllm_entry import vllm_hash_dirs
 from node_agent.runtime.compile_manifest import VLLM_FOLDER
@@ -45,7 +47,8 @@ LISTEN_ADDRESS = ("--host=0.0.0.0", "--host=127.0.0.1")
 # 1 GiB of KV cache (the default sizes it from the machine's memory, which two CPU workers would share).
 CPU_NODE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 POD_LOGS = "var-log-pods"
-MULTI_GPU_TYPE = "g6e.12xlarge"  # dev's L40S family with 4 GPUs  # kubelet's /var/log/pods on each stand-in node
+MULTI_GPU_TYPE = "g6e.12xlarge"  # dev's L40S family with 4 GPUs
+OTHER_GPU_TYPE = "g6.xlarge"  # an L4: the same architecture family as dev's L40S (sm_89), another GPU name
 START_TIMEOUT = 600
 
 
@@ -133,7 +136,18 @@ def summary(start: Start) -> dict:
         "load_failure": start.vllm.load_failure,
         "kernels_added": len(kernels({p: start.files_after[p] for p in start.added})),
         "judged": [(e["event"], e.get("cause")) for e in start.judged],
+        "engine_caches": sorted(engine_caches_in(start.files_after)),  # what the folder holds after the start
     }
+
+
+def engine_caches_in(files) -> set[str]:
+    """The inventory caches (contracts/engine_caches.py) a snapshot of a configuration's folder holds files of."""
+    found = set()
+    for path in files:
+        if path.startswith(f"{COMPILE_CACHE_CONTENT}/"):
+            cache = cache_of(path.removeprefix(f"{COMPILE_CACHE_CONTENT}/"))
+            found.add(cache.name if cache else UNLISTED)
+    return found
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
@@ -180,9 +194,15 @@ class EngineCluster:
         self.cluster_env = {**pods.cluster_env(self.world), **cpu_node_env(tensor_parallel_size)}
         self.nodes: dict[str, Node] = {}
 
-    def node(self, name: str) -> Node:
+    def node(self, name: str, instance_type: str | None = None) -> Node:
+        """A node of the model's instance type, or of `instance_type` (another GPU: the pool then lists it, and only
+        the agent's key for the GPU changes, the configuration's fingerprint not)."""
         if name not in self.nodes:
-            node = self.world.node(name, self.config, self.instance.instance_type)
+            config = self.config
+            if instance_type is not None:
+                pool = config.compute.gpu_pool.model_copy(update={"instance_types": [instance_type]})
+                config = config.model_copy(update={"compute": config.compute.model_copy(update={"gpu_pool": pool})})
+            node = self.world.node(name, config, instance_type or self.instance.instance_type)
             node.agent.starts = StartTracker(
                 kube=node.agent.kube,
                 node=name,

@@ -17,11 +17,12 @@ import json
 import pytest
 
 from contracts.agent_settings import COMPILE_MISS_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN
+from contracts.engine_caches import UNLISTED, Scope, named
 from contracts.start_record import StartTimeline
 from node_agent.runtime.archive import packable_files
 from node_agent.runtime.compile_cache import Status
 from node_agent.runtime.compile_judgement import Cause
-from tests.engine.chain import EngineCluster, Start, kernels, summary
+from tests.engine.chain import OTHER_GPU_TYPE, EngineCluster, Start, engine_caches_in, kernels, snapshot, summary
 from tests.engine.engine_world import cpu_environment, tiny_model
 from tests.engine.versions import selected
 from warmstart_cli.status import render_starts
@@ -45,6 +46,9 @@ def chain(request, s3_server, tmp_path_factory):
     results["restore_c"] = c.agent.start()[name].status
     results["origin_c"] = c.layout.origin(name, cluster.fingerprint)  # what C restored (its own publish follows)
     results["node_copy"], _ = cluster.start("node_copy", c)
+    other = cluster.node("node-d", OTHER_GPU_TYPE)
+    results["restore_d"] = other.agent.start()[name].status
+    results["files_d"] = snapshot(cluster.config_folder(other))
     print(json.dumps({case: summary(results[case]) for case in ("cold", "restored", "node_copy")}, indent=1))
     return results
 
@@ -147,3 +151,39 @@ def test_a_node_copy_start_serves_from_the_node(chain):
     assert any("node" in line for line in node_copy.entry), node_copy.entry
     assert node_copy.hash_dirs_before == chain["cold"].hash_dirs_after
     assert node_copy.answer["choices"]
+
+
+def test_the_archive_carries_the_engines_portable_caches_and_another_gpu_gets_none(chain):
+    """What the real engine wrote on node A travels in the archive node B restored, all but the node's own caches;
+    a node with another GPU (an L4 where A has an L40S) finds no archive under its key and restores nothing."""
+    cold, restored = chain["cold"], chain["restored"]
+    written = engine_caches_in(cold.files_after)
+    assert "torch_compile_cache" in written and UNLISTED not in written, written
+    portable = {name for name in written if named(name).scope is Scope.ARCHIVED}
+    assert engine_caches_in(restored.files_before) == portable
+    assert chain["restore_d"] == Status.MISS
+    assert chain["files_d"] == {}, "a node with another GPU restored files of this one's"
+
+
+def test_each_start_records_which_engine_caches_it_filled_and_which_it_found(chain):
+    """Node A's engine wrote every cache it has (a first fill); node B found the restored ones and filled none of
+    them anew except what vLLM's CPU build writes on every start. The pod-start event and the start record say so,
+    and the metric counts it."""
+    cluster = chain["cluster"]
+    records = {}
+    for case in ("cold", "restored"):
+        node = cluster.nodes[chain[case].node]
+        (event,) = [e for e in node.log.events if e["event"] == "pod-start"]
+        (timeline,) = node.agent.starts.recent
+        assert event["engine_caches"] == timeline.engine_caches
+        records[case] = timeline.engine_caches
+    cold_files = engine_caches_in(chain["cold"].files_after) - {"torch_compile_cache", UNLISTED}
+    assert set(records["cold"]) == {n for n in cold_files if named(n).scope is not Scope.UNUSED}
+    assert set(records["cold"].values()) <= {"written"}, records["cold"]
+    restored_added = engine_caches_in({p: None for p in chain["restored"].added})
+    for name, use in records["restored"].items():
+        assert use == ("written" if name in restored_added else "present"), (name, use, records["restored"])
+    node_a = cluster.nodes["node-a"]
+    for name, use in records["cold"].items():
+        counted = node_a.agent.metrics.engine_cache_use.labels(cluster.model.name, name, use)._value.get()
+        assert counted == 1, (name, use)

@@ -74,7 +74,7 @@ def test_an_oversized_factor_record_is_left_out_of_the_archive(tmp_path):
     with open(source / FACTORS_FILE, "wb") as handle:
         handle.truncate(8 * 2**30)
     (source / "artifact.bin").write_bytes(b"compiled")
-    packed = pack(tmp_path / "config", tmp_path / "out.tar.zst")
+    packed = pack(tmp_path / "config" / COMPILE_CACHE_CONTENT, tmp_path / "out.tar.zst")
     assert packed.files == 1
     assert FACTORS_MAX_BYTES < 8 * 2**30
 

@@ -13,7 +13,8 @@ Nothing is typed in; each fact is read from its source:
   day the release was published;
 - the wheel's metadata (`Requires-Dist`): the torch pin and the streamer minimum of vLLM's `runai` extra;
 - vLLM itself, installed into the tier's environment for that release: the variables it knows and hashes, how it
-  parses each, the compile folder's naming, AOT defaults, the CLI (tests/real_vllm/read_release.py).
+  parses each, the compile folder's naming, AOT defaults, the CLI (tests/real_vllm/read_release.py), and where its
+  engine writes its caches (tests/real_vllm/read_caches.py; then run record_caches to render docs/upstream-facts.md).
 The lock is resolved with uv (`uv pip compile`, the tier installs it with `--no-deps`); `--override` replaces a pin
 vLLM names that PyPI does not serve (0.34.0 pins flashinfer-python 0.7.3, which PyPI never had), and the lock's
 header says so.
@@ -41,6 +42,7 @@ from packaging.version import Version
 from tests.real_vllm import dockerfile
 from tests.real_vllm.environment import LOCKS, VllmEnvironment, cache_dir, install, launcher_env
 from tests.real_vllm.image import gpu_facts
+from tests.real_vllm.record_caches import recorded_caches
 from warmstart.catalog import default_catalog
 
 # warmstart/vllm_releases/ (warmstart.vllm_release reads it; not imported here, so that the first release can be
@@ -224,7 +226,13 @@ def record(version: str, overrides: list[str]) -> Path:
             "streamer_requirement": spec,
         },
         **read,
+        # Where its engine writes its caches (tests/real_vllm/record_caches.py; the inventory must name each).
+        "caches": recorded_caches(env),
     }
+    document["sources"]["caches"] = (
+        f"the installed wheel and its image's kernel libraries, read {datetime.date.today().isoformat()} "
+        "(tests/real_vllm/read_caches.py)"
+    )
     path = RELEASES_DIR / f"{version}.json"
     path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     return path

@@ -72,6 +72,15 @@ class StartEstimate(Strict):
     # vLLM 0.22 on g6.4xlarge: 27.9 s and 4.0 s); with enforce_eager, no capture.
     engine_seconds: float = Field(default=31.9, ge=0)
     engine_eager_seconds: float = Field(default=27.9, ge=0)
+    # DeepGEMM's JIT of an FP8 model's kernels on a Hopper or Blackwell node without them (vLLM PR #48190: a boot
+    # that missed all 41 kernels took 93.7 s more, of 170.6 s; H100 NVL, Qwen3-30B-A3B-FP8). Nothing once they
+    # are on the node.
+    deep_gemm_jit_seconds: float = Field(default=93.7, ge=0)
+    # vLLM's memory profiling at start, which a matching startup plan skips (vLLM issue #47456: "profile / kv /
+    # misc ~12s", H100 NVL, Qwen3-30B-A3B-FP8, vLLM 0.24.0); taken out of engine_seconds where the plan applies.
+    # An upper bound: with a plan vLLM still runs its profile pass (it skips the measurement and the CUDA-graph
+    # memory estimate); no figure of the plan's own saving is published.
+    profiling_seconds: float = Field(default=12, ge=0)
     # The settings above measured in this cluster (`plan --estimate --calibrate` writes them): their phases are
     # marked as measured.
     measured: list[str] = Field(default_factory=list)
