@@ -51,9 +51,10 @@ class EngineCache:
     vllm_name: str | None = None  # its name under VLLM_CACHE_ROOT as the release reader reports it
     since: str | None = None  # the first supported vLLM release that writes it (None: all of them)
     log_evidence: bool = False  # vLLM prints whether this start used it (node_agent/runtime/vllm_log.py)
-    # The writer's own log files in its folder (fnmatch, relative to the content folder): appended on every start,
-    # they are no cache entry, never travel and tell nothing of what the start compiled.
-    logs: tuple[str, ...] = ()
+    # Files in its folder that are no cache entry (fnmatch, relative to the content folder): the writer's log,
+    # appended on every start, and what it downloads rather than builds. They stay on the node and tell nothing of
+    # what the start compiled.
+    not_entries: tuple[str, ...] = ()
 
     def holds(self, relative: str) -> bool:
         """Whether a path relative to the content folder is in this cache."""
@@ -177,7 +178,9 @@ ENGINE_CACHES: tuple[EngineCache, ...] = (
         scope=Scope.ARCHIVED,
         why="FlashInfer's JIT workspace and its managed autotune store (default: ~/.cache/flashinfer, in the "
         "pod's HOME)",
-        logs=("flashinfer/*/flashinfer_jit.log",),  # flashinfer/jit/core.py: its logger's file, every import
+        # flashinfer/jit/core.py: its logger's file, written on every import; flashinfer/jit/env.py: the cubins it
+        # downloads on demand where the image's flashinfer-cubin package does not match (GBs, published artifacts).
+        not_entries=("flashinfer/*/flashinfer_jit.log", "flashinfer/*/cubins/*"),
     ),
     EngineCache(
         name="cute_dsl",
@@ -267,17 +270,17 @@ def cache_of(relative: str) -> EngineCache | None:
     return next((cache for cache in ENGINE_CACHES if cache.holds(relative)), None)
 
 
-def is_log(relative: str) -> bool:
-    """Whether a file of the content folder is a writer's log, not a cache entry."""
-    return any(fnmatch.fnmatch(relative, pattern) for cache in ENGINE_CACHES for pattern in cache.logs)
+def not_an_entry(relative: str) -> bool:
+    """Whether a file of the content folder is a writer's log or download, not a cache entry."""
+    return any(fnmatch.fnmatch(relative, pattern) for cache in ENGINE_CACHES for pattern in cache.not_entries)
 
 
 def travels(relative: str) -> bool:
     """Whether a file of the content folder goes into the archive: the portable caches this table names, and only
-    they, less their writers' logs. What it does not name (a library writing under XDG_CACHE_HOME) stays on the
-    node: nothing travels to other nodes that no one has checked may."""
+    they, less their writers' logs and downloads. What it does not name (a library writing under XDG_CACHE_HOME)
+    stays on the node: nothing travels to other nodes that no one has checked may."""
     cache = cache_of(relative)
-    return cache is not None and cache.scope is Scope.ARCHIVED and not is_log(relative)
+    return cache is not None and cache.scope is Scope.ARCHIVED and not not_an_entry(relative)
 
 
 def named_under_vllm_root(name: str) -> bool:

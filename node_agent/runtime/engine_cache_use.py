@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.engine_caches import UNLISTED, USE_WORDS, VLLM_ROOT_FOLDER, Scope, cache_of, is_log, named
+from contracts.engine_caches import UNLISTED, USE_WORDS, VLLM_ROOT_FOLDER, Scope, cache_of, named, not_an_entry
 
 MAX_FILES = 50_000  # a compile cache holds a few thousand; past this the walk stops and says so
 LOADED, WRITTEN, PRESENT, REFUSED = USE_WORDS
@@ -45,7 +45,7 @@ def cache_files(content: Path, since: float, *, max_files: int = MAX_FILES) -> t
                     info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
                 except OSError:
                     continue
-                if not stat.S_ISREG(info.st_mode) or is_log(str(relative / name)):
+                if not stat.S_ISREG(info.st_mode) or not_an_entry(str(relative / name)):
                     continue
                 cache = cache_of(str(relative / name))
                 key = cache.name if cache is not None else UNLISTED

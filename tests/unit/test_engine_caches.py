@@ -156,6 +156,8 @@ def test_a_file_is_in_the_cache_whose_folder_holds_it():
     assert not travels("nv-compute-cache/ComputeCache/index")
     assert not travels("quack/entry.bin") and not travels("huggingface/token")
     assert not travels("flashinfer/.cache/flashinfer/0.7.4/flashinfer_jit.log")
+    assert not travels("flashinfer/.cache/flashinfer/cubins/abc/kernel.cubin")  # downloaded, not built
+    assert travels("flashinfer/.cache/flashinfer/0.7.4/90a/cached_ops/norm/norm.so")
 
 
 def _old(path, seconds_ago):
