@@ -36,9 +36,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from contracts.engine_caches import Scope, named  # noqa: E402
+from contracts.cache_key import MAX_CACHE_FILES  # noqa: E402
+from contracts.engine_caches import named  # noqa: E402
 from model_workload.runtime.vllm_entry import vllm_hash_dirs  # noqa: E402
-from node_agent.runtime.compile_manifest import VLLM_FOLDER  # noqa: E402
+from node_agent.runtime.archive import packable_files  # noqa: E402
+from node_agent.runtime.compile_manifest import VLLM_FOLDER, engine_caches_held  # noqa: E402
 from node_agent.runtime.engine_cache_use import cache_files, engine_cache_use  # noqa: E402
 from node_agent.runtime.vllm_log import engine_cache_lines, parse_start  # noqa: E402
 from tests.engine.server import ServerRun  # noqa: E402
@@ -130,9 +132,9 @@ def run_case(case: str, world, node, config, env, args, vllm_env, instance) -> d
 
 
 def portable_caches(content: Path) -> list[str]:
-    """The archived caches (besides torch.compile's, which every restored start needs) a restored folder holds."""
-    files, _ = cache_files(content, 0.0)
-    return sorted(name for name in files if (cache := named(name)) is not None and cache.scope is Scope.ARCHIVED)
+    """The archived caches (besides torch.compile's, which every restored start needs) a restored folder holds, as
+    the agent's archive counts them."""
+    return engine_caches_held(packable_files(content, max_files=MAX_CACHE_FILES) or [])
 
 
 def without(content: Path, name: str) -> None:

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 VLLM_ROOT_FOLDER = "vllm"  # VLLM_CACHE_ROOT inside the content folder
+# torch.compile's cache: its files are counted per vLLM hash folder and judged apart from the other caches.
+TORCH_COMPILE_CACHE = "torch_compile_cache"
+# What a manifest or a start record may list (the inventory names fewer), and the longest name it may hold.
+MAX_LISTED_CACHES = 32
+MAX_CACHE_NAME = 64
 # vLLM 0.34.0's opt-in for the startup plan (vllm/v1/worker/startup_plan.py); outside its compile hash.
 STARTUP_PLAN_VARIABLE = "VLLM_ENABLE_STARTUP_PLAN"
 
@@ -69,7 +74,7 @@ def _vllm(vllm_name: str, *, name: str | None = None, **fields) -> EngineCache:
 
 ENGINE_CACHES: tuple[EngineCache, ...] = (
     _vllm(
-        "torch_compile_cache",
+        TORCH_COMPILE_CACHE,
         variable=None,
         key="vLLM's compile hash: its config factors, hashed environment, traced code, compiler (Inductor names "
         "the GPU)",
@@ -259,6 +264,12 @@ ENGINE_CACHES: tuple[EngineCache, ...] = (
         "which the archive's key does not name",
     ),
 )
+
+
+def cache_name_ok(name: object) -> bool:
+    """A cache name as a node may write it into a manifest or a start record: short text (not necessarily one this
+    table names: another agent's release may know more)."""
+    return isinstance(name, str) and 0 < len(name) <= MAX_CACHE_NAME
 
 
 def named(name: str) -> EngineCache | None:

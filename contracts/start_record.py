@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contracts.agent_settings import AGENT_NAMESPACE
-from contracts.engine_caches import USE_WORDS
+from contracts.engine_caches import MAX_LISTED_CACHES, USE_WORDS, cache_name_ok
 
 # The measured phases, in the order a start goes through them; `other` is what the rest leaves of the total
 # (container start, Python imports, the API server's start, probe periods, and any phase with no source).
@@ -84,9 +84,9 @@ class StartTimeline:
         if not all(_text(name) for name in missing) or len(missing) > 16:
             return None
         caches = fields["engine_caches"] or {}
-        if not isinstance(caches, dict) or len(caches) > MAX_ENGINE_CACHES:
+        if not isinstance(caches, dict) or len(caches) > MAX_LISTED_CACHES:
             return None
-        if not all(_text(name) and len(name) <= 64 and use in USE_WORDS for name, use in caches.items()):
+        if not all(cache_name_ok(name) and use in USE_WORDS for name, use in caches.items()):
             return None
         fields["engine_caches"] = dict(caches)
         fields["missing"] = tuple(missing)
@@ -95,7 +95,6 @@ class StartTimeline:
 
 
 MAX_TEXT = 253  # a Kubernetes name at most
-MAX_ENGINE_CACHES = 32
 DAY_SECONDS = 86_400
 
 

@@ -18,12 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from contracts.engine_caches import STARTUP_PLAN_VARIABLE
 from warmstart.catalog import Catalog, GpuInstance
 from warmstart.config.environment import EnvironmentConfig
 from warmstart.config.models import ModelSpec, StartEstimate
-from warmstart.vllm_release import facts_for
-from warmstart.workload import PROBE_PERIOD_SECONDS, plan_model
+from warmstart.workload import PROBE_PERIOD_SECONDS, plan_model, startup_plan_setting
 
 PHASES = ("node", "image", "restore", "weights", "compile", "kernels", "engine", "ready")
 # Compute capabilities on which vLLM runs DeepGEMM (vllm/platforms/cuda.py `support_deep_gemm`, 0.34.0: 9.0 and the
@@ -90,16 +88,6 @@ def jit_compiles_deep_gemm(model: ModelSpec, instance: GpuInstance) -> bool:
     fp8 = (model.quantization or "").startswith("fp8") or "fp8" in f"{model.name} {model.s3_uri}".lower()
     capability = instance.compute_capability
     return fp8 and (capability in DEEP_GEMM_EXACT or capability[0] in DEEP_GEMM_MAJORS)
-
-
-def startup_plan_applies(model: ModelSpec, compile_cache: bool) -> bool:
-    """vLLM keeps the profiling result (its startup plan, which warmstart turns on) in the compile cache's folder
-    where the serving release has it: a restored or local plan spares a start its memory profiling."""
-    return (
-        compile_cache
-        and STARTUP_PLAN_VARIABLE in facts_for(model).known_env
-        and (model.vllm_env.get(STARTUP_PLAN_VARIABLE, "1") != "0")
-    )
 
 
 def compile_seconds(model: ModelSpec, settings: StartEstimate, *, cached: bool) -> float:
@@ -249,8 +237,8 @@ def estimate_model(
         how = "DeepGEMM JIT-compiles the FP8 kernels (no cache on the node)"
         return Phase("kernels", settings.deep_gemm_jit_seconds, how, basis("deep_gemm_jit_seconds"))
 
-    planned = startup_plan_applies(model, plan.compile_cache)
-    if planned:
+    # A restored or local startup plan (warmstart turns it on) spares a start its memory profiling.
+    if startup_plan_setting(model, compile_cache=plan.compile_cache) not in (None, "0"):
         saved = min(settings.profiling_seconds, engine.seconds)
         planned_engine = Phase(
             "engine", engine.seconds - saved, f"{engine.how}, less memory profiling (vLLM's startup plan)", MODELLED

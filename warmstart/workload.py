@@ -382,8 +382,15 @@ def vllm_env(plan: ModelPlan) -> dict[str, str]:
             "VLLM_CACHE_ROOT": f"{content}/{VLLM_ROOT_FOLDER}",
             **cache_variables(content),
         }
-        if STARTUP_PLAN_VARIABLE in facts_for(plan.model).known_env:
-            # vLLM keeps a boot's memory-profiling result under VLLM_CACHE_ROOT and a later boot with its
-            # fingerprint skips profiling; the model's own vllm_env may turn it off.
-            env[STARTUP_PLAN_VARIABLE] = plan.model.vllm_env.get(STARTUP_PLAN_VARIABLE, "1")
+        if (setting := startup_plan_setting(plan.model, compile_cache=True)) is not None:
+            env[STARTUP_PLAN_VARIABLE] = setting
     return env
+
+
+def startup_plan_setting(model: ModelSpec, *, compile_cache: bool) -> str | None:
+    """VLLM_ENABLE_STARTUP_PLAN as the model's pods get it, None where they get none. vLLM keeps a boot's
+    memory-profiling result under VLLM_CACHE_ROOT (the compile cache's folder) and a later boot with its fingerprint
+    skips profiling: on where the serving release has it, unless the model's own vllm_env turns it off."""
+    if not compile_cache or STARTUP_PLAN_VARIABLE not in facts_for(model).known_env:
+        return None
+    return model.vllm_env.get(STARTUP_PLAN_VARIABLE, "1")

@@ -233,14 +233,13 @@ def publish(
         files = packable_files(source, max_files=limits.max_files)
         if files is None:
             return done(Status.FAILED, f"the cache folder holds more than {limits.max_files} files")
-        counts, held = compiled_counts(files), engine_caches_held(files)
+        counts, held, content = compiled_counts(files), engine_caches_held(files), content_digest(files)
         candidates = published(store, key, log, model, limits)
         covering = next(
             (
                 p
                 for p in candidates
-                if p.covers(local, counts, len(files), held, content_digest(files))
-                and store.exists(p.manifest["archive"])
+                if p.covers(local, counts, len(files), held, content) and store.exists(p.manifest["archive"])
             ),
             None,
         )
@@ -263,7 +262,7 @@ def publish(
                 "a published cache already holds every vLLM hash folder, with as many files in each as this node",
             )
         names = {p.name for p in candidates}
-        name = new_manifest_name(key, local, content_digest(files), names)
+        name = new_manifest_name(key, local, content, names)
         if name in names:
             return done(
                 Status.FAILED,
@@ -278,7 +277,7 @@ def publish(
         packed = pack(source, temp / "archive.tar.zst", max_bytes=limits.max_archive_bytes, max_files=limits.max_files)
         if packed.files == 0:
             return done(Status.EMPTY, "the cache folder holds no files")
-        if packed.content != content_digest(files):  # vLLM wrote while the agent packed: name what was packed
+        if packed.content != content:  # vLLM wrote while the agent packed: name what was packed
             name = new_manifest_name(key, local, packed.content, names)
         packed_counts, packed_held = compiled_counts(packed.names), engine_caches_held(packed.names)
         uploaded = key.archive_key(packed.sha256, uuid.uuid4().hex[:16])

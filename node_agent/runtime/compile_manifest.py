@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from contracts.cache_key import MANIFEST_MAX_BYTES, MAX_CACHE_FILES, CompileCacheKey, counts_fit, holds_more
-from contracts.engine_caches import VLLM_ROOT_FOLDER, Scope, cache_of
+from contracts.engine_caches import (
+    MAX_LISTED_CACHES,
+    TORCH_COMPILE_CACHE,
+    VLLM_ROOT_FOLDER,
+    Scope,
+    cache_name_ok,
+    cache_of,
+)
 from contracts.node_layout import COMPILE_CACHE_CONTENT
 from node_agent.runtime.archive import (
     content_digest,
@@ -25,10 +32,8 @@ VLLM_FOLDER = VLLM_ROOT_FOLDER  # VLLM_CACHE_ROOT inside a configuration's cache
 
 # vLLM makes one or two hash folders per configuration; a pod that makes millions costs the agent at most this many.
 MAX_LISTED_HASH_DIRS = 256
-_HASH_ROOT = ("torch_compile_cache",)
-COMPILE_CACHE_NAME = "torch_compile_cache"  # its files are counted per hash folder (compiled_counts)
-MAX_ENGINE_CACHES = 32  # what a manifest may list (the inventory names fewer)
-_AOT_ROOT = ("torch_compile_cache", "torch_aot_compile")
+_HASH_ROOT = (TORCH_COMPILE_CACHE,)
+_AOT_ROOT = (TORCH_COMPILE_CACHE, "torch_aot_compile")
 
 
 def local_hash_dirs(layout: NodeCacheLayout, model: str, fingerprint: str) -> list[str]:
@@ -72,7 +77,7 @@ def engine_caches_held(files: list[str]) -> list[str]:
     held = set()
     for name in files:
         cache = cache_of(name)
-        if cache is not None and cache.scope is Scope.ARCHIVED and cache.name != COMPILE_CACHE_NAME:
+        if cache is not None and cache.scope is Scope.ARCHIVED and cache.name != TORCH_COMPILE_CACHE:
             held.add(cache.name)
     return sorted(held)
 
@@ -157,9 +162,9 @@ class Published:
         """The engine's other caches the archive holds, as its manifest names them (none for a manifest from before
         them, or one whose list is not a short list of names)."""
         listed = self.manifest.get("engine_caches")
-        if not isinstance(listed, list) or len(listed) > MAX_ENGINE_CACHES:
+        if not isinstance(listed, list) or len(listed) > MAX_LISTED_CACHES:
             return set()
-        return {name for name in listed if isinstance(name, str) and len(name) <= 64}
+        return {name for name in listed if cache_name_ok(name)}
 
     def covers(
         self, hash_dirs: list[str], counts: dict[str, int], files: int, engine_caches: list[str], content: str

@@ -14,11 +14,19 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.engine_caches import UNLISTED, USE_WORDS, VLLM_ROOT_FOLDER, Scope, cache_of, named, not_an_entry
+from contracts.engine_caches import (
+    TORCH_COMPILE_CACHE,
+    UNLISTED,
+    USE_WORDS,
+    VLLM_ROOT_FOLDER,
+    Scope,
+    cache_of,
+    named,
+    not_an_entry,
+)
 
 MAX_FILES = 50_000  # a compile cache holds a few thousand; past this the walk stops and says so
 LOADED, WRITTEN, PRESENT, REFUSED = USE_WORDS
-COMPILE_FOLDER = "torch_compile_cache"
 
 
 @dataclass(frozen=True)
@@ -35,8 +43,8 @@ def cache_files(content: Path, since: float, *, max_files: int = MAX_FILES) -> t
         walk = os.fwalk(content, follow_symlinks=False)
         for folder, subfolders, names, folder_fd in walk:
             relative = Path(folder).relative_to(content)
-            if str(relative) == VLLM_ROOT_FOLDER and COMPILE_FOLDER in subfolders:
-                subfolders.remove(COMPILE_FOLDER)  # torch.compile's, judged apart: not walked
+            if str(relative) == VLLM_ROOT_FOLDER and TORCH_COMPILE_CACHE in subfolders:
+                subfolders.remove(TORCH_COMPILE_CACHE)  # torch.compile's, judged apart: not walked
             for name in names:
                 seen += 1
                 if seen > max_files:
@@ -62,7 +70,7 @@ def engine_cache_use(files: dict[str, CacheFiles], said: dict[str, str]) -> dict
     use: dict[str, str] = {}
     for name, counted in files.items():
         cache = named(name)
-        if cache is not None and (cache.scope is Scope.UNUSED or name == COMPILE_FOLDER):
+        if cache is not None and (cache.scope is Scope.UNUSED or name == TORCH_COMPILE_CACHE):
             continue
         use[name] = WRITTEN if counted.written else PRESENT
     for name, word in said.items():

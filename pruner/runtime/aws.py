@@ -19,6 +19,7 @@ from contracts.cache_key import (
     counts_fit,
     manifest_named,
 )
+from contracts.engine_caches import MAX_LISTED_CACHES, cache_name_ok
 from pruner.runtime.selection import Listed, ManifestFacts
 
 DELETE_BATCH = 1000  # DeleteObjects' maximum
@@ -56,7 +57,7 @@ def manifest_facts(name: str, document: dict) -> ManifestFacts:
     listed = document.get("engine_caches")
     engine_caches = (
         frozenset(listed)
-        if isinstance(listed, list) and len(listed) <= 32 and all(isinstance(n, str) and len(n) <= 64 for n in listed)
+        if isinstance(listed, list) and len(listed) <= MAX_LISTED_CACHES and all(cache_name_ok(n) for n in listed)
         else frozenset()
     )
     return ManifestFacts(

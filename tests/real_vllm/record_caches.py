@@ -72,6 +72,15 @@ def recorded_caches(env: VllmEnvironment) -> dict:
         return defaults_section(read_caches(env, Path(scratch)), Path(scratch))
 
 
+def caches_source() -> str:
+    """The release data file's `sources.caches`: what the section was read from, and when."""
+    return (
+        f"the installed wheel and its image's kernel libraries, read {datetime.date.today().isoformat()}: every "
+        "module of vllm/ joining under VLLM_CACHE_ROOT, each library's cache folder from its own code "
+        "(tests/real_vllm/read_caches.py)"
+    )
+
+
 def record(version: str) -> Path:
     env = environment(version)
     if not env.installed():
@@ -79,11 +88,7 @@ def record(version: str) -> Path:
     path = RELEASES_DIR / f"{version}.json"
     document = json.loads(path.read_text())
     document["caches"] = recorded_caches(env)
-    document["sources"]["caches"] = (
-        f"the installed wheel and its image's kernel libraries, read {datetime.date.today().isoformat()}: every "
-        "module of vllm/ joining under VLLM_CACHE_ROOT, each library's cache folder from its own code "
-        "(tests/real_vllm/read_caches.py)"
-    )
+    document["sources"]["caches"] = caches_source()
     path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     return path
 

@@ -42,7 +42,7 @@ from packaging.version import Version
 from tests.real_vllm import dockerfile
 from tests.real_vllm.environment import LOCKS, VllmEnvironment, cache_dir, install, launcher_env
 from tests.real_vllm.image import gpu_facts
-from tests.real_vllm.record_caches import recorded_caches
+from tests.real_vllm.record_caches import caches_source, recorded_caches
 from warmstart.catalog import default_catalog
 
 # warmstart/vllm_releases/ (warmstart.vllm_release reads it; not imported here, so that the first release can be
@@ -229,10 +229,7 @@ def record(version: str, overrides: list[str]) -> Path:
         # Where its engine writes its caches (tests/real_vllm/record_caches.py; the inventory must name each).
         "caches": recorded_caches(env),
     }
-    document["sources"]["caches"] = (
-        f"the installed wheel and its image's kernel libraries, read {datetime.date.today().isoformat()} "
-        "(tests/real_vllm/read_caches.py)"
-    )
+    document["sources"]["caches"] = caches_source()
     path = RELEASES_DIR / f"{version}.json"
     path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     return path
