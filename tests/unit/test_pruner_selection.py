@@ -322,3 +322,28 @@ def test_only_a_manifest_consistent_with_its_key_and_name_may_supersede_another(
         (H100_KEY.manifest_key(folders), {**document, "size": True}),
     ]
     assert [manifest_facts(name, doc).verified for name, doc in forged] == [False] * len(forged)
+
+
+@pytest.mark.parametrize(
+    "listed",
+    ["deep_gemm", {"deep_gemm": 1}, [1], [""], ["x" * 65], [f"cache{i}" for i in range(33)], None],
+)
+def test_a_manifests_engine_caches_of_another_shape_count_as_none(listed):
+    """Any node writes manifests: a list of engine caches that is not a short list of short names counts as none,
+    so such a manifest never supersedes one that holds a cache (and is itself superseded as holding none)."""
+    from pruner.runtime.aws import manifest_facts
+    from tests.agent.compile_world import H100_KEY
+
+    document = {"archive": H100_KEY.prefix + FULLER, "hash_dirs": ["a"], "files": 2, "engine_caches": listed}
+    assert manifest_facts(H100_KEY.manifest_key(["a"]), document).engine_caches == frozenset()
+    assert manifest_facts(
+        H100_KEY.manifest_key(["a"]), {**document, "engine_caches": ["deep_gemm", "startup_plan"]}
+    ).engine_caches == frozenset({"deep_gemm", "startup_plan"})
+
+
+def test_an_archive_holding_an_engine_cache_is_not_superseded_by_one_without_it():
+    with_kernels = ManifestFacts("a", frozenset({"d"}), 5, {"d": 5}, 10, True, frozenset({"deep_gemm"}))
+    more_files = ManifestFacts("b", frozenset({"d"}), 9, {"d": 9}, 10, True, frozenset())
+    both = ManifestFacts("c", frozenset({"d"}), 9, {"d": 9}, 10, True, frozenset({"deep_gemm"}))
+    assert not with_kernels.covered_by(more_files)
+    assert with_kernels.covered_by(both)
