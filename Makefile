@@ -14,7 +14,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 
 
-.PHONY: help pr hooks preflight setup synth plan lint test test-fast test-vllm vllm-env engine-env test-engine test-engine-all bench-engine test-cluster control-plane bench bench-quick clean bootstrap diff deploy destroy agent-image
+.PHONY: help pr hooks preflight setup synth plan lint test test-fast test-vllm vllm-env engine-env test-engine test-engine-all bench-engine test-cluster control-plane prometheus monitoring-chain test-monitoring dashboard-pictures bench bench-quick clean bootstrap diff deploy destroy agent-image
 # Security-relevant changes (IAM, security groups) wait for a yes; CI passes APPROVAL=never behind its own gate.
 APPROVAL ?= broadening
 PREFLIGHT = $(BIN)/python -m warmstart_cli preflight --config $(CONFIG)
@@ -133,8 +133,12 @@ ENGINE_VERSIONS ?= newest
 engine-env: setup $(VENV)/.test-installed  ## install vLLM's CPU build (ENGINE_VERSIONS) into ~/.cache/warmstart; once
 	WARMSTART_ENGINE_VERSIONS=$(ENGINE_VERSIONS) $(BIN)/python -m tests.engine.environment
 
-test-engine: engine-env  ## vLLM's CPU build serves the rendered pods through the real agents (newest release)
+test-engine: engine-env prometheus  ## vLLM's CPU build serves the rendered pods through the real agents (newest release)
 	WARMSTART_ENGINE_VERSIONS=$(ENGINE_VERSIONS) $(BIN)/python -m pytest -m engine tests/engine
+
+# The engine tier's run drawn: each dashboard panel from the real Prometheus's answers, into docs/dashboard/.
+dashboard-pictures: engine-env prometheus  ## draw the dashboard's panels from the engine tier's real series (docs/dashboard/)
+	WARMSTART_DASHBOARD_PICTURES=$(CURDIR)/docs/dashboard $(BIN)/python -m pytest -m engine tests/engine/test_monitoring.py
 
 test-engine-all:  ## the engine tier for every release with a CPU build
 	$(MAKE) test-engine ENGINE_VERSIONS=all
@@ -152,9 +156,22 @@ $(VENV)/.cluster-installed: tests/cluster/requirements.txt $(VENV)/.installed
 control-plane: setup $(VENV)/.cluster-installed  ## build the real Kubernetes control plane into ~/.cache/warmstart; once
 	$(BIN)/python -m tests.cluster.control_plane build
 
-# Everything warmstart applies, the agent, scheduling and autoscaling against that control plane (tests/cluster).
-test-cluster: control-plane $(VENV)/.test-installed  ## everything warmstart applies, against the real control plane
+# Everything warmstart applies, the agent, scheduling and autoscaling (with the real Prometheus and KEDA) against that
+# control plane (tests/cluster).
+test-cluster: control-plane monitoring-chain $(VENV)/.test-installed  ## everything warmstart applies, against the real control plane
 	$(BIN)/python -m pytest -m control_plane tests/cluster
+
+# Prometheus and promtool (the shipped chart's v3.14.0) and KEDA's operator and metrics adapter, each built once from
+# its published Go module into ~/.cache/warmstart (tests/monitoring/build.py).
+prometheus: setup  ## build Prometheus and promtool into ~/.cache/warmstart; once
+	$(BIN)/python -m tests.monitoring.build prometheus
+
+monitoring-chain: setup  ## build Prometheus, promtool and KEDA into ~/.cache/warmstart; once
+	$(BIN)/python -m tests.monitoring.build prometheus keda
+
+# Every alert rule under `promtool test rules`, for each shipped environment (tests/monitoring).
+test-monitoring: prometheus $(VENV)/.test-installed  ## every alert rule under promtool test rules
+	$(BIN)/python -m pytest -m monitoring tests/monitoring
 
 $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.test-installed
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt

@@ -3,7 +3,8 @@
 The same charts the stacks apply, rendered to one YAML file per chart, with a kustomization.yaml that lists them:
 the models' workloads for every environment; and where a GitOps tool applies the cluster's objects
 (cluster.existing.kubernetes_objects: gitops), everything else the stacks would have applied too: the GPU NodePool
-and its node class, the warmstart-system namespace, the node agent, the prepull DaemonSets.
+and its node class, the warmstart-system namespace, the node agent, the prepull DaemonSets. Beside them, in
+monitoring/, the cold-start dashboard and the alert rules (observability/files.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import cdk8s
 import yaml
 
 from model_workload.chart import VllmAutoscaler, VllmModel
+from observability.files import write_monitoring
 from warmstart.autoscaling import scaling_policy
 from warmstart.catalog import Catalog, default_catalog
 from warmstart.config.environment import EnvironmentConfig
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     files = render_workloads(config, args.out)
-    for path in [*files, write_kustomization(args.out, files)]:
+    monitoring = write_monitoring(config, default_catalog(), args.out)
+    for path in [*files, write_kustomization(args.out, files), *monitoring]:
         print(f"wrote {path}")
     return 0
 

@@ -1,13 +1,15 @@
 """vLLM's load, where a HorizontalPodAutoscaler can read it: an in-cluster Prometheus that scrapes the autoscaled
-models' pods (their prometheus.io annotations) and prometheus-adapter, which serves the per-pod series through
-the custom metrics API (v1beta1.custom.metrics.k8s.io). Created when a model autoscales.
+models' pods (their prometheus.io annotations) and KEDA, whose Prometheus scaler queries it and whose metrics
+adapter serves the result through the external metrics API (v1beta1.external.metrics.k8s.io). Created when a
+model autoscales.
 
-Why this path and not Amazon Managed Service for Prometheus with KEDA: nothing leaves the cluster and no AWS
-permission is involved (KEDA's AWS pod identity is documented for IRSA only, not EKS Pod Identity, which
-warmstart uses), the HPA is a built-in object (no CRD to track), and the signal is 15 s old at most. Prometheus
+Why KEDA and not prometheus-adapter (which warmstart ran before): KEDA's own build runs in the control-plane tier
+against the real HPA controller and this Prometheus (prometheus-adapter's Go module is not served where the tests
+run, so its rules were never run), it is a CNCF graduated project, and it is what SageMaker HyperPod autoscales
+inference with. Its Prometheus scaler needs no AWS permission (the query goes to the in-cluster server). Prometheus
 keeps 6 hours on an emptyDir: the autoscaler reads the last minutes, and Auto Mode has no default StorageClass for
-a volume. Versions: prometheus-community charts `prometheus` 29.27.0 (Prometheus v3.14.0) and
-`prometheus-adapter` 5.3.0 (v0.12.0) (docs/upstream-facts.md, "Autoscaling").
+a volume. Versions: prometheus-community `prometheus` 29.27.0 (Prometheus v3.14.0), kedacore `keda` 2.21.0 (KEDA
+v2.21.0) (docs/upstream-facts.md, "Autoscaling").
 """
 
 from __future__ import annotations
@@ -17,15 +19,12 @@ from constructs import Construct
 
 from construct_kit.source import cluster_ref
 from kube.pod_security import MONITORING_LEVEL, pod_security_labels
-from warmstart.autoscaling import METRICS, MONITORING_NAMESPACE
+from warmstart.autoscaling import MONITORING_NAMESPACE, PROMETHEUS_RELEASE
 
 CHART_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
 PROMETHEUS_CHART_VERSION = "29.27.0"
-ADAPTER_CHART_VERSION = "5.3.0"
-PROMETHEUS_RELEASE = "prometheus"
-# The chart's server Service: <release>-server, port 80.
-PROMETHEUS_URL = f"http://{PROMETHEUS_RELEASE}-server.{MONITORING_NAMESPACE}.svc"
-SIGNAL_WINDOW = "1m"
+KEDA_CHART_REPOSITORY = "https://kedacore.github.io/charts"
+KEDA_CHART_VERSION = "2.21.0"  # KEDA v2.21.0; the chart's version follows KEDA's
 
 
 def prometheus_values() -> dict:
@@ -46,30 +45,20 @@ def prometheus_values() -> dict:
     }
 
 
-def adapter_rules() -> list[dict]:
-    """One rule per vLLM series the autoscalers use, renamed without the ':' (vllm:num_requests_waiting ->
-    vllm_num_requests_waiting), per pod and namespace (the kubernetes-pods job's labels)."""
-    return [
-        {
-            "seriesQuery": f'{source}{{namespace!="",pod!=""}}',
-            "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-            "name": {"matches": f"^{source}$", "as": exposed},
-            # Averaged over the last minute (one noisy 15 s sample would otherwise start a GPU node), summed over
-            # the pod's engines (a data-parallel pod reports one series per engine).
-            "metricsQuery": f"sum(avg_over_time(<<.Series>>{{<<.LabelMatchers>>}}[{SIGNAL_WINDOW}])) by (<<.GroupBy>>)",
-        }
-        for source, exposed in METRICS.values()
-    ]
-
-
-def adapter_values() -> dict:
+def keda_values() -> dict:
+    """The operator and its metrics adapter, two of each, one at a time in a drain: one of each serves (KEDA's
+    leader and active adapter), the other takes over on a failure without waiting for a new pod (the external
+    metrics API, and so every model's autoscaling, is down while no adapter runs). The admission webhooks stay on:
+    they refuse a ScaledObject whose target another autoscaler holds."""
+    resources = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
     return {
-        "prometheus": {"url": PROMETHEUS_URL, "port": 80},
-        "rules": {"default": False, "custom": adapter_rules()},
-        # The custom metrics API is down while its only adapter is: two, and one at a time in a drain.
-        "replicas": 2,
-        "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}},
+        # Kept when the release goes (the last model stops autoscaling): deleting them would wait on the
+        # ScaledObjects' finalizers, which no operator is left to remove.
+        "crds": {"install": True, "additionalAnnotations": {"helm.sh/resource-policy": "keep"}},
+        "operator": {"replicaCount": 2},
+        "metricsServer": {"replicaCount": 2},
+        "podDisruptionBudget": {"operator": {"maxUnavailable": 1}, "metricServer": {"maxUnavailable": 1}},
+        "resources": {"operator": resources, "metricServer": resources, "webhooks": resources},
     }
 
 
@@ -108,15 +97,15 @@ class ServingMetrics(Construct):
             values=prometheus_values(),
             wait=True,
         )
-        self.adapter = cluster.add_helm_chart(
-            "PrometheusAdapter",
-            chart="prometheus-adapter",
-            repository=CHART_REPOSITORY,
-            release="prometheus-adapter",
-            version=ADAPTER_CHART_VERSION,
+        self.keda = cluster.add_helm_chart(
+            "Keda",
+            chart="keda",
+            repository=KEDA_CHART_REPOSITORY,
+            release="keda",
+            version=KEDA_CHART_VERSION,
             namespace=MONITORING_NAMESPACE,
-            values=adapter_values(),
+            values=keda_values(),
             wait=True,
         )
         self.prometheus.node.add_dependency(self.namespace)
-        self.adapter.node.add_dependency(self.prometheus)
+        self.keda.node.add_dependency(self.prometheus)

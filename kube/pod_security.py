@@ -22,8 +22,8 @@ PREFIX = "pod-security.kubernetes.io"
 SYSTEM_LEVEL: Level = "privileged"
 # A model's namespace: its vLLM pods mount their compile folder, the markers, the weights and their record folder.
 MODEL_LEVEL: Level = "privileged"
-# warmstart-monitoring: Prometheus and prometheus-adapter from their charts (no hostPath, host namespace or
-# privilege; their containers do not drop every capability nor set a seccomp profile, so not `restricted`).
+# warmstart-monitoring: Prometheus and KEDA from their charts (no hostPath, host namespace or privilege;
+# Prometheus' containers do not drop every capability nor set a seccomp profile, so not `restricted`).
 MONITORING_LEVEL: Level = "baseline"
 
 

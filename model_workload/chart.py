@@ -25,7 +25,14 @@ from kube.hardening import (
 from kube.pod_security import MODEL_LEVEL, pod_security_labels
 from kube.scraping import scrape_annotations
 from model_workload.pod_spec import ENTRY_FILES, RUNTIME, SERVICE_ACCOUNT, entry_key, pod_spec
-from warmstart.autoscaling import MONITORING_NAMESPACE, PROMETHEUS_SERVER_LABELS, ScalingPolicy
+from warmstart.autoscaling import (
+    HPA_NAME,
+    MONITORING_NAMESPACE,
+    PROMETHEUS_SERVER_LABELS,
+    PROMETHEUS_URL,
+    TRANSFER_HPA_OWNERSHIP,
+    ScalingPolicy,
+)
 from warmstart.workload import (
     VLLM_PORT,
     ModelPlan,
@@ -186,56 +193,48 @@ def _prometheus_server() -> k8s.NetworkPolicyPeer:
 
 
 class VllmAutoscaler(cdk8s.Chart):
-    """The model's HorizontalPodAutoscaler, in a chart (and a manifest) of its own: kubectl's prune leaves
-    autoscaling/v2 objects alone, so turning autoscaling off must delete this manifest, not drop an object from
-    the workload's."""
+    """The model's KEDA ScaledObject, in a chart (and a manifest) of its own: turning autoscaling off deletes this
+    manifest, and KEDA deletes the HorizontalPodAutoscaler it owns."""
 
     def __init__(self, scope: Construct, id: str, *, scaling: ScalingPolicy) -> None:
         super().__init__(scope, id)
-        self.autoscaler = _autoscaler(self, scaling, scaling.model, model_labels(scaling.model))
+        self.autoscaler = _scaled_object(self, scaling, scaling.model, model_labels(scaling.model))
 
 
-def _autoscaler(
-    chart: Construct, scaling: ScalingPolicy, namespace: str, labels: dict[str, str]
-) -> k8s.KubeHorizontalPodAutoscalerV2:
-    """Replicas on vLLM's per-pod load (the custom metrics API, prometheus-adapter), with the policy derived from
-    the model's start time (warmstart.autoscaling)."""
-    target = k8s.Quantity.from_string(_quantity(scaling.target))
-    behavior = scaling.behavior()
-
-    def rules(direction: str) -> k8s.HpaScalingRulesV2:
-        spec = behavior[direction]
-        return k8s.HpaScalingRulesV2(
-            stabilization_window_seconds=spec["stabilizationWindowSeconds"],
-            select_policy=spec["selectPolicy"],
-            policies=[
-                k8s.HpaScalingPolicyV2(type=p["type"], value=p["value"], period_seconds=p["periodSeconds"])
-                for p in spec["policies"]
-            ],
-        )
-
-    return k8s.KubeHorizontalPodAutoscalerV2(
+def _scaled_object(chart: Construct, scaling: ScalingPolicy, namespace: str, labels: dict[str, str]) -> cdk8s.ApiObject:
+    """Replicas on vLLM's load summed over the model's pods (KEDA's Prometheus scaler), an AverageValue target per
+    pod, and the policy derived from the model's start time (warmstart.autoscaling). The HPA KEDA makes keeps the
+    name `vllm`: an environment deployed before KEDA has an HPA of that name, which KEDA takes over (the
+    annotation is what its admission webhook asks for), so the replicas are never reset (docs/upgrades.md)."""
+    scaled_object = cdk8s.ApiObject(
         chart,
         "Autoscaler",
-        metadata=k8s.ObjectMeta(name="vllm", namespace=namespace, labels=labels),
-        spec=k8s.HorizontalPodAutoscalerSpecV2(
-            scale_target_ref=k8s.CrossVersionObjectReferenceV2(api_version="apps/v1", kind="Deployment", name="vllm"),
-            min_replicas=scaling.min_replicas,
-            max_replicas=scaling.max_replicas,
-            metrics=[
-                k8s.MetricSpecV2(
-                    type="Pods",
-                    pods=k8s.PodsMetricSourceV2(
-                        metric=k8s.MetricIdentifierV2(name=scaling.metric),
-                        target=k8s.MetricTargetV2(type="AverageValue", average_value=target),
-                    ),
-                )
-            ],
-            behavior=k8s.HorizontalPodAutoscalerBehaviorV2(scale_up=rules("scaleUp"), scale_down=rules("scaleDown")),
+        api_version="keda.sh/v1alpha1",
+        kind="ScaledObject",
+        metadata=cdk8s.ApiObjectMetadata(
+            name=HPA_NAME, namespace=namespace, labels=labels, annotations={TRANSFER_HPA_OWNERSHIP: "true"}
         ),
     )
-
-
-def _quantity(value: float) -> str:
-    """A Kubernetes quantity: whole numbers as they are, fractions in thousandths (0.8 -> 800m)."""
-    return f"{value:g}" if float(value).is_integer() else f"{round(value * 1000)}m"
+    scaled_object.add_json_patch(
+        cdk8s.JsonPatch.add(
+            "/spec",
+            {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                "minReplicaCount": scaling.min_replicas,
+                "maxReplicaCount": scaling.max_replicas,
+                "advanced": {"horizontalPodAutoscalerConfig": {"name": HPA_NAME, "behavior": scaling.behavior()}},
+                "triggers": [
+                    {
+                        "type": "prometheus",
+                        "metricType": "AverageValue",
+                        "metadata": {
+                            "serverAddress": PROMETHEUS_URL,
+                            "query": scaling.query(namespace),
+                            "threshold": f"{scaling.target:g}",
+                        },
+                    }
+                ],
+            },
+        )
+    )
+    return scaled_object

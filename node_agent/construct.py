@@ -14,6 +14,7 @@ from construct_kit.pod_identity import PodIdentity, model_read_statements
 from construct_kit.source import applies_objects
 from contracts.agent_settings import AGENT_NAMESPACE, AGENT_SERVICE_ACCOUNT, AgentSettings
 from contracts.cache_key import KEY_ROOT
+from contracts.pruner_report import PRUNER_REPORT_KEY
 from node_agent.chart import MetricsScrapers, NodeAgentChart, NodeFolders
 from node_agent.image import AgentImage
 from warmstart.scale import prefix_groups
@@ -21,7 +22,7 @@ from warmstart.scale import prefix_groups
 
 def agent_statements(bucket_name: str, *, partition: str) -> list[iam.PolicyStatement]:
     """Read and create under compile-cache/ only, never delete (the bucket policy leaves that to the pruner);
-    abort its own failed multipart uploads; list for 404s."""
+    abort its own failed multipart uploads; list for 404s; read the pruner's report of its last run."""
     bucket_arn = f"arn:{partition}:s3:::{bucket_name}"
     return [
         iam.PolicyStatement(
@@ -29,12 +30,18 @@ def agent_statements(bucket_name: str, *, partition: str) -> list[iam.PolicyStat
             actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
             resources=[f"{bucket_arn}/{KEY_ROOT}/*"],
         ),
+        iam.PolicyStatement(
+            sid="ReadPrunerReport",
+            actions=["s3:GetObject"],
+            resources=[f"{bucket_arn}/{PRUNER_REPORT_KEY}"],
+        ),
         # Without ListBucket S3 answers 403 instead of 404 for a key that is not published yet.
         iam.PolicyStatement(
             sid="ListCompileCache",
             actions=["s3:ListBucket"],
             resources=[bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [f"{KEY_ROOT}/*"]}},
+            # The report's key too: a GetObject of it before the pruner's first run must answer 404, not 403.
+            conditions={"StringLike": {"s3:prefix": [f"{KEY_ROOT}/*", PRUNER_REPORT_KEY]}},
         ),
     ]
 

@@ -22,6 +22,7 @@ from construct_kit.log_retention import retention_days
 from construct_kit.nag import acknowledge, arn_wildcard, wildcard
 from contracts.active_set_format import STANDARD_LIMIT, active_set_part_name
 from contracts.cache_key import KEY_ROOT, PRUNER_LOCK_KEY
+from contracts.pruner_report import PRUNER_REPORT_KEY
 from pruner.runtime.settings import PrunerEnvironment
 from warmstart.config.operations import PruningPolicy
 
@@ -250,6 +251,12 @@ def pruner_statements(
             sid="OneRunAtATime",
             actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
             resources=[f"{bucket_arn}/{PRUNER_LOCK_KEY}"],
+        ),
+        # Each run's report, which the node agents read into the metrics the alert rules watch.
+        iam.PolicyStatement(
+            sid="ReportLastRun",
+            actions=["s3:PutObject"],
+            resources=[f"{bucket_arn}/{PRUNER_REPORT_KEY}"],
         ),
         iam.PolicyStatement(
             sid="ReadActiveSets",

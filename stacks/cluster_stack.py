@@ -45,7 +45,7 @@ class ClusterStack(Stack):
         # The compute mode creates the cluster and what runs its nodes.
         self.compute = gpu_compute(self, "GpuCompute", config=config, network=network, charts=self.charts)
         self.control_plane = self.compute.control_plane
-        # Autoscaled models read their load through the custom metrics API.
+        # Autoscaled models read their load through the external metrics API (Prometheus and KEDA).
         self.serving_metrics = (
             ServingMetrics(
                 self, "ServingMetrics", cluster=self.cluster, kubernetes_version=config.cluster.kubernetes_version
@@ -55,7 +55,7 @@ class ClusterStack(Stack):
         )
         if self.serving_metrics is not None:
             # After the compute mode's nodes for cluster services (Karpenter's system node group; Auto Mode's
-            # built-in pools), which Prometheus and the adapter run on.
+            # built-in pools), which Prometheus and KEDA run on.
             self.serving_metrics.prometheus.node.add_dependency(self.compute.cluster_services)
         self.system_namespace: eks.KubernetesManifest | None = None
         self.node_agent: NodeAgent | None = None

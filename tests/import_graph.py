@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("warmstart",),
     ("lambdas", "kube"),
     ("construct_kit",),
-    ("node_agent", "model_workload", "pruner", "image_preload", "gpu_compute"),
+    ("node_agent", "model_workload", "pruner", "image_preload", "gpu_compute", "observability"),
     ("stacks",),
     ("app", "render", "warmstart_cli"),
 )

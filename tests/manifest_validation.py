@@ -15,6 +15,8 @@ SCHEMA_FILES = {
     ("karpenter.sh/v1", "NodePool"): "karpenter.sh_v1_nodepool.json",
     ("karpenter.k8s.aws/v1", "EC2NodeClass"): "karpenter.k8s.aws_v1_ec2nodeclass.json",
     ("eks.amazonaws.com/v1", "NodeClass"): "eks.amazonaws.com_v1_nodeclass.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_v1_prometheusrule.json",
+    ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_v1alpha1_scaledobject.json",
 }
 
 

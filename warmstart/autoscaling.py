@@ -3,9 +3,9 @@ its start time, and the HPA controller's arithmetic to check a policy against a 
 
 The metrics come from each vLLM pod's /metrics (vLLM 0.21.0 and 0.34.0, `PrometheusStatLogger`,
 v1/metrics/loggers.py): `vllm:num_requests_waiting` (a gauge: requests queued, not yet running) and
-`vllm:kv_cache_usage_perc` (a gauge, 0 to 1). Prometheus scrapes
-them; prometheus-adapter serves them through the custom metrics API as `vllm_num_requests_waiting` and
-`vllm_kv_cache_usage_perc` per pod (docs/upstream-facts.md, "Autoscaling").
+`vllm:kv_cache_usage_perc` (a gauge, 0 to 1). Prometheus scrapes them; KEDA's Prometheus scaler queries their sum
+over the model's pods, and its metrics adapter serves it to the HPA as the external metric `s0-prometheus`, with an
+AverageValue target: the controller divides it by the replicas (docs/upstream-facts.md, "Autoscaling").
 """
 
 from __future__ import annotations
@@ -17,14 +17,24 @@ from warmstart.catalog import Catalog
 from warmstart.config.environment import EnvironmentConfig
 from warmstart.config.models import Autoscaling, ModelSpec
 
-# What the custom metrics API calls each target (prometheus-adapter renames vLLM's "vllm:" series).
-METRICS = {
-    "waiting_requests": ("vllm:num_requests_waiting", "vllm_num_requests_waiting"),
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm_kv_cache_usage_perc"),
-}
+# vLLM's series each target reads.
+METRICS = {"waiting_requests": "vllm:num_requests_waiting", "kv_cache_usage": "vllm:kv_cache_usage_perc"}
+# The external metric KEDA's adapter serves for a ScaledObject's first trigger (s<index>-<scaler>), and the label
+# that selects a ScaledObject's series (pkg/scaling/executor, pkg/provider of KEDA v2.21.0).
+EXTERNAL_METRIC = "s0-prometheus"
+SCALED_OBJECT_LABEL = "scaledobject.keda.sh/name"
+# One noisy 15 s sample must not start a GPU node: the signal is the last minute's average.
+SIGNAL_WINDOW = "1m"
 DEFAULT_TARGETS = {"waiting_requests": 5.0, "kv_cache_usage": 0.8}
-# Where the environment's Prometheus and prometheus-adapter run (construct_kit/serving_metrics.py).
+# Where the environment's Prometheus and KEDA run (construct_kit/serving_metrics.py), and the Prometheus chart's
+# server Service (<release>-server, port 80) that KEDA queries.
 MONITORING_NAMESPACE = "warmstart-monitoring"
+PROMETHEUS_RELEASE = "prometheus"
+PROMETHEUS_URL = f"http://{PROMETHEUS_RELEASE}-server.{MONITORING_NAMESPACE}.svc"
+# The HPA of a model, KEDA's since warmstart autoscales through it (the name the HPA had before), and the
+# annotation with which a ScaledObject takes over an HPA that exists (KEDA's admission webhook requires it).
+HPA_NAME = "vllm"
+TRANSFER_HPA_OWNERSHIP = "scaledobject.keda.sh/transfer-hpa-ownership"
 # The prometheus chart's labels on its server's pods: an autoscaled model's pods admit these, not the namespace.
 PROMETHEUS_SERVER_LABELS = {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/component": "server"}
 # The HPA controller's defaults (kubernetes pkg/controller/podautoscaler, pkg/apis/autoscaling/v2/defaults.go).
@@ -44,12 +54,17 @@ class ScalingPolicy:
     model: str
     min_replicas: int
     max_replicas: int
-    metric: str  # the custom metrics API name
+    metric: str  # the external metric the HPA reads (KEDA's name)
     source_metric: str  # vLLM's own series
-    target: float  # per pod (AverageValue)
+    target: float  # per pod (AverageValue: the query's sum over the pods, divided by the replicas)
     scale_up_window: int
     scale_down_window: int
     start_seconds: float  # the estimated start it was derived from
+
+    def query(self, namespace: str) -> str:
+        """What KEDA asks Prometheus: the series summed over the model's pods (one series: the scaler refuses
+        several), each averaged over SIGNAL_WINDOW, as the kubernetes-pods job labels them."""
+        return f'sum(avg_over_time({self.source_metric}{{namespace="{namespace}"}}[{SIGNAL_WINDOW}]))'
 
     def behavior(self) -> dict:
         return {
@@ -88,13 +103,12 @@ def scaling_policy(model: ModelSpec, config: EnvironmentConfig, catalog: Catalog
     if settings is None:
         return None
     start = estimate_model(model, config, catalog).case(CASES[1]).total_seconds  # a new node, with warmstart
-    source, metric = METRICS[settings.metric]
     return ScalingPolicy(
         model=model.name,
         min_replicas=settings.min_replicas,
         max_replicas=settings.max_replicas,
-        metric=metric,
-        source_metric=source,
+        metric=EXTERNAL_METRIC,
+        source_metric=METRICS[settings.metric],
         target=target_value(settings),
         scale_up_window=0,  # react at once: a new pod takes minutes before it serves
         scale_down_window=scale_down_window(start),
@@ -113,43 +127,25 @@ class Step:
     replicas: int  # the Deployment's replicas after this sync
 
 
-def recommend(current: int, ready: int, load: float, target: float, *, pending: int | None = None) -> int:
-    """One sync's raw recommendation for a Pods metric with an AverageValue target, as replica_calculator.go
-    (calcPlainMetricReplicas, groupPods) computes it. `ready` pods report the metric; `pending` ones (a new GPU
-    pod is Pending through its node's launch, the image pull and the restore wait) are left out, but count as 0
-    when the others would scale up; Running pods without the metric (vLLM still loading: the rest of `current`)
-    count as 0 for a scale-up and as the target for a scale-down. A change the filled-in pods reverse or bring
-    within the tolerance is dropped; no pod reporting: no change. By default every starting pod is pending."""
-    pending = current - ready if pending is None else pending
-    missing = current - ready - pending
-    if ready == 0:
+def recommend(current: int, load: float, target: float) -> int:
+    """One sync's raw recommendation for an External metric with an AverageValue target, as replica_calculator.go
+    (GetExternalPerPodMetricReplicas) computes it: the metric's total over the target per pod, unless the ratio to
+    the current replicas (pending and loading pods count: the Deployment's status replicas) is within the
+    tolerance."""
+    if current == 0:
         return current
-    ratio = (load / ready) / target
-    unready_up = pending > 0 and ratio > 1
-    if not unready_up and missing == 0:
-        return current if abs(1 - ratio) <= TOLERANCE else math.ceil(ratio * ready)
-    filled, counted = load, ready
-    if missing:
-        filled += missing * target if ratio < 1 else 0.0
-        counted += missing
-    if unready_up:
-        counted += pending  # as 0
-    new_ratio = (filled / counted) / target
-    if abs(1 - new_ratio) <= TOLERANCE or (ratio < 1 < new_ratio) or (new_ratio < 1 < ratio):
-        return current
-    proposed = math.ceil(new_ratio * counted)
-    if (new_ratio < 1 and proposed > current) or (new_ratio > 1 and proposed < current):
-        return current
-    return proposed
+    ratio = load / (target * current)
+    return current if abs(1 - ratio) <= TOLERANCE else math.ceil(load / target)
 
 
 def simulate(policy: ScalingPolicy, load: list[tuple[int, float]], *, start: int, initial: int) -> list[Step]:
-    """Runs the controller every SYNC_SECONDS over a load curve ((t, load) points, each held until the next), as
-    horizontal.go does: the raw recommendation is stored, then stabilized (the current count raised to the lowest
-    recommendation of the scale-up window, lowered to the highest of the scale-down window), then limited by the
-    behavior's policies (from the count at the period's start: current less the pods added plus the pods removed
-    within the period) and by min/max. A new pod is pending for `start` seconds after the sync that added it,
-    then serves; a scale-down removes the newest pods first."""
+    """Runs the controller every SYNC_SECONDS over a load curve ((t, load) points, each held until the next: the
+    requests waiting in the model's queues, whatever the pods serving), as horizontal.go does: the raw
+    recommendation is stored, then stabilized (the current count raised to the lowest recommendation of the
+    scale-up window, lowered to the highest of the scale-down window), then limited by the behavior's policies
+    (from the count at the period's start: current less the pods added plus the pods removed within the period)
+    and by min/max. A new pod serves `start` seconds after the sync that added it; a scale-down removes the newest
+    pods first. With no pod serving there is no series: the query's sum is empty, KEDA reports 0."""
     replicas = max(policy.min_replicas, min(policy.max_replicas, initial))
     ready_at: list[int] = [0] * replicas
     recommendations: list[tuple[int, int]] = []
@@ -164,7 +160,7 @@ def simulate(policy: ScalingPolicy, load: list[tuple[int, float]], *, start: int
     for t in range(0, load[-1][0] + 1, SYNC_SECONDS):
         current_load = next(value for at, value in reversed(load) if at <= t)
         ready = sum(1 for at in ready_at if at <= t)
-        raw = recommend(replicas, ready, current_load, policy.target)
+        raw = recommend(replicas, current_load if ready else 0.0, policy.target)
         recommendations.append((t, raw))
         up = min(r for at, r in recommendations if at > t - policy.scale_up_window or at == t)
         down = max(r for at, r in recommendations if at > t - policy.scale_down_window or at == t)

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from warmstart import model_fixes
 from warmstart.checks.fix import Edit, Fix
-from warmstart.config.base import DNS_LABEL, DURATION, S3_BUCKET_NAME
+from warmstart.config.base import DNS_LABEL, DURATION, LABEL_KEY, LABEL_VALUE, S3_BUCKET_NAME
 from warmstart.config.compute import COMPUTE_MODES
 from warmstart.config_file import EXAMPLE, Literals
 from warmstart.config_fixes import (
@@ -40,6 +40,10 @@ LIMIT_REASONS = {
 
 # Each pattern of the config model, in words (tests/unit/test_config_messages.py checks that none is missing).
 PATTERN_WORDS = {
+    LABEL_KEY: "a Kubernetes label key: an optional DNS subdomain and '/', then 1-63 letters, digits, '-', '_' and "
+    "'.', starting and ending with a letter or digit",
+    LABEL_VALUE: "a Kubernetes label value: empty, or 1-63 letters, digits, '-', '_' and '.', starting and ending "
+    "with a letter or digit",
     DNS_LABEL: "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters",
     DURATION: "a duration such as 30s, 10m, 1h or 1h30m",
     S3_BUCKET_NAME: "an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-', starting and ending with a "

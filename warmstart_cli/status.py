@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from contracts.agent_settings import AGENT_NAMESPACE, COMPILE_USE_LABEL_DOMAIN, NODE_LABEL_DOMAIN, WEIGHTS_LABEL_DOMAIN
 from contracts.pod_labels import GPU_POOL_LABEL
 from contracts.start_record import STARTS_KEY, TIMELINE_PHASES, StartTimeline
+from warmstart.autoscaling import METRICS
 from warmstart.catalog import Catalog
 from warmstart.config.environment import EnvironmentConfig
 from warmstart.quantity import parse_quantity
@@ -89,12 +90,19 @@ def autoscaler_status(model, hpas: dict) -> Replicas:
         return Replicas(autoscaled=True)
     status = hpa.get("status", {})
     metric = None
+    # KEDA's HPA reads an External metric (the sum over the pods, an AverageValue target); one deployed before
+    # KEDA took it over reads the Pods metric prometheus-adapter served. Either way: the value per pod.
     for current in status.get("currentMetrics") or []:
-        pods = current.get("pods")
-        if pods and "averageValue" in pods.get("current", {}):
-            target = hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
-            name = pods["metric"]["name"].removeprefix("vllm_")
-            metric = f"{name} {_quantity(pods['current']['averageValue']):g}/{_quantity(str(target)):g} per pod"
+        kind = current.get("type", "").lower()
+        reading = current.get(kind) or {}
+        spec = next((m.get(kind) for m in hpa["spec"].get("metrics", []) if m.get("type", "").lower() == kind), None)
+        if kind in ("external", "pods") and spec and "averageValue" in reading.get("current", {}):
+            name = METRICS[model.autoscaling.metric].removeprefix("vllm:")
+            value, target = (
+                _quantity(reading["current"]["averageValue"]),
+                _quantity(str(spec["target"]["averageValue"])),
+            )
+            metric = f"{name} {value:g}/{target:g} per pod"
     return Replicas(
         True, current=status.get("currentReplicas", 0), desired=status.get("desiredReplicas", 0), metric=metric
     )

@@ -28,6 +28,7 @@ from node_agent.runtime.storage import check_host_folder
 from node_agent.runtime.weights import NodeCopies, WeightsLayout
 
 CLEANUP_SECONDS = 300
+PRUNER_REPORT_SECONDS = 300  # the pruner runs daily by default: a report read every 5 minutes is fresh enough
 HEARTBEAT = "/tmp/warmstart-agent-alive"
 READY = "/tmp/warmstart-agent-ready"
 
@@ -122,6 +123,8 @@ def run(
         repeat(agent.tick, settings.poll_seconds, stop=stop, log=log, liveness=liveness),
         repeat(agent.cleanup, CLEANUP_SECONDS, stop=stop, log=log, liveness=liveness),
     ]
+    if settings.compile_models:  # the pruner prunes the compile cache: its report is read where it is on
+        loops.append(repeat(agent.pruner_report_tick, PRUNER_REPORT_SECONDS, stop=stop, log=log, liveness=liveness))
     if weights is not None:
         loops.append(repeat(agent.weights_tick, settings.weights_poll_seconds, stop=stop, log=log, liveness=liveness))
         loops.append(

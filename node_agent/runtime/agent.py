@@ -27,6 +27,7 @@ from contracts.agent_settings import (
 from contracts.cache_key import CompileCacheKey, ModelFactors, compile_cache_key
 from contracts.node_layout import AGENT_STATE_FOLDER
 from contracts.pod_labels import vllm_pod_selector
+from contracts.pruner_report import PRUNER_REPORT_KEY, REPORT_MAX_BYTES, PrunerReport, parse_report
 from node_agent.runtime.compile_cache import Outcome, Status, needs_publish, publish, restore, touch_last_use
 from node_agent.runtime.compile_judgement import Observation, judge, with_engine_evidence
 from node_agent.runtime.compile_manifest import CacheLimits, local_hash_dirs
@@ -40,6 +41,7 @@ from node_agent.runtime.pod_records import PodRecord, PodRecords
 from node_agent.runtime.pod_trust import PodTrust, model_of, uid_of
 from node_agent.runtime.s3.compile_store import CacheStore
 from node_agent.runtime.start_tracker import StartTracker
+from node_agent.runtime.untrusted import Refused
 from node_agent.runtime.vllm_log import VllmStart
 from node_agent.runtime.weights import NodeCopies, WeightsLimits
 
@@ -92,6 +94,12 @@ class NodeAgent:
         self.metrics = metrics or AgentMetrics()
         self.starts = starts
         self.liveness = liveness or Liveness()
+        self.metrics.watch_loops(self.liveness)
+        self.metrics.know_models(
+            starts=[m.name for m in settings.models],
+            compile=[m.name for m in settings.compile_models],
+            weights=[m.name for m in settings.weights_models],
+        )
         self.limits = CacheLimits(max_archive_bytes=settings.compile_archive_max_bytes)
         self.models = {m.name: ModelState(m) for m in settings.compile_models}
         self._unwritten_markers: dict[str, Outcome] = {}
@@ -389,6 +397,25 @@ class NodeAgent:
         return in_use
 
     # ---- cleanup after configurations and models that are gone ----
+
+    def pruner_report_tick(self) -> PrunerReport | None:
+        """The pruner's report of its last run (contracts/pruner_report.py), into the metrics the alert rules read;
+        none before its first run. Written by the pruner's role, read as untrusted: bounded, checked, refused whole."""
+        try:
+            document = self.store.get_json(PRUNER_REPORT_KEY, max_bytes=REPORT_MAX_BYTES)
+            report = None if document is None else parse_report(document)
+            if document is not None and report is None:
+                raise Refused("not a pruner report of a known version, time and outcome")
+        except Refused as error:
+            self.metrics.refused("pruner-report")
+            self.log.event("input-refused", source="pruner-report", reason=error.reason)
+            return None
+        except Exception as error:  # S3 unreachable, access denied: no report this round, and the loop goes on
+            self.log.event("pruner-report-unreadable", reason=f"{type(error).__name__}: {error}"[:300])
+            return None
+        if report is not None:
+            self.metrics.pruner_reported(report)
+        return report
 
     def cleanup(self) -> list[str]:
         """Labels, pointers, compile-cache folders of removed models and of old configurations, pod records

@@ -43,6 +43,12 @@ class Liveness:
         """A callback for long work (any arguments ignored): each call is a beat of `loop`."""
         return lambda *_: self.beat(loop)
 
+    def progress(self) -> dict[str, tuple[float, float]]:
+        """Each loop's seconds since its last beat, and its bound (for the agent's metrics)."""
+        now = self.clock()
+        with self._lock:
+            return {loop: (now - self._beats[loop], bound) for loop, bound in self._bounds.items()}
+
     def stuck(self) -> list[str]:
         now = self.clock()
         with self._lock:

@@ -20,6 +20,7 @@ from contracts.cache_key import (
     manifest_named,
 )
 from contracts.engine_caches import MAX_LISTED_CACHES, cache_name_ok
+from contracts.pruner_report import PRUNER_REPORT_KEY
 from pruner.runtime.selection import Listed, ManifestFacts
 
 DELETE_BATCH = 1000  # DeleteObjects' maximum
@@ -259,6 +260,11 @@ class PrunerAws:
                 else "the run that held it never released it (replaced after its expiry)"
             )
         return False
+
+    def put_report(self, document: dict) -> None:
+        """The last run's report, whole (a PUT replaces the object at once)."""
+        body = json.dumps(document).encode()
+        self._s3.put_object(Bucket=self.bucket, Key=PRUNER_REPORT_KEY, Body=body, ContentType="application/json")
 
     def release_lock(self, run_id: str) -> None:
         try:

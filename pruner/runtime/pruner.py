@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from contracts.active_set_format import active_set_part_name
 from contracts.cache_key import KEY_ROOT
+from contracts.pruner_report import ACTIVE_SET_UNAVAILABLE, FAILED, PRUNED, PrunerReport
 from pruner.runtime.aws import DELETE_BATCH, PrunerAws
 from pruner.runtime.selection import Decision, Summary, count_done, parse_active_set_part, select
 
@@ -70,10 +71,26 @@ def run(
     if not aws.take_lock(run_id, started, started + LOCK_LIFETIME, taken_over):
         emit({"event": "pruner-busy", "reason": "another run holds the lock; this one deletes nothing"})
         return Summary()
+    outcome = FAILED
     try:
-        return _run(aws, settings, now, emit)
+        summary = _run(aws, settings, now, emit)
+        outcome = PRUNED
+        return summary
+    except ActiveSetUnavailable:
+        outcome = ACTIVE_SET_UNAVAILABLE
+        raise
     finally:
+        _report(aws, PrunerReport(now().timestamp(), outcome), emit)
         aws.release_lock(run_id)
+
+
+def _report(aws: PrunerAws, report: PrunerReport, emit: Callable[[dict], None]) -> None:
+    """The run's report for the agents' metrics (contracts/pruner_report.py); a report that cannot be written is
+    logged, never raised over the run's own outcome."""
+    try:
+        aws.put_report(report.to_dict())
+    except Exception as error:
+        emit({"event": "report-unwritten", "outcome": report.outcome, "reason": f"{type(error).__name__}: {error}"})
 
 
 def _run(aws: PrunerAws, settings: Settings, now: Callable[[], datetime], emit: Callable[[dict], None]) -> Summary:

@@ -17,6 +17,7 @@ controller manager with kubeconfigs of their own. Each process is stopped by its
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -54,7 +55,7 @@ def built() -> bool:
 
 def machine_address() -> str:
     """This machine's own IPv4 address, the one its default route leaves by: not loopback, which the API server
-    refuses in an EndpointSlice (the custom-metrics stand-in is reached through one)."""
+    refuses in an EndpointSlice (KEDA's metrics adapter is reached through one)."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect(("10.254.254.254", 1))  # no packet is sent: this only picks the route
@@ -75,8 +76,8 @@ def direct_opener(context: ssl.SSLContext) -> urllib.request.OpenerDirector:
 
 
 def direct_env() -> dict[str, str]:
-    """The servers' environment: this machine's own addresses bypass any proxy (the aggregator calls the custom
-    metrics stand-in on the machine's address; Go's client skips only loopback by itself)."""
+    """The servers' environment: this machine's own addresses bypass any proxy (the aggregator calls KEDA's
+    metrics adapter on the machine's address; Go's client skips only loopback by itself)."""
     direct = ["127.0.0.1", "localhost"]
     try:
         direct.append(machine_address())
@@ -322,17 +323,33 @@ class ControlPlane:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        for name in reversed(list(self.processes)):
-            process = self.processes[name]
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        self.processes.clear()
+        stop_processes(self.processes)
+
+
+def stop_processes(processes: dict[str, subprocess.Popen]) -> None:
+    """Each process group stopped, the last started first: SIGTERM, then SIGKILL after 20 s."""
+    for name in reversed(list(processes)):
+        if processes[name].poll() is None:
+            os.killpg(processes[name].pid, signal.SIGTERM)
+    for process in processes.values():
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    processes.clear()
+
+
+def go_module_source(module: str, version: str) -> Path:
+    """A published Go module's source folder (read-only), downloaded once into Go's module cache."""
+    downloaded = subprocess.run(
+        [_go(), "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"},
+    )
+    return Path(json.loads(downloaded.stdout)["Dir"])
 
 
 def main(argv: list[str] | None = None) -> int:

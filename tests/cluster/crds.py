@@ -3,6 +3,7 @@
 - Karpenter's NodePool, NodeClaim and EC2NodeClass CRDs, with their CEL rules, from the Go module of
   `github.com/aws/karpenter-provider-aws` at the chart version the config pins (`pkg/apis/crds/`; the
   `karpenter-crd` chart ships the same files). Auto Mode's NodePools are the same `karpenter.sh/v1` kind.
+- KEDA's CRDs, from its Go module at the shipped chart's version (`config/crd/bases/`), where a model autoscales.
 - Auto Mode's `eks.amazonaws.com/v1` NodeClass: no CRD is published, so this is OURS: the JSON schema of
   tests/schemas/ (its sources named there) turned into a structural CRD schema (`const` as a one-value enum, a map's
   `propertyNames` as CEL rules on its keys; what a structural schema cannot say, `additionalProperties: false` and
@@ -12,15 +13,13 @@
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.cluster.control_plane import _go
+from tests.cluster.control_plane import go_module_source
+from tests.cluster.keda import keda_crds
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 KARPENTER_CRDS = (
@@ -33,14 +32,7 @@ KARPENTER_CRDS = (
 def karpenter_crds(version: str) -> list[dict]:
     """Karpenter's CRDs at `version` (the Helm chart's, e.g. 1.14.1), downloaded once through the Go proxy."""
     tag = version if version.startswith("v") else f"v{version}"
-    downloaded = subprocess.run(
-        [_go(), "mod", "download", "-json", f"github.com/aws/karpenter-provider-aws@{tag}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )
-    folder = Path(re.search(r'"Dir": "([^"]+)"', downloaded.stdout).group(1)) / "pkg" / "apis" / "crds"  # type: ignore[union-attr]
+    folder = go_module_source("github.com/aws/karpenter-provider-aws", tag) / "pkg" / "apis" / "crds"
     return [yaml.safe_load((folder / name).read_text()) for name in KARPENTER_CRDS]
 
 
@@ -119,9 +111,12 @@ def auto_mode_node_class_crd() -> dict:
 
 
 def crds_for(config) -> list[dict]:
-    """The CRDs an environment's cluster serves before warmstart applies its objects."""
+    """The CRDs an environment's cluster serves before warmstart applies its objects: KEDA's come with its chart
+    where a model autoscales."""
     version = getattr(config.compute, "karpenter_version", None) or "1.14.1"
     crds = karpenter_crds(version)
     if config.compute.mode == "auto":
         crds.append(auto_mode_node_class_crd())
+    if any(model.autoscaling for model in config.models):
+        crds.extend(keda_crds())
     return crds

@@ -129,11 +129,12 @@ def wait_bound(api: Api, namespace: str, name: str, timeout: float = 60) -> str:
     raise TimeoutError(f"{namespace}/{name} was not scheduled: {pod.get('status')}")
 
 
-def mark_running(api: Api, pod: dict, *, ready: bool = True) -> None:
-    """What kubelet reports once the pod's containers run (and pass their readiness probe)."""
+def mark_running(api: Api, pod: dict, *, ready: bool = True, pod_ip: str | None = None) -> None:
+    """What kubelet reports once the pod's containers run (and pass their readiness probe), with the pod's IP."""
     meta = pod["metadata"]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     status = {
+        **({"podIP": pod_ip, "podIPs": [{"ip": pod_ip}]} if pod_ip else {}),
         "phase": "Running",
         "startTime": now,
         "conditions": [

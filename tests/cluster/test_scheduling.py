@@ -39,6 +39,9 @@ def cluster(start_module_plane, tmp_path_factory):
     objects = rendered_objects(prod, tmp_path_factory.mktemp("dist"))
     assert not apply_all(api, objects, crds_for(prod.config), dry_run_first=False)
     models = {m.name: m for m in prod.config.models}
+    for model in models.values():  # KEDA's HPA sets an autoscaled model's floor (tests/cluster/test_autoscaling.py)
+        if model.autoscaling:
+            scale(api, model.name, model.autoscaling.min_replicas)
     return prod, api, objects, models
 
 

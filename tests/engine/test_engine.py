@@ -12,8 +12,6 @@ the agent's judgement of each start must be vLLM's."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from contracts.agent_settings import COMPILE_MISS_LABEL_DOMAIN, COMPILE_USE_LABEL_DOMAIN
@@ -22,35 +20,10 @@ from contracts.start_record import StartTimeline
 from node_agent.runtime.archive import packable_files
 from node_agent.runtime.compile_cache import Status
 from node_agent.runtime.compile_judgement import Cause
-from tests.engine.chain import OTHER_GPU_TYPE, EngineCluster, Start, engine_caches_in, kernels, snapshot, summary
-from tests.engine.engine_world import cpu_environment, tiny_model
-from tests.engine.versions import selected
+from tests.engine.chain import Start, engine_caches_in, kernels
 from warmstart_cli.status import render_starts
 
 pytestmark = pytest.mark.engine
-
-
-@pytest.fixture(scope="module", params=selected())
-def chain(request, s3_server, tmp_path_factory):
-    env = cpu_environment(request.param)
-    scratch = tmp_path_factory.mktemp(f"engine-{request.param}")
-    cluster = EngineCluster(s3_server, scratch / "cluster", env, tiny_model(env, scratch / "model"))
-    name = cluster.model.name
-    a, b, c = cluster.node("node-a"), cluster.node("node-b"), cluster.node("node-c")
-    results: dict = {"cluster": cluster, "version": request.param}
-    results["restore_a"] = a.agent.start()[name].status
-    results["cold"], _ = cluster.start("cold", a)
-    results["restore_b"] = b.agent.start()[name].status
-    results["restored"], _ = cluster.start("restored", b)
-    results["weights_c"] = c.agent.weights_tick()[name]
-    results["restore_c"] = c.agent.start()[name].status
-    results["origin_c"] = c.layout.origin(name, cluster.fingerprint)  # what C restored (its own publish follows)
-    results["node_copy"], _ = cluster.start("node_copy", c)
-    other = cluster.node("node-d", OTHER_GPU_TYPE)
-    results["restore_d"] = other.agent.start()[name].status
-    results["files_d"] = snapshot(cluster.config_folder(other))
-    print(json.dumps({case: summary(results[case]) for case in ("cold", "restored", "node_copy")}, indent=1))
-    return results
 
 
 def _publishes(node) -> list[dict]:

@@ -1,13 +1,12 @@
-"""What an autoscaled model deploys: a HorizontalPodAutoscaler on vLLM's per-pod queue with the policy derived
-from its start time, a Deployment whose count is the autoscaler's, pods Prometheus scrapes; and, once per
-cluster, Prometheus and prometheus-adapter (pinned charts, no AWS permission). Models without autoscaling keep
-their fixed count and get none of it."""
+"""What an autoscaled model deploys: a KEDA ScaledObject on vLLM's queue with the policy derived from its start
+time, a Deployment whose count is the autoscaler's, pods Prometheus scrapes; and, once per cluster, Prometheus and
+KEDA (pinned charts, no AWS permission). Models without autoscaling keep their fixed count and get none of it."""
 
 from __future__ import annotations
 
 import json
 
-from construct_kit.serving_metrics import ADAPTER_CHART_VERSION, PROMETHEUS_CHART_VERSION, adapter_rules
+from construct_kit.serving_metrics import KEDA_CHART_VERSION, PROMETHEUS_CHART_VERSION
 from tests.manifest_validation import validate_manifest
 from tests.manifests import helm_charts, of_kind
 from warmstart.autoscaling import scaling_policy
@@ -15,8 +14,8 @@ from warmstart.catalog import default_catalog
 
 
 def test_turning_autoscaling_off_deletes_the_autoscaler(prod):
-    """kubectl's prune leaves autoscaling/v2 objects alone: the HPA is a manifest of its own, which CloudFormation
-    deletes (kubectl delete) when the model stops autoscaling."""
+    """The ScaledObject is a manifest of its own, which CloudFormation deletes (kubectl delete) when the model stops
+    autoscaling; KEDA then deletes the HPA it owns."""
     template = prod.model_template_json("llama-3-3-70b")
     manifests = {
         k: json.loads(r["Properties"]["Manifest"])
@@ -24,9 +23,12 @@ def test_turning_autoscaling_off_deletes_the_autoscaler(prod):
         if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and isinstance(r["Properties"]["Manifest"], str)
     }
     (autoscaler_id,) = [k for k in manifests if "Autoscaler" in k]
-    assert [o["kind"] for o in manifests[autoscaler_id]] == ["HorizontalPodAutoscaler"]
+    assert [o["kind"] for o in manifests[autoscaler_id]] == ["ScaledObject"]
     assert not any(
-        o["kind"] == "HorizontalPodAutoscaler" for k, m in manifests.items() if k != autoscaler_id for o in m
+        o["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")
+        for k, m in manifests.items()
+        if k != autoscaler_id
+        for o in m
     )
 
 
@@ -39,39 +41,50 @@ def _objects(prod, model: str) -> list[dict]:
 def test_the_autoscaler_of_an_autoscaled_model(prod):
     llama = next(m for m in prod.config.models if m.name == "llama-3-3-70b")
     policy = scaling_policy(llama, prod.config, default_catalog())
-    (hpa,) = of_kind(_objects(prod, "llama-3-3-70b"), "HorizontalPodAutoscaler")
-    assert hpa["apiVersion"] == "autoscaling/v2" and hpa["metadata"]["namespace"] == "llama-3-3-70b"
-    assert hpa["spec"] == {
+    (scaled,) = of_kind(_objects(prod, "llama-3-3-70b"), "ScaledObject")
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1" and scaled["metadata"]["namespace"] == "llama-3-3-70b"
+    # The HPA it makes keeps the name the HPA had before KEDA, which it takes over (its webhook asks for this).
+    assert scaled["metadata"]["name"] == "vllm"
+    assert scaled["metadata"]["annotations"] == {"scaledobject.keda.sh/transfer-hpa-ownership": "true"}
+    assert scaled["spec"] == {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
-        "minReplicas": 2,
-        "maxReplicas": 4,
-        "metrics": [
+        "minReplicaCount": 2,
+        "maxReplicaCount": 4,
+        "advanced": {
+            "horizontalPodAutoscalerConfig": {
+                "name": "vllm",
+                "behavior": {
+                    "scaleUp": {
+                        "stabilizationWindowSeconds": 0,
+                        "selectPolicy": "Max",
+                        "policies": [
+                            {"type": "Percent", "value": 100, "periodSeconds": 15},
+                            {"type": "Pods", "value": 4, "periodSeconds": 15},
+                        ],
+                    },
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": policy.scale_down_window,
+                        "selectPolicy": "Max",
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    },
+                },
+            }
+        },
+        "triggers": [
             {
-                "type": "Pods",
-                "pods": {
-                    "metric": {"name": "vllm_num_requests_waiting"},
-                    "target": {"type": "AverageValue", "averageValue": "5"},
+                "type": "prometheus",
+                "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": "http://prometheus-server.warmstart-monitoring.svc",
+                    # One series (the scaler refuses several): the model's pods' queues, each a minute's average.
+                    "query": 'sum(avg_over_time(vllm:num_requests_waiting{namespace="llama-3-3-70b"}[1m]))',
+                    "threshold": "5",
                 },
             }
         ],
-        "behavior": {
-            "scaleUp": {
-                "stabilizationWindowSeconds": 0,
-                "selectPolicy": "Max",
-                "policies": [
-                    {"type": "Percent", "value": 100, "periodSeconds": 15},
-                    {"type": "Pods", "value": 4, "periodSeconds": 15},
-                ],
-            },
-            "scaleDown": {
-                "stabilizationWindowSeconds": policy.scale_down_window,
-                "selectPolicy": "Max",
-                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
-            },
-        },
     }
     assert policy.scale_down_window > policy.start_seconds
-    validate_manifest(hpa, prod.config.cluster.kubernetes_version)  # the official schema, strict
+    validate_manifest(scaled, prod.config.cluster.kubernetes_version)  # the schema from KEDA's CRD
 
 
 def test_the_deployment_leaves_the_count_to_the_autoscaler_and_is_scraped(prod):
@@ -89,17 +102,18 @@ def test_the_deployment_leaves_the_count_to_the_autoscaler_and_is_scraped(prod):
 
 def test_a_fixed_model_keeps_its_count_and_gets_no_autoscaler(prod):
     objects = _objects(prod, "qwen3-6-35b-a3b")
-    assert not of_kind(objects, "HorizontalPodAutoscaler")
+    assert not of_kind(objects, "ScaledObject") and not of_kind(objects, "HorizontalPodAutoscaler")
     (deployment,) = of_kind(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert "prometheus.io/scrape" not in (deployment["spec"]["template"]["metadata"].get("annotations") or {})
 
 
-def test_prometheus_and_the_adapter_come_with_the_first_autoscaled_model(prod, dev):
+def test_prometheus_and_keda_come_with_the_first_autoscaled_model(prod, dev):
     charts = helm_charts(prod.template_json("cluster"))
-    prometheus, adapter = charts["prometheus"], charts["prometheus-adapter"]
-    for chart, version in ((prometheus, PROMETHEUS_CHART_VERSION), (adapter, ADAPTER_CHART_VERSION)):
-        assert chart["Repository"] == "https://prometheus-community.github.io/helm-charts"
+    prometheus, keda = charts["prometheus"], charts["keda"]
+    assert prometheus["Repository"] == "https://prometheus-community.github.io/helm-charts"
+    assert keda["Repository"] == "https://kedacore.github.io/charts"
+    for chart, version in ((prometheus, PROMETHEUS_CHART_VERSION), (keda, KEDA_CHART_VERSION)):
         assert chart["Version"] == version and chart["Namespace"] == "warmstart-monitoring"
         assert chart["Wait"] is True
     values = json.loads(prometheus["Values"])
@@ -108,30 +122,13 @@ def test_prometheus_and_the_adapter_come_with_the_first_autoscaled_model(prod, d
     # The chart's server.enableServiceLinks (29.27.0 values.yaml, on its Deployment): off, as on every warmstart pod.
     assert values["server"]["enableServiceLinks"] is False
     assert all(values[c] == {"enabled": False} for c in ("alertmanager", "kube-state-metrics"))
-    adapter_values = json.loads(adapter["Values"])
-    assert adapter_values["prometheus"] == {"url": "http://prometheus-server.warmstart-monitoring.svc", "port": 80}
-    assert adapter_values["rules"]["default"] is False
-    assert {rule["name"]["as"] for rule in adapter_values["rules"]["custom"]} == {
-        "vllm_num_requests_waiting",
-        "vllm_kv_cache_usage_perc",
-    }
-    assert set(helm_charts(dev.template_json("cluster"))) == {"prometheus", "prometheus-adapter"}  # Auto Mode too
-    assert (adapter_values["replicas"], adapter_values["podDisruptionBudget"]) == (
-        2,
-        {"enabled": True, "maxUnavailable": 1},
-    )
-
-
-def test_the_adapter_serves_each_vllm_series_per_pod_under_a_name_without_colon():
-    (waiting, kv_cache) = adapter_rules()
-    assert waiting == {
-        "seriesQuery": 'vllm:num_requests_waiting{namespace!="",pod!=""}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-        "name": {"matches": "^vllm:num_requests_waiting$", "as": "vllm_num_requests_waiting"},
-        # A minute's average: one noisy 15 s sample does not start a GPU node.
-        "metricsQuery": "sum(avg_over_time(<<.Series>>{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>)",
-    }
-    assert kv_cache["name"]["as"] == "vllm_kv_cache_usage_perc"
+    keda_values = json.loads(keda["Values"])
+    assert keda_values["crds"] == {"install": True, "additionalAnnotations": {"helm.sh/resource-policy": "keep"}}
+    # Two of each, one at a time in a drain: the external metrics API is down while no adapter runs.
+    assert keda_values["operator"]["replicaCount"] == keda_values["metricsServer"]["replicaCount"] == 2
+    one_at_a_time = {"maxUnavailable": 1}
+    assert keda_values["podDisruptionBudget"] == {"operator": one_at_a_time, "metricServer": one_at_a_time}
+    assert set(helm_charts(dev.template_json("cluster"))) == {"prometheus", "keda"}  # Auto Mode too
 
 
 def test_the_metrics_path_needs_no_aws_permission(prod, dev):

@@ -20,7 +20,9 @@ def validate_custom(manifest: dict) -> None:
 def test_schemas_name_their_upstream_source():
     for file in SCHEMA_FILES.values():
         comment = json.loads((SCHEMAS / file).read_text())["$comment"]
-        assert "commit" in comment and ("karpenter-provider-aws" in comment or "amazon-eks-user-guide" in comment)
+        sources = ("karpenter-provider-aws", "amazon-eks-user-guide", "prometheus-operator", "kedacore/keda")
+        # A commit, or a release tag of a Go module (the proxy serves it, and the checksum database pins it).
+        assert ("commit" in comment or "tag v" in comment) and any(source in comment for source in sources), file
         jsonschema.Draft202012Validator.check_schema(json.loads((SCHEMAS / file).read_text()))
 
 
@@ -35,7 +37,10 @@ def test_every_manifest_the_cluster_stack_applies_is_valid(every_env):
 def test_custom_resources_match_our_schemas(every_env):
     manifests = every_env.manifests()
     custom = [m for m in manifests if (m["apiVersion"], m["kind"]) in SCHEMA_FILES]
-    assert len(custom) == 2  # a node class and a node pool
+    autoscaled = sum(1 for model in every_env.config.models if model.autoscaling)
+    assert len(custom) == 2 + autoscaled  # a node class, a node pool, and a ScaledObject per autoscaled model
+    for manifest in custom:
+        validate_manifest(manifest, every_env.config.cluster.kubernetes_version)
 
 
 def test_an_unknown_kind_fails_validation():

@@ -151,9 +151,16 @@ def test_agent_aws_access_is_the_compile_cache_prefix_only(shipped):
             "Resource": f"arn:aws:s3:::{bucket}/compile-cache/*",
             "Sid": "CompileCacheObjects",
         },
+        {  # the pruner's report of its last run, read-only (contracts/pruner_report.py)
+            "Action": "s3:GetObject",
+            "Effect": "Allow",
+            "Resource": f"arn:aws:s3:::{bucket}/pruner-last-run.json",
+            "Sid": "ReadPrunerReport",
+        },
         {
             "Action": "s3:ListBucket",
-            "Condition": {"StringLike": {"s3:prefix": ["compile-cache/*"]}},
+            # The report's key too: before the pruner's first run its read answers 404, not 403.
+            "Condition": {"StringLike": {"s3:prefix": ["compile-cache/*", "pruner-last-run.json"]}},
             "Effect": "Allow",
             "Resource": f"arn:aws:s3:::{bucket}",
             "Sid": "ListCompileCache",

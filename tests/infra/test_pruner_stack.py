@@ -139,7 +139,14 @@ def test_least_privilege(shipped):
         "/compile-cache/active-keys"
     )
     text = json.dumps(access)
-    assert "s3:PutObject" not in json.dumps([s for s in access if s["Sid"] != "OneRunAtATime"])
+    # Its report of each run (contracts/pruner_report.py): that one key, beside the lock.
+    assert by_sid["ReportLastRun"] == {
+        "Action": "s3:PutObject",
+        "Effect": "Allow",
+        "Resource": f"arn:aws:s3:::{bucket}/pruner-last-run.json",
+        "Sid": "ReportLastRun",
+    }
+    assert "s3:PutObject" not in json.dumps([s for s in access if s["Sid"] not in ("OneRunAtATime", "ReportLastRun")])
     for forbidden in ('"s3:*"', "ssm:PutParameter"):
         assert forbidden not in text
     roles = _resources(shipped, "AWS::IAM::Role")

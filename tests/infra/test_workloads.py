@@ -246,7 +246,7 @@ def test_gitops_manifests_pass_strict_validation(shipped, dist):
         assert kinds[0] == "Namespace" and sorted(kinds[1:]) == sorted(expected)
         if model.autoscaling:  # its own file (its own manifest on the cdk deploy path)
             objects = objects + files[f"{model.name}-autoscaler.yaml"]  # not +=: the fixture is shared
-            assert [o["kind"] for o in files[f"{model.name}-autoscaler.yaml"]] == ["HorizontalPodAutoscaler"]
+            assert [o["kind"] for o in files[f"{model.name}-autoscaler.yaml"]] == ["ScaledObject"]
         for obj in objects:
             validate_manifest(obj, shipped.config.cluster.kubernetes_version)
 

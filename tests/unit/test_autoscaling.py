@@ -1,6 +1,6 @@
 """Autoscaling: the policy derived from a model's start time, the refusals, and the HPA controller's arithmetic
-(kubernetes pkg/controller/podautoscaler: replica_calculator.go, horizontal.go; defaults from
-pkg/apis/autoscaling/v2/defaults.go) run over a load curve against a table computed by hand."""
+for an External metric, KEDA's (kubernetes pkg/controller/podautoscaler: replica_calculator.go, horizontal.go;
+defaults from pkg/apis/autoscaling/v2/defaults.go), run over a load curve against a table computed by hand."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ def test_the_shipped_policy_follows_the_models_start_time():
     llama = next(m for m in config.models if m.name == "llama-3-3-70b")
     policy = scaling_policy(llama, config, default_catalog())
     assert (policy.min_replicas, policy.max_replicas, policy.target) == (2, 4, 5.0)
-    assert (policy.source_metric, policy.metric) == ("vllm:num_requests_waiting", "vllm_num_requests_waiting")
+    assert (policy.source_metric, policy.metric) == ("vllm:num_requests_waiting", "s0-prometheus")
+    assert (
+        policy.query("llama-3-3-70b") == 'sum(avg_over_time(vllm:num_requests_waiting{namespace="llama-3-3-70b"}[1m]))'
+    )
     assert policy.scale_up_window == 0
     # 1.5 x the estimated start on a new node with warmstart, in whole 15 s periods.
     assert policy.scale_down_window == scale_down_window(policy.start_seconds) >= 1.5 * policy.start_seconds
@@ -35,7 +38,7 @@ def test_the_kv_cache_target_defaults_to_four_fifths():
     document["models"][1]["autoscaling"] = {"min_replicas": 2, "max_replicas": 3, "metric": "kv_cache_usage"}
     config = parse_config(document)
     policy = scaling_policy(config.models[1], config, default_catalog())
-    assert (policy.metric, policy.target) == ("vllm_kv_cache_usage_perc", 0.8)
+    assert (policy.source_metric, policy.target) == ("vllm:kv_cache_usage_perc", 0.8)
 
 
 @pytest.mark.parametrize(
@@ -75,35 +78,33 @@ def test_one_replica_is_allowed_when_its_downtime_is_accepted():
 
 
 @pytest.mark.parametrize(
-    ("current", "ready", "pending", "load", "expected", "why"),
+    ("current", "load", "expected", "why"),
     [
-        (2, 2, 0, 10.0, 2, "exactly on target"),
-        (2, 2, 0, 10.9, 2, "within the 10% tolerance"),
-        (2, 2, 0, 40.0, 8, "ceil(2 x 20/5)"),
-        (4, 4, 0, 5.0, 1, "ceil(4 x 1.25/5)"),
-        (6, 2, 4, 40.0, 8, "pending pods count as 0 on a scale-up: ceil(6 x (40/6)/5)"),
-        (4, 2, 2, 2.0, 1, "pending pods are left out of a scale-down: ceil(2 x (2/2)/5)"),
-        (6, 2, 0, 2.0, 5, "loading pods (no metric) count as the target on a scale-down: ceil(6 x (2+20)/6/5)"),
-        (6, 2, 0, 8.0, 6, "...which can bring a small scale-down within the tolerance: (8+20)/6/5 = 0.93"),
-        (4, 0, 4, 40.0, 4, "no pod reports the metric: no change"),
+        (2, 10.0, 2, "exactly on target: 10 / (5 x 2) = 1"),
+        (2, 10.9, 2, "within the 10% tolerance"),
+        (2, 40.0, 8, "ceil(40/5)"),
+        (4, 5.0, 1, "ceil(5/5): min_replicas is applied after"),
+        (6, 40.0, 8, "pending and loading pods count in the replicas: 40 / 30 = 1.33, then ceil(40/5)"),
+        (6, 28.0, 6, "...so a load that 6 pods will carry is within the tolerance: 28 / 30 = 0.93"),
+        (4, 0.0, 0, "no pod serving: the query's sum is empty, KEDA reports 0"),
     ],
 )
-def test_one_recommendation(current, ready, pending, load, expected, why):
-    assert recommend(current, ready, load, 5.0, pending=pending) == expected, why
+def test_one_recommendation(current, load, expected, why):
+    assert recommend(current, load, 5.0) == expected, why
 
 
 def test_a_recorded_load_curve_gives_the_hand_computed_replicas():
     """Two pods on target, then 40 waiting requests for 3.5 minutes, then 5. Worked by hand:
-    - t=30: raw ceil(2 x 20/5) = 8, limited by the scale-up policies to max(2 x 2, 2 + 4) = 6 (max_replicas 6);
-    - t=45-75: the four new pods are pending (they start in 60 s) and count as 0: 40 over 6 pods = 1.33 x target:
-      8, capped at 6; t=90: all 6 serve;
-    - t=240: raw ceil(6 x (5/6)/5) = 1, but the scale-down window (120 s) still holds the 8s recommended
-      until t=225: no change until t=345, then one pod a minute (t=345, 405, 465, 525) down to min_replicas 2."""
+    - t=30: 40 / (5 x 2) = 4: raw ceil(40/5) = 8, limited by the scale-up policies to max(2 x 2, 2 + 4) = 6;
+    - t=45-75: the four new pods are pending (they start in 60 s) but count in the replicas: 40 / 30 = 1.33: 8,
+      capped at 6 (max_replicas); t=90: all 6 serve;
+    - t=240: raw ceil(5/5) = 1, but the scale-down window (120 s) still holds the 8s recommended until t=225:
+      no change until t=345, then one pod a minute (t=345, 405, 465, 525) down to min_replicas 2."""
     policy = ScalingPolicy(
         model="m",
         min_replicas=2,
         max_replicas=6,
-        metric="vllm_num_requests_waiting",
+        metric="s0-prometheus",
         source_metric="vllm:num_requests_waiting",
         target=5.0,
         scale_up_window=0,

@@ -19,6 +19,7 @@ DISTRIBUTIONS = {
     "jsii": "jsii",
     "pydantic": "pydantic",
     "yaml": "PyYAML",
+    "grafana_foundation_sdk": "grafana-foundation-sdk",  # the dashboard dist/<env>/monitoring/ holds
 }
 
 

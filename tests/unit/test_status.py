@@ -10,7 +10,7 @@ from tests.synth import ROOT
 from warmstart.catalog import default_catalog
 from warmstart.loader import load_config
 from warmstart_cli.__main__ import main
-from warmstart_cli.status import CacheCount, CompileUse, Replicas, model_status
+from warmstart_cli.status import CacheCount, CompileUse, Replicas, autoscaler_status, model_status
 
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -263,3 +263,13 @@ def test_status_starts_says_when_vllm_could_not_load_its_compiled_graph():
     shown = render_starts(config, [failed])
     assert "compile miss, load failure: 'function' object has no attribute 'x'" in shown
     assert StartTimeline.from_dict({**cold.to_dict(), "compile_load_failure": "x" * 254}) is None  # bounded
+
+
+@pytest.mark.parametrize("recorded", ["prod-hpas-keda.json", "prod-hpas-adapter.json"])
+def test_the_autoscalers_metric_reads_the_same_from_kedas_hpa_and_the_one_before_it(recorded):
+    """KEDA's HPA reads an External metric; one deployed before KEDA took it over, the Pods metric of
+    prometheus-adapter: `status` shows the value per pod against the target from either."""
+    config = load_config(ROOT / "config" / "prod.yaml")
+    llama = next(m for m in config.models if m.name == "llama-3-3-70b")
+    hpas = json.loads((FIXTURES / "status" / recorded).read_text())
+    assert str(autoscaler_status(llama, hpas)) == "3/4 (num_requests_waiting 6.5/5 per pod)"

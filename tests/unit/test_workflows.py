@@ -159,5 +159,5 @@ def _make_targets_on_main() -> list[str]:
 
 def test_ci_means_one_thing_the_workflow_on_main_runs_what_ci_run_runs():
     """.ci/run (the CI entry point) and the repository's own workflow on main run the same make targets."""
-    assert _make_targets_of_ci_run() == ["lint", "test", "test-vllm", "test-cluster", "test-engine"]
+    assert _make_targets_of_ci_run() == ["lint", "test", "test-monitoring", "test-vllm", "test-cluster", "test-engine"]
     assert sorted(_make_targets_on_main()) == sorted(_make_targets_of_ci_run())

@@ -329,7 +329,7 @@ def _gitops_applies_what_cdk_would(config: EnvironmentConfig) -> list[Problem]:
     problems += [
         Problem(
             f"models[{i}].autoscaling",
-            "autoscaling needs Prometheus and the custom metrics adapter, which warmstart installs as Helm releases "
+            "autoscaling needs Prometheus and KEDA, which warmstart installs as Helm releases "
             "only when it applies the cluster's objects",
             "set replicas instead, or set cluster.existing.kubernetes_objects: cdk",
             (

@@ -21,6 +21,11 @@ GIB = 2**30
 MIB = 2**20
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# Kubernetes' label syntax (apimachinery IsQualifiedName, IsValidLabelValue): an optional DNS-subdomain prefix and
+# a name of 1-63 characters; values of 0-63.
+LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY = rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{LABEL_NAME}$"
+LABEL_VALUE = rf"^({LABEL_NAME})?$"
 DURATION = r"^([0-9]+(s|m|h))+$"
 S3_BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 # Kubernetes versions the pinned kubectl layer (v35) can drive: kubectl supports one minor version of skew.

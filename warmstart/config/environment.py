@@ -20,6 +20,7 @@ from warmstart.config.operations import (
     Alerts,
     BucketsConfig,
     DeploySettings,
+    MonitoringExports,
     PruningPolicy,
     ServingAccess,
 )
@@ -42,6 +43,7 @@ class EnvironmentConfig(Strict):
     alerts: Alerts = Alerts()
     estimate: StartEstimate = StartEstimate()
     metrics: AgentMetricsAccess = AgentMetricsAccess()
+    monitoring: MonitoringExports = MonitoringExports()
     deploy: DeploySettings = DeploySettings()
     # AWS tags on every resource (at most 50 per resource, some added by CDK and EKS: keep well below).
     tags: dict[TagKey, TagValue] = Field(default_factory=dict, max_length=40)

@@ -12,7 +12,7 @@ from pydantic import (
 )
 
 from warmstart.checks.fix import UNSET, setting
-from warmstart.config.base import DNS_LABEL, S3_BUCKET_NAME, CidrBlock, Strict
+from warmstart.config.base import DNS_LABEL, LABEL_KEY, LABEL_VALUE, S3_BUCKET_NAME, CidrBlock, Strict
 from warmstart.problem import Refused
 
 
@@ -46,6 +46,20 @@ class AgentMetricsAccess(Strict):
     # subnets: default, the VPC's CIDR. An in-cluster Prometheus: add its namespace below.
     scraper_cidrs: list[CidrBlock] | None = None
     scraper_namespaces: list[Annotated[str, Field(pattern=DNS_LABEL)]] = Field(default_factory=list)
+
+
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY, max_length=317)]
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE)]
+
+
+class MonitoringExports(Strict):
+    """The cold-start dashboard's ConfigMap and the alert rules' PrometheusRule (dist/<env>/monitoring/): their
+    namespace and labels. Grafana's dashboard sidecar picks ConfigMaps labelled `grafana_dashboard: "1"` by default;
+    kube-prometheus-stack's Prometheus picks PrometheusRules labelled `release: <its Helm release>` by default."""
+
+    namespace: str = Field(default="warmstart-system", pattern=DNS_LABEL)
+    dashboard_labels: dict[LabelKey, LabelValue] = Field(default_factory=lambda: {"grafana_dashboard": "1"})
+    rule_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
 
 
 def _github_environment(value: str) -> str:
