@@ -19,12 +19,11 @@ from constructs import Construct
 
 from construct_kit.source import cluster_ref
 from kube.pod_security import MONITORING_LEVEL, pod_security_labels
-from warmstart.autoscaling import MONITORING_NAMESPACE, PROMETHEUS_RELEASE
+from warmstart.autoscaling import KEDA_CHART_VERSION, MONITORING_NAMESPACE, PROMETHEUS_RELEASE
 
 CHART_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
 PROMETHEUS_CHART_VERSION = "29.27.0"
 KEDA_CHART_REPOSITORY = "https://kedacore.github.io/charts"
-KEDA_CHART_VERSION = "2.21.0"  # KEDA v2.21.0; the chart's version follows KEDA's
 
 
 def prometheus_values() -> dict:

@@ -31,6 +31,8 @@ DEFAULT_TARGETS = {"waiting_requests": 5.0, "kv_cache_usage": 0.8}
 MONITORING_NAMESPACE = "warmstart-monitoring"
 PROMETHEUS_RELEASE = "prometheus"
 PROMETHEUS_URL = f"http://{PROMETHEUS_RELEASE}-server.{MONITORING_NAMESPACE}.svc"
+# KEDA's chart (kedacore/keda) at the version of KEDA it runs: its version follows KEDA's (docs/upstream-facts.md).
+KEDA_CHART_VERSION = "2.21.0"
 # The HPA of a model, KEDA's since warmstart autoscales through it (the name the HPA had before), and the
 # annotation with which a ScaledObject takes over an HPA that exists (KEDA's admission webhook requires it).
 HPA_NAME = "vllm"

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import yaml
 
-from construct_kit.serving_metrics import KEDA_CHART_VERSION
 from tests.cluster.api import Api
 from tests.cluster.control_plane import (
     ControlPlane,
@@ -28,7 +27,7 @@ from tests.cluster.control_plane import (
     stop_processes,
 )
 from tests.monitoring.build import KEDA
-from warmstart.autoscaling import MONITORING_NAMESPACE
+from warmstart.autoscaling import KEDA_CHART_VERSION, MONITORING_NAMESPACE
 
 # The chart's Service names (kedacore/charts keda: keda-operator, keda-operator-metrics-apiserver).
 OPERATOR_SERVICE, ADAPTER_SERVICE = "keda-operator", "keda-operator-metrics-apiserver"

@@ -12,7 +12,6 @@ Each goes to `$WARMSTART_CACHE_DIR` (default `~/.cache/warmstart`)`/<program>-<v
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -21,8 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from construct_kit.serving_metrics import KEDA_CHART_VERSION
-from tests.cluster.control_plane import cache_dir
+from tests.cluster.control_plane import cache_dir, go_module_source
+from warmstart.autoscaling import KEDA_CHART_VERSION
 
 PROMETHEUS_VERSION = "v3.14.0"  # the appVersion of prometheus-community/prometheus 29.27.0
 KEDA_VERSION = f"v{KEDA_CHART_VERSION}"  # the chart's version is KEDA's
@@ -91,11 +90,8 @@ def build_module_source(
     go.mod with replace directives, which Prometheus' and KEDA's have): the module's source from the proxy,
     copied writable into `folder`/src, built with its own go.mod and go.sum (not its go.work) into `folder`/bin, in
     one `go build` so shared packages compile once."""
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOWORK": "off"}
-    downloaded = subprocess.run(
-        [go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, check=True, env=env
-    )
-    source = Path(json.loads(downloaded.stdout)["Dir"])
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOWORK": "off"}  # its own go.mod only
+    source = go_module_source(module, version)
     work = folder / "src"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(source, work)
