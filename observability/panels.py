@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from warmstart.autoscaling import METRICS, SIGNAL_WINDOW
+
 MODEL = 'model=~"$model"'
 MODEL_NAMESPACE = 'namespace=~"$model"'
 RATE = "$__rate_interval"
@@ -19,6 +21,7 @@ RATE = "$__rate_interval"
 BAR = "$__interval"
 BAR_FLOOR = "1m"
 RUNNING = f"vllm:num_requests_running{{{MODEL_NAMESPACE}}}"
+WAITING = METRICS["waiting_requests"]  # what the autoscaler reads, averaged as it averages (SIGNAL_WINDOW)
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ ROWS = (
                 "model's target per pod (docs/autoscaling.md).",
                 (
                     Query(
-                        f"sum by (namespace) (avg_over_time(vllm:num_requests_waiting{{{MODEL_NAMESPACE}}}[1m]))",
+                        f"sum by (namespace) (avg_over_time({WAITING}{{{MODEL_NAMESPACE}}}[{SIGNAL_WINDOW}]))",
                         "{{namespace}}",
                     ),
                 ),

@@ -403,19 +403,24 @@ class NodeAgent:
         none before its first run. Written by the pruner's role, read as untrusted: bounded, checked, refused whole."""
         try:
             document = self.store.get_json(PRUNER_REPORT_KEY, max_bytes=REPORT_MAX_BYTES)
-            report = None if document is None else parse_report(document)
-            if document is not None and report is None:
-                raise Refused("not a pruner report of a known version, time and outcome")
         except Refused as error:
-            self.metrics.refused("pruner-report")
-            self.log.event("input-refused", source="pruner-report", reason=error.reason)
+            self._refuse_pruner_report(error.reason)
             return None
         except Exception as error:  # S3 unreachable, access denied: no report this round, and the loop goes on
             self.log.event("pruner-report-unreadable", reason=f"{type(error).__name__}: {error}"[:300])
             return None
-        if report is not None:
-            self.metrics.pruner_reported(report)
+        if document is None:
+            return None
+        report = parse_report(document)
+        if report is None:
+            self._refuse_pruner_report("not a pruner report of a known version, time and outcome")
+            return None
+        self.metrics.pruner_reported(report)
         return report
+
+    def _refuse_pruner_report(self, reason: str) -> None:
+        self.metrics.refused("pruner-report")
+        self.log.event("input-refused", source="pruner-report", reason=reason)
 
     def cleanup(self) -> list[str]:
         """Labels, pointers, compile-cache folders of removed models and of old configurations, pod records

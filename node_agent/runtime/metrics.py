@@ -37,8 +37,8 @@ COLD, NEW_NODE, WARM = "cold", "new-node", "warm"
 # What each outcome says about the node holding a model's cache (absent: says nothing, the gauge keeps its value).
 COMPILE_HELD = {"restored": 1, "present": 1, "published": 1, "republished": 1, "exists": 1, "miss": 0, "failed": 0}
 # busy: the copy is withdrawn while a pod reads it; new pods stream from S3 meanwhile.
+# Every sync outcome (node_agent/runtime/weights.py SyncOutcome) says whether the node has a copy.
 WEIGHTS_HELD = {"ready": 1, "downloaded": 1, "refused": 0, "stale": 0, "failed": 0, "busy": 0}
-WEIGHTS_OUTCOMES = ("ready", "downloaded", "refused", "busy", "stale", "failed")  # node_agent/runtime/weights.py
 START_CASES = (("new", COLD), ("new", NEW_NODE), ("existing", COLD), ("existing", WARM))
 RESTORE_OUTCOMES = (Status.RESTORED, Status.PRESENT, Status.BUSY, Status.MISS, Status.FAILED)
 PUBLISH_OUTCOMES = (Status.PUBLISHED, Status.REPUBLISHED, Status.EXISTS, Status.LOST_RACE, Status.EMPTY, Status.FAILED)
@@ -145,7 +145,7 @@ class AgentMetrics:
             for direction in ("restored", "published"):
                 self.cache_bytes.labels(model, direction)
         for model in weights:
-            for outcome in WEIGHTS_OUTCOMES:
+            for outcome in WEIGHTS_HELD:
                 self.weights.labels(model, outcome)
             self.weights_bytes.labels(model)
             # Without a copy until a sync says otherwise: a first download that is slow or hangs shows as it goes.
@@ -227,8 +227,9 @@ class AgentMetrics:
 
 
 class NodeCopyWait(Collector):
-    """`warmstart_node_copy_missing_seconds{model}`: seconds since this agent first found the model without a
-    complete node copy, 0 once it has one; read at each scrape, so a download of many minutes shows as it goes."""
+    """`warmstart_node_copy_missing_seconds{model}`: seconds the node has been without a complete copy of the
+    model's weights (from the agent's start, or the first sync that found none), 0 once it has one; read at each
+    scrape, so a download of many minutes shows as it goes."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock

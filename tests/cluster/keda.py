@@ -20,6 +20,7 @@ import yaml
 from tests.cluster.api import Api
 from tests.cluster.control_plane import (
     ControlPlane,
+    _openssl,
     direct_env,
     free_port,
     go_module_source,
@@ -38,10 +39,6 @@ def keda_crds() -> list[dict]:
     """Every CRD the operator needs at start (config/crd/bases of the Go module at the chart's version)."""
     folder = go_module_source("github.com/kedacore/keda/v2", f"v{KEDA_CHART_VERSION}") / "config" / "crd" / "bases"
     return [yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml"))]
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], check=True, cwd=cwd, capture_output=True)
 
 
 class KedaChain:
